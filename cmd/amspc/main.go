@@ -1,0 +1,137 @@
+// Command amspc compiles LLM training jobs written in the .amsp language
+// into sharded per-rank schedules (AMSP, arXiv 2311.00257).
+//
+// Usage:
+//
+//	amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...
+//	amspc grammar
+//	amspc version
+//
+// User errors print as file:line:col: message and exit 1; compiler bugs
+// print "internal compiler error" and exit 2.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"amspc/frontend"
+)
+
+const version = "0.1.0"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitUser     = 1 // bad input or usage
+	exitInternal = 2 // a compiler bug
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"check", "parse, lower and verify .amsp files; summarise model, cluster and training", runCheck},
+		{"grammar", "print the language's grammar (EBNF)", runGrammar},
+		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
+			fmt.Fprintln(stdout, "amspc", version)
+			return exitOK
+		}},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: amspc COMMAND [flags] [files]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nrun 'amspc COMMAND -h' for a command's flags")
+}
+
+func run(args []string, stdout, stderr io.Writer) (status int) {
+	// A panic is a compiler bug; say so instead of printing a Go trace as
+	// if the user had done something wrong.
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "internal compiler error: %v\n", r)
+			status = exitInternal
+		}
+	}()
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUser
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "amspc: unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUser
+}
+
+// parseFlags parses flags that may come before, between or after the
+// positional arguments (`amspc check model.amsp --json`).
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// report prints an error from loading or compiling and returns the exit
+// status it calls for.
+func report(stderr io.Writer, err error) int {
+	var internal *frontend.InternalError
+	if errors.As(err, &internal) {
+		fmt.Fprintln(stderr, err)
+		return exitInternal
+	}
+	var list frontend.ErrorList
+	if errors.As(err, &list) {
+		fmt.Fprintln(stderr, list.Error())
+		return exitUser
+	}
+	fmt.Fprintf(stderr, "amspc: %v\n", err)
+	return exitUser
+}
+
+func runGrammar(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: amspc grammar")
+		return exitUser
+	}
+	fmt.Fprint(stdout, frontend.Grammar())
+	return exitOK
+}

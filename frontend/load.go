@@ -1,0 +1,165 @@
+package frontend
+
+import (
+	"unicode/utf8"
+
+	"amspc/ir"
+)
+
+// Source is one input file.
+type Source struct {
+	Name string
+	Text []byte
+}
+
+// Parse parses one file into its syntax tree.
+func Parse(src Source) (*File, error) {
+	if !utf8.Valid(src.Text) {
+		line, col := 1, 1
+		for i := 0; i < len(src.Text); {
+			r, n := utf8.DecodeRune(src.Text[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			if r == '\n' {
+				line, col = line+1, 1
+			} else {
+				col++
+			}
+			i += n
+		}
+		return nil, ErrorList{{Pos: ir.Pos{File: src.Name, Line: line, Col: col}, Msg: "invalid UTF-8"}}
+	}
+	f, err := parser.ParseBytes(src.Name, src.Text)
+	if err != nil {
+		return nil, ErrorList{syntaxError(src.Name, err)}
+	}
+	return f, nil
+}
+
+// sections is the chosen section of each kind after combining files.
+type sections struct {
+	model   *ModelSection
+	cluster *ClusterSection
+	train   *TrainSection
+	shard   *ShardSection
+}
+
+// collect takes the sections of one file, reporting a kind given twice.
+func collect(d *diag, f *File) sections {
+	var s sections
+	first := map[string]ir.Pos{}
+	dup := func(kind string, p ir.Pos) bool {
+		if prev, ok := first[kind]; ok {
+			d.errorf(p, "second %s section (the first is at %s); a file holds one of each", kind, prev)
+			return true
+		}
+		first[kind] = p
+		return false
+	}
+	for _, sec := range f.Sections {
+		switch {
+		case sec.Model != nil:
+			if !dup("model", pos(sec.Model.Pos)) {
+				s.model = sec.Model
+			}
+		case sec.Cluster != nil:
+			if !dup("cluster", pos(sec.Cluster.Pos)) {
+				s.cluster = sec.Cluster
+			}
+		case sec.Train != nil:
+			if !dup("train", pos(sec.Train.Pos)) {
+				s.train = sec.Train
+			}
+		case sec.Shard != nil:
+			if !dup("shard", pos(sec.Shard.Pos)) {
+				s.shard = sec.Shard
+			}
+		}
+	}
+	return s
+}
+
+// Load parses and lowers a job. The model comes from main; each file in
+// extra (given with --cluster, --train or --shard) replaces main's
+// sections of the kinds it holds, so one model can be checked against
+// several clusters. The graph is verified before it is returned; errors are
+// an ErrorList of user errors, or an internal error when verification of a
+// lowered graph fails.
+func Load(main Source, extra ...Source) (*ir.Job, error) {
+	d := &diag{}
+	f, err := Parse(main)
+	if err != nil {
+		return nil, err
+	}
+	s := collect(d, f)
+	for _, src := range extra {
+		ef, err := Parse(src)
+		if err != nil {
+			return nil, err
+		}
+		es := collect(d, ef)
+		if es.model != nil {
+			d.errorf(pos(es.model.Pos), "a model section belongs in the main file, not in %s", src.Name)
+		}
+		if es.cluster != nil {
+			s.cluster = es.cluster
+		}
+		if es.train != nil {
+			s.train = es.train
+		}
+		if es.shard != nil {
+			s.shard = es.shard
+		}
+	}
+	if s.model == nil {
+		d.errorf(ir.Pos{File: main.Name, Line: 1, Col: 1}, "no model section")
+		return nil, d.err()
+	}
+	job := &ir.Job{}
+	if s.cluster != nil {
+		job.Cluster = lowerCluster(d, s.cluster)
+	}
+	var batch, seq int64
+	dtype := ir.BF16
+	why := describeMissing("train")
+	if s.train != nil {
+		job.Train = lowerTrain(d, s.train)
+		why = "but the train section has errors"
+		if job.Train != nil {
+			batch, seq = job.Train.MicroBatch, job.Train.SeqLen
+			dtype = job.Train.Precision.DType()
+		}
+	}
+	job.Graph = lowerModel(d, s.model, batch, seq, dtype, why)
+	if s.shard != nil {
+		job.Shard = lowerShard(d, s.shard, job.Cluster)
+	}
+	if job.Train != nil && job.Cluster != nil {
+		if _, err := job.Train.MicroBatches(job.Cluster.GPUs()); err != nil {
+			d.errorf(job.Train.GlobalBatchPos, "%v", err)
+		}
+	}
+	if d.failed() {
+		return nil, d.err()
+	}
+	if job.Shard == nil {
+		job.Shard = &ir.ShardSpec{Mode: ir.ShardAuto}
+	}
+	if err := ir.Verify(job.Graph); err != nil {
+		return nil, &InternalError{Pass: "lower", Err: err}
+	}
+	return job, nil
+}
+
+// InternalError is a compiler bug found by a check, not a user mistake.
+type InternalError struct {
+	Pass string
+	Err  error
+}
+
+func (e *InternalError) Error() string {
+	return "internal compiler error: " + e.Pass + ": " + e.Err.Error()
+}
+
+func (e *InternalError) Unwrap() error { return e.Err }

@@ -1,0 +1,589 @@
+package frontend
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"amspc/ir"
+)
+
+// settings indexes a section's settings by key, reporting unknown and
+// repeated keys. known lists the keys in the order errors should suggest.
+type settings struct {
+	d       *diag
+	section string
+	byKey   map[string]*Setting
+}
+
+func newSettings(d *diag, section string, list []*Setting, known []string) *settings {
+	s := &settings{d: d, section: section, byKey: map[string]*Setting{}}
+	for _, st := range list {
+		ok := false
+		for _, k := range known {
+			ok = ok || k == st.Key
+		}
+		if !ok {
+			d.errorf(pos(st.Pos), "unknown %s setting %s (known: %s)", section, st.Key, strings.Join(known, ", "))
+			continue
+		}
+		if prev, dup := s.byKey[st.Key]; dup {
+			d.errorf(pos(st.Pos), "%s.%s set twice (first at %s)", section, st.Key, pos(prev.Pos))
+			continue
+		}
+		s.byKey[st.Key] = st
+	}
+	return s
+}
+
+// unit kinds a quantity may be asked for.
+type unitKind uint8
+
+const (
+	unitCount unitKind = iota // plain number, maybe with K/M/G/Ki/Mi/Gi
+	unitBytes
+	unitByteRate
+	unitFlopRate
+)
+
+var byteUnits = map[string]float64{
+	"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+	// bits, for network links quoted in Gb/s
+	"Kb": 1e3 / 8, "Mb": 1e6 / 8, "Gb": 1e9 / 8, "Tb": 1e12 / 8,
+}
+
+var flopUnits = map[string]float64{
+	"FLOP": 1, "KFLOP": 1e3, "MFLOP": 1e6, "GFLOP": 1e9, "TFLOP": 1e12, "PFLOP": 1e15,
+}
+
+var countUnits = map[string]float64{
+	"K": 1e3, "M": 1e6, "G": 1e9, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30,
+}
+
+// quantity reads a number with units of the wanted kind. For unitCount the
+// trailing unit (if any) is returned for the caller to interpret
+// ("tokens", "sequences").
+func (s *settings) quantity(st *Setting, want unitKind) (float64, string, bool) {
+	q := st.Value.Quantity
+	p := pos(st.Value.Pos)
+	if q == nil {
+		s.d.errorf(p, "%s.%s must be a number%s", s.section, st.Key, unitHint(want))
+		return 0, "", false
+	}
+	if strings.Contains(q.Number, "x") {
+		s.d.errorf(p, "%s.%s must be a number, not a factor %s", s.section, st.Key, q.Number)
+		return 0, "", false
+	}
+	v, err := strconv.ParseFloat(q.Number, 64)
+	if err != nil || math.IsInf(v, 0) {
+		s.d.errorf(p, "number %s is out of range", q.Number)
+		return 0, "", false
+	}
+	units := q.Units
+	switch want {
+	case unitCount:
+		if q.Per != "" {
+			s.d.errorf(p, "%s.%s is a count, not a rate (/%s)", s.section, st.Key, q.Per)
+			return 0, "", false
+		}
+		if len(units) > 0 {
+			if m, ok := countUnits[units[0]]; ok {
+				v *= m
+				units = units[1:]
+			}
+		}
+		if len(units) > 1 {
+			s.d.errorf(p, "unknown unit %s", strings.Join(units, " "))
+			return 0, "", false
+		}
+		rest := ""
+		if len(units) == 1 {
+			rest = units[0]
+		}
+		return v, rest, true
+	case unitBytes, unitByteRate, unitFlopRate:
+		table := byteUnits
+		if want == unitFlopRate {
+			table = flopUnits
+		}
+		if len(units) != 1 {
+			if len(units) == 0 {
+				s.d.errorf(p, "%s.%s needs a unit%s", s.section, st.Key, unitHint(want))
+			} else {
+				s.d.errorf(p, "unknown unit %s%s", strings.Join(units, " "), unitHint(want))
+			}
+			return 0, "", false
+		}
+		m, ok := table[units[0]]
+		if !ok {
+			s.d.errorf(p, "unknown unit %s%s", units[0], unitHint(want))
+			return 0, "", false
+		}
+		rate := want != unitBytes
+		switch {
+		case rate && q.Per == "":
+			s.d.errorf(p, "%s.%s is a rate: write %s %s/s", s.section, st.Key, q.Number, units[0])
+			return 0, "", false
+		case rate && q.Per != "s":
+			s.d.errorf(p, "unknown unit %s/%s (rates are per second: /s)", units[0], q.Per)
+			return 0, "", false
+		case !rate && q.Per != "":
+			s.d.errorf(p, "%s.%s is a size, not a rate: drop /%s", s.section, st.Key, q.Per)
+			return 0, "", false
+		}
+		return v * m, "", true
+	}
+	return 0, "", false
+}
+
+func unitHint(k unitKind) string {
+	switch k {
+	case unitBytes:
+		return " (bytes: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+	case unitByteRate:
+		return " (a rate such as 200 GB/s or 400 Gb/s)"
+	case unitFlopRate:
+		return " (a rate such as 312 TFLOP/s)"
+	}
+	return ""
+}
+
+// integer reads a positive whole count that fits in max.
+func (s *settings) integer(key string, max int64) (int64, bool, bool) {
+	st, ok := s.byKey[key]
+	if !ok {
+		return 0, false, true
+	}
+	v, unit, good := s.quantity(st, unitCount)
+	if !good {
+		return 0, true, false
+	}
+	if unit != "" {
+		s.d.errorf(pos(st.Value.Pos), "unknown unit %s for %s.%s", unit, s.section, key)
+		return 0, true, false
+	}
+	return s.wholeCount(st, v, max)
+}
+
+func (s *settings) wholeCount(st *Setting, v float64, max int64) (int64, bool, bool) {
+	p := pos(st.Value.Pos)
+	if v != math.Trunc(v) {
+		s.d.errorf(p, "%s.%s must be a whole number, not %s", s.section, st.Key, ir.FormatFloat(v))
+		return 0, true, false
+	}
+	if v < 1 || v > float64(max) {
+		s.d.errorf(p, "%s.%s = %s is out of range (1 to %d)", s.section, st.Key, ir.FormatFloat(v), max)
+		return 0, true, false
+	}
+	return int64(v), true, true
+}
+
+func (s *settings) str(key string) (string, *Setting, bool) {
+	st, ok := s.byKey[key]
+	if !ok {
+		return "", nil, true
+	}
+	if st.Value.Str == nil {
+		s.d.errorf(pos(st.Value.Pos), "%s.%s must be a string in double quotes", s.section, key)
+		return "", st, false
+	}
+	v, err := strconv.Unquote(*st.Value.Str)
+	if err != nil {
+		s.d.errorf(pos(st.Value.Pos), "bad string %s", *st.Value.Str)
+		return "", st, false
+	}
+	return v, st, true
+}
+
+func (s *settings) word(key string, choices ...string) (string, bool) {
+	st, ok := s.byKey[key]
+	if !ok {
+		return "", true
+	}
+	if st.Value.Ident != nil {
+		for _, c := range choices {
+			if *st.Value.Ident == c {
+				return c, true
+			}
+		}
+	}
+	s.d.errorf(pos(st.Value.Pos), "%s.%s must be one of %s", s.section, key, strings.Join(choices, ", "))
+	return "", false
+}
+
+// Limits that keep every product below 2^53 (exact in a float64) and far
+// from overflowing an int64.
+const (
+	maxNodes       = 1 << 20
+	maxGPUsPerNode = 1 << 10
+	maxSeqLen      = 1 << 24
+	maxBatch       = 1 << 30
+)
+
+var clusterKeys = []string{"nodes", "gpus_per_node", "gpu", "memory", "peak_flops", "intra_node_bw", "inter_node_bw", "profile"}
+
+func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
+	s := newSettings(d, "cluster", c.Settings, clusterKeys)
+	out := &ir.Cluster{Name: c.Name, Pos: pos(c.Pos), Nodes: 1, GPUsPerNode: 1}
+	ok := true
+	if n, set, good := s.integer("nodes", maxNodes); set && good {
+		out.Nodes = int(n)
+	} else {
+		ok = ok && good
+	}
+	if n, set, good := s.integer("gpus_per_node", maxGPUsPerNode); set && good {
+		out.GPUsPerNode = int(n)
+	} else {
+		ok = ok && good
+	}
+	name, st, good := s.str("gpu")
+	switch {
+	case !good:
+		ok = false
+	case st == nil:
+		d.errorf(pos(c.Pos), "cluster needs gpu = \"NAME\" (a preset: %s)", gpuNames())
+		ok = false
+	default:
+		gpu, found := ir.LookupGPU(name)
+		if !found {
+			d.errorf(pos(st.Value.Pos), "unknown gpu %q (presets: %s)", name, gpuNames())
+			ok = false
+		}
+		out.GPU = gpu
+	}
+	out.IntraBW, out.InterBW = out.GPU.IntraBW, out.GPU.InterBW
+	override := func(key string, kind unitKind, dst *float64) {
+		st, set := s.byKey[key]
+		if !set {
+			return
+		}
+		v, _, good := s.quantity(st, kind)
+		if good && !(v > 0) {
+			d.errorf(pos(st.Value.Pos), "cluster.%s must be positive", key)
+			good = false
+		}
+		if !good {
+			ok = false
+			return
+		}
+		*dst = v
+	}
+	mem := float64(out.GPU.MemoryBytes)
+	override("memory", unitBytes, &mem)
+	if mem > float64(int64(1)<<62) {
+		d.errorf(pos(s.byKey["memory"].Value.Pos), "cluster.memory is out of range")
+		ok = false
+	} else {
+		out.GPU.MemoryBytes = int64(mem)
+	}
+	override("peak_flops", unitFlopRate, &out.GPU.PeakFLOPS)
+	override("intra_node_bw", unitByteRate, &out.IntraBW)
+	override("inter_node_bw", unitByteRate, &out.InterBW)
+	if p, _, good := s.str("profile"); good {
+		out.Profile = p
+	} else {
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	return out
+}
+
+func gpuNames() string {
+	var names []string
+	for _, g := range ir.GPUPresets {
+		names = append(names, g.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "recompute", "steps", "seed", "data"}
+
+func lowerTrain(d *diag, t *TrainSection) *ir.Train {
+	s := newSettings(d, "train", t.Settings, trainKeys)
+	out := &ir.Train{Pos: pos(t.Pos), MicroBatch: 1, Optimizer: ir.DefaultAdamW, Steps: 1}
+	ok := true
+	take := func(key string, max int64, dst *int64, required bool) {
+		v, set, good := s.integer(key, max)
+		switch {
+		case !good:
+			ok = false
+		case set:
+			*dst = v
+		case required:
+			d.errorf(pos(t.Pos), "train needs %s", key)
+			ok = false
+		}
+	}
+	take("seq_len", maxSeqLen, &out.SeqLen, true)
+	take("micro_batch", maxBatch, &out.MicroBatch, false)
+	take("steps", 1<<40, &out.Steps, false)
+	if st, set := s.byKey["seed"]; set {
+		v, unit, good := s.quantity(st, unitCount)
+		if good && (unit != "" || v != math.Trunc(v) || v < 0 || v > 1<<62) {
+			d.errorf(pos(st.Value.Pos), "train.seed must be a non-negative whole number")
+			good = false
+		}
+		ok = ok && good
+		out.Seed = int64(v)
+	}
+	if st, set := s.byKey["global_batch"]; !set {
+		d.errorf(pos(t.Pos), "train needs global_batch (sequences, or N tokens)")
+		ok = false
+	} else {
+		out.GlobalBatchPos = pos(st.Value.Pos)
+		v, unit, good := s.quantity(st, unitCount)
+		switch {
+		case !good:
+			ok = false
+		case unit == "" || unit == "sequences" || unit == "seqs":
+			n, _, good := s.wholeCount(st, v, maxBatch)
+			ok = ok && good
+			out.GlobalBatch = n
+		case unit == "tokens":
+			n, _, good := s.wholeCount(st, v, maxBatch*maxSeqLen)
+			ok = ok && good
+			if good && out.SeqLen > 0 {
+				if n%out.SeqLen != 0 {
+					d.errorf(out.GlobalBatchPos, "global batch of %d tokens is not a whole number of %d-token sequences", n, out.SeqLen)
+					ok = false
+				}
+				out.GlobalBatch = n / out.SeqLen
+			}
+		default:
+			d.errorf(out.GlobalBatchPos, "unknown unit %s for train.global_batch (sequences or tokens)", unit)
+			ok = false
+		}
+	}
+	if w, good := s.word("precision", "bf16", "fp16", "fp32"); good && w != "" {
+		out.Precision, _ = ir.ParsePrecision(w)
+	} else {
+		ok = ok && good
+	}
+	if w, good := s.word("recompute", "none", "full"); good && w == "full" {
+		out.Recompute = ir.RecomputeFull
+	} else {
+		ok = ok && good
+	}
+	if st, set := s.byKey["optimizer"]; set {
+		opt, good := lowerOptimizer(d, st)
+		ok = ok && good
+		out.Optimizer = opt
+	}
+	if p, _, good := s.str("data"); good {
+		out.Data = p
+	} else {
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	return out
+}
+
+func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
+	c := st.Value.Call
+	opt := ir.DefaultAdamW
+	if c == nil || c.Name != "adamw" {
+		d.errorf(pos(st.Value.Pos), "train.optimizer must be adamw(lr=, beta1=, beta2=, eps=, weight_decay=)")
+		return opt, false
+	}
+	fields := []struct {
+		name string
+		dst  *float64
+		lo   float64
+		hi   float64
+	}{
+		{"lr", &opt.LR, 0, math.Inf(1)},
+		{"beta1", &opt.Beta1, 0, 1},
+		{"beta2", &opt.Beta2, 0, 1},
+		{"eps", &opt.Eps, 0, math.Inf(1)},
+		{"weight_decay", &opt.WeightDecay, 0, math.Inf(1)},
+	}
+	ok := true
+	seen := map[string]bool{}
+	for _, a := range c.Args {
+		p := pos(a.Pos)
+		var f *struct {
+			name string
+			dst  *float64
+			lo   float64
+			hi   float64
+		}
+		for i := range fields {
+			if fields[i].name == a.Key {
+				f = &fields[i]
+			}
+		}
+		if a.Key == "" || f == nil {
+			d.errorf(p, "adamw takes lr=, beta1=, beta2=, eps= and weight_decay=")
+			ok = false
+			continue
+		}
+		if seen[a.Key] {
+			d.errorf(p, "adamw: %s given twice", a.Key)
+			ok = false
+			continue
+		}
+		seen[a.Key] = true
+		v, good := constNumber(a.Value)
+		if !good || v < f.lo || v >= f.hi || (f.name == "lr" && v == 0) {
+			d.errorf(p, "adamw %s must be a number in [%s, %s)", f.name, ir.FormatFloat(f.lo), ir.FormatFloat(f.hi))
+			ok = false
+			continue
+		}
+		*f.dst = v
+	}
+	return opt, ok
+}
+
+// constNumber reads a literal number (optionally negated) from an
+// expression; settings take literals, not dim arithmetic.
+func constNumber(e *Expr) (float64, bool) {
+	if len(e.Rest) > 0 || len(e.Left.Rest) > 0 {
+		return 0, false
+	}
+	u, sign := e.Left.Left, 1.0
+	for u.Neg != nil {
+		u, sign = u.Neg, -sign
+	}
+	if u.Primary == nil || u.Primary.Number == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(*u.Primary.Number, 64)
+	if err != nil || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return sign * v, true
+}
+
+var shardKeys = []string{"params", "grads", "optim"}
+
+// lowerShard resolves a shard section against the cluster (nil when the
+// file has none, which only auto allows).
+func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster) *ir.ShardSpec {
+	p := pos(sh.Pos)
+	out := &ir.ShardSpec{Pos: p}
+	name, k := "", 0
+	switch {
+	case sh.Preset != nil:
+		name = *sh.Preset
+	case sh.Call != nil:
+		name = sh.Call.Name
+		if len(sh.Call.Args) != 1 || sh.Call.Args[0].Key != "" {
+			d.errorf(pos(sh.Call.Pos), "shard %s takes one argument, a group size: %s(8)", name, name)
+			return nil
+		}
+		v, good := constNumber(sh.Call.Args[0].Value)
+		if !good || v != math.Trunc(v) || v < 1 || v > maxNodes*maxGPUsPerNode {
+			d.errorf(pos(sh.Call.Args[0].Pos), "shard %s group size must be a positive whole number", name)
+			return nil
+		}
+		k = int(v)
+	}
+	if name == "auto" && sh.Call == nil {
+		return out
+	}
+	if sh.Preset != nil || sh.Call != nil {
+		var takesK, known bool
+		for _, pr := range ir.Presets {
+			if pr.Name == name {
+				known, takesK = true, pr.TakesK
+			}
+		}
+		switch {
+		case !known:
+			d.errorf(p, "unknown shard preset %s (known: auto, ddp, zero1, zero2, zero3, mics(k), hsdp(k), zeropp(k))", name)
+			return nil
+		case takesK && k == 0:
+			d.errorf(p, "shard %s needs a group size: %s(8)", name, name)
+			return nil
+		case !takesK && k != 0:
+			d.errorf(p, "shard %s takes no argument", name)
+			return nil
+		}
+		out.Mode, out.Preset, out.K = ir.ShardPreset, name, k
+		if c == nil {
+			d.errorf(p, "shard %s needs a cluster section to resolve against", out.Label())
+			return nil
+		}
+		dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
+		var err error
+		out.P, out.G, out.OS, out.Secondary, err = ir.ResolvePreset(name, k, dp)
+		if err != nil {
+			d.errorf(p, "shard %s: %v", out.Label(), err)
+			return nil
+		}
+		if err := ir.ValidateFactors(dp, out.P, out.G, out.OS); err != nil {
+			d.errorf(p, "shard %s: %v", out.Label(), err)
+			return nil
+		}
+		return out
+	}
+	out.Mode = ir.ShardFixed
+	s := newSettings(d, "shard", sh.Settings, shardKeys)
+	ok := true
+	for _, k := range shardKeys {
+		if _, set := s.byKey[k]; !set {
+			d.errorf(p, "shard needs %s = FACTOR (all of params, grads, optim)", k)
+			ok = false
+		}
+	}
+	if !ok || d.failed() {
+		return nil
+	}
+	if c == nil {
+		d.errorf(p, "shard factors need a cluster section to check against")
+		return nil
+	}
+	factor := func(key string) (ir.Factor, bool) {
+		st := s.byKey[key]
+		q := st.Value.Quantity
+		vp := pos(st.Value.Pos)
+		if q == nil || len(q.Units) > 0 || q.Per != "" {
+			d.errorf(vp, "shard.%s must be a GPU count (8) or a factor s0xs1 (8x4)", key)
+			return ir.Factor{}, false
+		}
+		if a, b, isMesh := strings.Cut(q.Number, "x"); isMesh {
+			s0, e0 := strconv.Atoi(a)
+			s1, e1 := strconv.Atoi(b)
+			if e0 != nil || e1 != nil || s0 < 1 || s1 < 1 {
+				d.errorf(vp, "shard.%s factor %s must be two positive integers", key, q.Number)
+				return ir.Factor{}, false
+			}
+			return ir.Factor{S0: s0, S1: s1}, true
+		}
+		v, err := strconv.ParseFloat(q.Number, 64)
+		if err != nil || v != math.Trunc(v) || v < 1 || v > maxNodes*maxGPUsPerNode {
+			d.errorf(vp, "shard.%s must be a positive whole number of GPUs", key)
+			return ir.Factor{}, false
+		}
+		f, ferr := ir.GPUsToFactor(int(v), c.GPUsPerNode, c.Nodes)
+		if ferr != nil {
+			d.errorf(vp, "shard.%s: %v", key, ferr)
+			return ir.Factor{}, false
+		}
+		return f, true
+	}
+	var good [3]bool
+	out.P, good[0] = factor("params")
+	out.G, good[1] = factor("grads")
+	out.OS, good[2] = factor("optim")
+	if !good[0] || !good[1] || !good[2] {
+		return nil
+	}
+	dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
+	if err := ir.ValidateFactors(dp, out.P, out.G, out.OS); err != nil {
+		d.errorf(p, "invalid shard: %v", err)
+		return nil
+	}
+	return out
+}
+
+// describe is used in messages about a missing train section.
+func describeMissing(what string) string {
+	return fmt.Sprintf("but the file has no %s section (add one, or pass --%s FILE)", what, what)
+}

@@ -1,0 +1,39 @@
+package ir
+
+const (
+	giB = 1 << 30
+	miB = 1 << 20
+	gB  = 1e9
+	tF  = 1e12
+)
+
+// GPUPresets are the accelerators a cluster section can name. Memory is
+// what the driver reports (nvidia-smi's total), FLOP/s the dense tensor-core
+// peak for bf16/fp16, bandwidths one direction. Sources are NVIDIA's data
+// sheets and DGX reference designs; see docs/clusters.md.
+var GPUPresets = []GPU{
+	{Name: "A100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 300 * gB, InterBW: 200 * gB,
+		Source: "NVIDIA A100 datasheet (SXM4: 312 TFLOP/s bf16 dense, NVLink3 600 GB/s bidirectional); DGX A100: 8x 200 Gb/s HDR"},
+	{Name: "A800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 200 * gB, InterBW: 200 * gB,
+		Source: "NVIDIA A800 datasheet (SXM4: 312 TFLOP/s bf16 dense, NVLink 400 GB/s bidirectional); 8x 200 Gb/s HDR"},
+	{Name: "H100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB,
+		Source: "NVIDIA H100 datasheet (SXM5: 989 TFLOP/s bf16 dense, NVLink4 900 GB/s bidirectional); DGX H100: 8x 400 Gb/s NDR"},
+	{Name: "H800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 200 * gB, InterBW: 400 * gB,
+		Source: "NVIDIA H800 SXM5 (989 TFLOP/s bf16 dense, NVLink 400 GB/s bidirectional); 8x 400 Gb/s NDR"},
+	{Name: "H200-141GB", MemoryBytes: 143771 * miB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB,
+		Source: "NVIDIA H200 datasheet (SXM: 141 GB HBM3e, 143771 MiB usable per nvidia-smi, 989 TFLOP/s bf16 dense, NVLink4 900 GB/s bidirectional)"},
+	// CPU ranks: nominal figures for planning a CPU run; the runtime's
+	// calibration replaces them with measured ones.
+	{Name: "cpu", MemoryBytes: 8 * giB, PeakFLOPS: 50e9, IntraBW: 10 * gB, InterBW: 1 * gB,
+		Source: "nominal CPU worker (8 GiB, 50 GFLOP/s); not a measurement"},
+}
+
+// LookupGPU finds a preset by name.
+func LookupGPU(name string) (GPU, bool) {
+	for _, g := range GPUPresets {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return GPU{}, false
+}

@@ -1,0 +1,372 @@
+// Package ir is amspc's intermediate representation: a graph of ops and
+// values for one training step, plus the job it runs in (cluster, training
+// settings, sharding).
+//
+// In: values and ops built by the frontend (or parsed from the printed
+// form). Out: a verified graph whose every value has a concrete shape, a
+// dtype, a role and a source position. The package imports nothing of
+// amspc's own, so every other package can depend on it.
+//
+// Values are in SSA form and Graph.Values is in definition order, which is
+// also a topological order: an op's operands are always defined on earlier
+// lines. Printing follows that order, so the text form is deterministic.
+package ir
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Pos is a source position. Line and Col count from 1; the zero Pos means
+// "no position" (values synthesised by a pass inherit the position of what
+// they were made from instead).
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+func (p Pos) IsValid() bool { return p.Line > 0 }
+
+func (p Pos) String() string {
+	if !p.IsValid() {
+		if p.File != "" {
+			return p.File
+		}
+		return "-"
+	}
+	if p.File == "" {
+		return fmt.Sprintf("%d:%d", p.Line, p.Col)
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+}
+
+// DType is an element type.
+type DType uint8
+
+const (
+	InvalidDType DType = iota
+	I32
+	BF16
+	F16
+	F32
+)
+
+var dtypeNames = [...]string{InvalidDType: "invalid", I32: "i32", BF16: "bf16", F16: "f16", F32: "f32"}
+
+func (t DType) String() string {
+	if int(t) < len(dtypeNames) {
+		return dtypeNames[t]
+	}
+	return fmt.Sprintf("dtype(%d)", int(t))
+}
+
+// Size is the number of bytes of one element.
+func (t DType) Size() int64 {
+	switch t {
+	case I32, F32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	return 0
+}
+
+// IsFloat reports whether t is a floating-point type.
+func (t DType) IsFloat() bool { return t == BF16 || t == F16 || t == F32 }
+
+// ParseDType maps a dtype name ("bf16", "f32", ...) to its DType.
+func ParseDType(s string) (DType, bool) {
+	for i, n := range dtypeNames {
+		if i != int(InvalidDType) && n == s {
+			return DType(i), true
+		}
+	}
+	return InvalidDType, false
+}
+
+// Role says what a value is to training. The forward graph holds inputs,
+// params, activations and the loss; autodiff and the optimizer pass add
+// gradients (G) and optimizer states (OS), the other two model states that
+// AMSP shards independently of P.
+type Role uint8
+
+const (
+	InvalidRole Role = iota
+	Input            // fed from the data loader each micro-batch
+	Param            // P: trained weights
+	Activation       // computed by an op
+	Loss             // the scalar training minimises; computed by an op
+	Grad             // G: gradient of the loss w.r.t. a param
+	OptState         // OS: fp32 master weights and Adam moments
+)
+
+var roleNames = [...]string{InvalidRole: "invalid", Input: "input", Param: "param", Activation: "act", Loss: "loss", Grad: "grad", OptState: "optstate"}
+
+func (r Role) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", int(r))
+}
+
+// ParseRole maps a printed role keyword to its Role.
+func ParseRole(s string) (Role, bool) {
+	for i, n := range roleNames {
+		if i != int(InvalidRole) && n == s {
+			return Role(i), true
+		}
+	}
+	return InvalidRole, false
+}
+
+// Defined reports whether values of this role are computed by an op (as
+// opposed to arriving from outside the graph).
+func (r Role) Defined() bool { return r == Activation || r == Loss || r == Grad }
+
+// Shape is a list of concrete dimension sizes; a scalar has none.
+type Shape []int64
+
+// NumElements is the product of the dims (1 for a scalar).
+func (s Shape) NumElements() int64 {
+	n := int64(1)
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// CheckedNumElements is NumElements, or false when the product (or its
+// size in bytes at 8 bytes an element) would overflow an int64.
+func (s Shape) CheckedNumElements() (int64, bool) {
+	const limit = math.MaxInt64 / 8
+	n := int64(1)
+	for _, d := range s {
+		if d < 0 || (d > 0 && n > limit/d) {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}
+
+func (s Shape) Equal(t Shape) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := range s {
+		if s[i] != t[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s Shape) String() string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, d := range s {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, d)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// InitKind is how a param is initialised (NUMERICS.md).
+type InitKind uint8
+
+const (
+	InitNormal InitKind = iota // normal(0, Std)
+	InitOnes
+	InitZeros
+)
+
+// Init is a param's initialiser.
+type Init struct {
+	Kind InitKind
+	Std  float64 // for InitNormal
+}
+
+// DefaultInit is what a param without an init clause gets.
+var DefaultInit = Init{Kind: InitNormal, Std: 0.02}
+
+func (in Init) String() string {
+	switch in.Kind {
+	case InitOnes:
+		return "ones"
+	case InitZeros:
+		return "zeros"
+	}
+	return "normal(" + FormatFloat(in.Std) + ")"
+}
+
+// Value is a tensor in the graph, defined exactly once.
+type Value struct {
+	Name  string // unique in the graph: "x", "layers.3.wq", "layers.3.h.1"
+	Shape Shape
+	DType DType
+	Role  Role
+	Def   *Op  // the op computing it; nil for inputs, params and states
+	Init  Init // params only
+	Layer int  // index of the repeated block it belongs to, or -1
+	Pos   Pos
+}
+
+// Bytes is the size of the value's data.
+func (v *Value) Bytes() int64 { return v.Shape.NumElements() * v.DType.Size() }
+
+// Op computes one value from its operands.
+type Op struct {
+	Kind  OpKind
+	Args  []*Value
+	Attrs []Attr // in the op table's attribute order
+	Out   *Value
+	Pos   Pos
+}
+
+// Attr is a named constant argument of an op.
+type Attr struct {
+	Name string
+	Val  AttrVal
+}
+
+// AttrVal is an attribute value: an integer, a float or a bool.
+type AttrVal struct {
+	Type  AttrType
+	Int   int64
+	Float float64
+	Bool  bool
+}
+
+// AttrType is the type of an attribute.
+type AttrType uint8
+
+const (
+	AttrInt AttrType = iota
+	AttrFloat
+	AttrBool
+)
+
+func (t AttrType) String() string {
+	return [...]string{"integer", "number", "bool"}[t]
+}
+
+func (a AttrVal) String() string {
+	switch a.Type {
+	case AttrInt:
+		return fmt.Sprint(a.Int)
+	case AttrBool:
+		return fmt.Sprint(a.Bool)
+	}
+	return FormatFloat(a.Float)
+}
+
+// Attr returns the named attribute and whether the op has it.
+func (op *Op) Attr(name string) (AttrVal, bool) {
+	for _, a := range op.Attrs {
+		if a.Name == name {
+			return a.Val, true
+		}
+	}
+	return AttrVal{}, false
+}
+
+// Dim is a named integer of the model, resolved.
+type Dim struct {
+	Name  string
+	Value int64
+	Pos   Pos
+}
+
+// Graph is the forward computation of one micro-batch on one replica.
+type Graph struct {
+	Name   string
+	Dims   []Dim    // in declaration order; batch and seq first
+	Values []*Value // in definition order (a topological order)
+	Layers int      // number of repeated blocks stamped
+	Pos    Pos      // of the model section
+
+	byName map[string]*Value
+}
+
+// Lookup finds a value by name.
+func (g *Graph) Lookup(name string) *Value {
+	if g.byName == nil || len(g.byName) != len(g.Values) {
+		g.byName = make(map[string]*Value, len(g.Values))
+		for _, v := range g.Values {
+			g.byName[v.Name] = v
+		}
+	}
+	return g.byName[name]
+}
+
+// Add appends a value (and its op, if any) to the graph.
+func (g *Graph) Add(v *Value) {
+	g.Values = append(g.Values, v)
+	if g.byName != nil {
+		g.byName[v.Name] = v
+	}
+}
+
+// Dim returns the value of a named dim.
+func (g *Graph) Dim(name string) (int64, bool) {
+	for _, d := range g.Dims {
+		if d.Name == name {
+			return d.Value, true
+		}
+	}
+	return 0, false
+}
+
+// Ops returns the ops in definition order.
+func (g *Graph) Ops() []*Op {
+	var ops []*Op
+	for _, v := range g.Values {
+		if v.Def != nil {
+			ops = append(ops, v.Def)
+		}
+	}
+	return ops
+}
+
+// Params returns the params in definition order.
+func (g *Graph) Params() []*Value { return g.ByRole(Param) }
+
+// ByRole returns the values of one role in definition order.
+func (g *Graph) ByRole(r Role) []*Value {
+	var vs []*Value
+	for _, v := range g.Values {
+		if v.Role == r {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// LossValue returns the value with role Loss, or nil.
+func (g *Graph) LossValue() *Value {
+	for _, v := range g.Values {
+		if v.Role == Loss {
+			return v
+		}
+	}
+	return nil
+}
+
+// Uses returns, for every value, the ops that read it, in definition order.
+func (g *Graph) Uses() map[*Value][]*Op {
+	uses := make(map[*Value][]*Op)
+	for _, v := range g.Values {
+		if v.Def == nil {
+			continue
+		}
+		for _, a := range v.Def.Args {
+			uses[a] = append(uses[a], v.Def)
+		}
+	}
+	return uses
+}

@@ -1,0 +1,280 @@
+package ir
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Job is everything one .amsp file (or a combination of files) says: the
+// model's forward graph and, when given, the cluster, the training setup and
+// the sharding choice.
+type Job struct {
+	Graph   *Graph
+	Cluster *Cluster   // nil when the file has no cluster section
+	Train   *Train     // nil when the file has no train section
+	Shard   *ShardSpec // nil means auto
+}
+
+// GPU describes one accelerator model. Bandwidths are bytes per second in
+// one direction; FLOP/s are dense (no sparsity).
+type GPU struct {
+	Name        string
+	MemoryBytes int64
+	PeakFLOPS   float64 // dense bf16/fp16 tensor-core peak
+	IntraBW     float64 // NVLink per GPU, one direction
+	InterBW     float64 // network per node, one direction (reference design)
+	Source      string  // where the numbers come from
+}
+
+// Cluster is a resolved cluster section: a preset with overrides applied.
+type Cluster struct {
+	Name        string
+	Nodes       int
+	GPUsPerNode int
+	GPU         GPU
+	IntraBW     float64 // per GPU, one direction, bytes/s
+	InterBW     float64 // per node, one direction, bytes/s
+	Profile     string  // measured bandwidth profile file, "" if none
+	Pos         Pos
+}
+
+// GPUs is the cluster's total GPU count.
+func (c *Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
+
+// Precision is the training precision of P and G (OS is always fp32).
+type Precision uint8
+
+const (
+	BF16Mixed Precision = iota
+	FP16Mixed
+	FP32
+)
+
+var precisionNames = [...]string{"bf16", "fp16", "fp32"}
+
+func (p Precision) String() string { return precisionNames[p] }
+
+// ParsePrecision maps "bf16", "fp16", "fp32" to a Precision.
+func ParsePrecision(s string) (Precision, bool) {
+	for i, n := range precisionNames {
+		if n == s {
+			return Precision(i), true
+		}
+	}
+	return 0, false
+}
+
+// DType is the dtype of params, grads and activations.
+func (p Precision) DType() DType {
+	switch p {
+	case BF16Mixed:
+		return BF16
+	case FP16Mixed:
+		return F16
+	}
+	return F32
+}
+
+// OptimBytesPerParam is the optimizer-state bytes of one param: fp32
+// master weights plus Adam m and v under mixed precision, only m and v when
+// the params are already fp32.
+func (p Precision) OptimBytesPerParam() int64 {
+	if p == FP32 {
+		return 8
+	}
+	return 12
+}
+
+// AdamW holds the optimizer's hyper-parameters (NUMERICS.md).
+type AdamW struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+}
+
+// DefaultAdamW matches torch.optim.AdamW's defaults.
+var DefaultAdamW = AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+
+// Recompute says which activations backward recomputes.
+type Recompute uint8
+
+const (
+	RecomputeNone Recompute = iota
+	RecomputeFull
+)
+
+func (r Recompute) String() string { return [...]string{"none", "full"}[r] }
+
+// Train is a resolved train section.
+type Train struct {
+	SeqLen      int64
+	MicroBatch  int64 // sequences per GPU per micro-batch
+	GlobalBatch int64 // sequences per step
+	Precision   Precision
+	Optimizer   AdamW
+	Recompute   Recompute
+	Steps       int64
+	Seed        int64
+	Data        string
+	Pos         Pos
+	// GlobalBatchPos is where global_batch is written, for errors about
+	// uneven splits found later (when the data-parallel size is known).
+	GlobalBatchPos Pos
+}
+
+// TokensPerStep is the global batch in tokens.
+func (t *Train) TokensPerStep() int64 { return t.GlobalBatch * t.SeqLen }
+
+// MicroBatches is M = global / (micro_batch x dp), or an error when the
+// split is uneven.
+func (t *Train) MicroBatches(dp int) (int64, error) {
+	per := t.MicroBatch * int64(dp)
+	if per <= 0 {
+		return 0, fmt.Errorf("data-parallel size %d is not positive", dp)
+	}
+	if t.GlobalBatch%per != 0 || t.GlobalBatch < per {
+		return 0, fmt.Errorf("global batch of %d sequences does not split into micro-batches of %d sequences on %d data-parallel ranks (%d x %d = %d)",
+			t.GlobalBatch, t.MicroBatch, dp, t.MicroBatch, dp, per)
+	}
+	return t.GlobalBatch / per, nil
+}
+
+// Factor is a 2-D sharding factor: S0 GPUs inside a node times S1 nodes.
+type Factor struct{ S0, S1 int }
+
+// Size is the number of GPUs the factor spans.
+func (f Factor) Size() int { return f.S0 * f.S1 }
+
+func (f Factor) String() string { return fmt.Sprintf("%dx%d", f.S0, f.S1) }
+
+// ShardMode is how the shard section chooses factors.
+type ShardMode uint8
+
+const (
+	ShardAuto   ShardMode = iota // the planner searches
+	ShardFixed                   // factors written out
+	ShardPreset                  // a named strategy (ddp, zero3, mics(k), ...)
+)
+
+// ShardSpec is a resolved shard section.
+type ShardSpec struct {
+	Mode      ShardMode
+	Preset    string // ShardPreset: "ddp", "zero1", ..., "mics"
+	K         int    // the preset's argument, 0 if none
+	P, G, OS  Factor // ShardFixed and ShardPreset
+	Secondary Factor // ZeRO++ hpZ: secondary parameter shard for backward; zero if none
+	Pos       Pos
+}
+
+// Label is a short human name: "auto", "zero3", "mics(8)", "2x1/2x1/4x2".
+func (s *ShardSpec) Label() string {
+	switch s.Mode {
+	case ShardAuto:
+		return "auto"
+	case ShardPreset:
+		if s.K > 0 {
+			return fmt.Sprintf("%s(%d)", s.Preset, s.K)
+		}
+		return s.Preset
+	}
+	return fmt.Sprintf("%v/%v/%v", s.P, s.G, s.OS)
+}
+
+// Presets lists the preset strategy names and whether they take k.
+var Presets = []struct {
+	Name   string
+	TakesK bool
+	Doc    string
+}{
+	{"ddp", false, "DDP: everything replicated (1/1/1)"},
+	{"zero1", false, "ZeRO-1: optimizer states sharded over all GPUs (1/1/N)"},
+	{"zero2", false, "ZeRO-2: gradients and optimizer states sharded (1/N/N)"},
+	{"zero3", false, "ZeRO-3 / FSDP: everything sharded (N/N/N)"},
+	{"mics", true, "MiCS(k): everything sharded in groups of k, replicated across groups (k/k/k)"},
+	{"hsdp", true, "FSDP HYBRID_SHARD(k): as MiCS (k/k/k)"},
+	{"zeropp", true, "ZeRO++ hpZ(k): N/N/N with a secondary parameter shard of k for backward"},
+}
+
+// GPUsToFactor spells a plain GPU count k as a factor: k GPUs inside a node
+// when k <= gpusPerNode, else k/gpusPerNode whole nodes.
+func GPUsToFactor(k, gpusPerNode, nodes int) (Factor, error) {
+	switch {
+	case k <= 0:
+		return Factor{}, fmt.Errorf("sharding factor must be positive, not %d", k)
+	case k <= gpusPerNode:
+		return Factor{k, 1}, nil
+	case k%gpusPerNode != 0:
+		return Factor{}, fmt.Errorf("sharding factor %d spans more than a node of %d GPUs but is not a whole number of nodes", k, gpusPerNode)
+	case k/gpusPerNode > nodes:
+		return Factor{}, fmt.Errorf("sharding factor %d needs %d nodes, the cluster has %d", k, k/gpusPerNode, nodes)
+	}
+	return Factor{gpusPerNode, k / gpusPerNode}, nil
+}
+
+// ValidateFactors checks the AMSP rules (paper eq. 3-7 and s_g in
+// {s_p, s_os}) for factors on a data-parallel mesh dp (GPUs per node x
+// nodes). The error names the rule and the numbers.
+func ValidateFactors(dp, p, g, os Factor) error {
+	comps := []struct {
+		name string
+		f    Factor
+	}{{"params", p}, {"grads", g}, {"optim", os}}
+	for _, c := range comps {
+		if c.f.S0 < 1 || c.f.S1 < 1 {
+			return fmt.Errorf("%s factor %v must be at least 1x1", c.name, c.f)
+		}
+		if c.f.S0 > dp.S0 || dp.S0%c.f.S0 != 0 {
+			return fmt.Errorf("%s factor %v: %d does not divide the %d GPUs of a node", c.name, c.f, c.f.S0, dp.S0)
+		}
+		if c.f.S1 > dp.S1 || dp.S1%c.f.S1 != 0 {
+			return fmt.Errorf("%s factor %v: %d does not divide the %d nodes", c.name, c.f, c.f.S1, dp.S1)
+		}
+		if c.f.S1 > 1 && c.f.S0 != dp.S0 {
+			return fmt.Errorf("%s factor %v spans %d nodes without filling a node (%d of %d GPUs); use %dx%d or stay inside one node",
+				c.name, c.f, c.f.S1, c.f.S0, dp.S0, dp.S0, c.f.S1)
+		}
+	}
+	for i := 0; i+1 < len(comps); i++ {
+		a, b := comps[i], comps[i+1]
+		if a.f.S0 > b.f.S0 || a.f.S1 > b.f.S1 || b.f.S0%a.f.S0 != 0 || b.f.S1%a.f.S1 != 0 {
+			return fmt.Errorf("%s factor %v must nest inside %s factor %v (params <= grads <= optim in each mesh dimension)",
+				a.name, a.f, b.name, b.f)
+		}
+	}
+	if g != p && g != os {
+		return fmt.Errorf("grads factor %v must equal the params factor %v or the optim factor %v", g, p, os)
+	}
+	return nil
+}
+
+// ResolvePreset gives a preset's factors on a data-parallel mesh dp.
+func ResolvePreset(name string, k int, dp Factor) (p, g, os, secondary Factor, err error) {
+	full := dp
+	one := Factor{1, 1}
+	kf := func() (Factor, error) {
+		f, err := GPUsToFactor(k, dp.S0, dp.S1)
+		if err != nil {
+			return Factor{}, err
+		}
+		return f, nil
+	}
+	switch name {
+	case "ddp":
+		return one, one, one, Factor{}, nil
+	case "zero1":
+		return one, one, full, Factor{}, nil
+	case "zero2":
+		return one, full, full, Factor{}, nil
+	case "zero3":
+		return full, full, full, Factor{}, nil
+	case "mics", "hsdp":
+		f, err := kf()
+		return f, f, f, Factor{}, err
+	case "zeropp":
+		f, err := kf()
+		return full, full, full, f, err
+	}
+	var names []string
+	for _, p := range Presets {
+		names = append(names, p.Name)
+	}
+	return one, one, one, Factor{}, fmt.Errorf("unknown shard preset %q (known: %s)", name, strings.Join(names, ", "))
+}

@@ -1,0 +1,434 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// OpKind names an op. Every per-op fact (spelling, arity, attributes, shape
+// rule, FLOPs) lives in the table below; passes look facts up instead of
+// switching on kinds.
+type OpKind uint8
+
+const (
+	InvalidOp OpKind = iota
+	Embed
+	MatMul
+	RMSNorm
+	LayerNorm
+	RoPE
+	Attention
+	SiLU
+	GELU
+	Add
+	Mul
+	CrossEntropy
+	numOps
+)
+
+// AttrSpec declares an attribute an op accepts.
+type AttrSpec struct {
+	Name     string
+	Type     AttrType
+	Required bool
+	Default  AttrVal // used when !Required and the attribute is absent
+}
+
+// OpError is a shape or type error found by an op's shape rule. Arg (an
+// operand index, or -1) and Attr (an attribute name, or "") say which part
+// of the expression is at fault, so the frontend can point at it.
+type OpError struct {
+	Arg  int
+	Attr string
+	Msg  string
+}
+
+func (e *OpError) Error() string { return e.Msg }
+
+func argErr(i int, format string, a ...any) *OpError {
+	return &OpError{Arg: i, Msg: fmt.Sprintf(format, a...)}
+}
+
+func attrErr(name, format string, a ...any) *OpError {
+	return &OpError{Arg: -1, Attr: name, Msg: fmt.Sprintf(format, a...)}
+}
+
+func opErr(format string, a ...any) *OpError {
+	return &OpError{Arg: -1, Msg: fmt.Sprintf(format, a...)}
+}
+
+// OpInfo is one row of the op table.
+type OpInfo struct {
+	Name  string // spelling in the language and in printed IR
+	Infix string // operator spelling for binary infix ops ("@", "+", "*")
+	Arity int
+	Attrs []AttrSpec
+	// Infer computes the result type from operand types and attributes
+	// (attributes already defaulted and ordered as in Attrs).
+	Infer func(args []*Value, attrs []Attr) (Shape, DType, *OpError)
+	// Flops is the forward FLOP count of one application.
+	Flops func(op *Op) int64
+}
+
+var opTable [numOps]OpInfo
+
+func init() {
+	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
+	opTable = [numOps]OpInfo{
+		Embed: {Name: "embed", Arity: 2, Infer: inferEmbed,
+			Flops: func(*Op) int64 { return 0 }}, // a gather, no arithmetic
+		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: inferMatMul,
+			Flops: func(op *Op) int64 {
+				k := op.Args[1].Shape[0]
+				return 2 * op.Out.Shape.NumElements() * k
+			}},
+		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: inferNorm,
+			Flops: elementwise(4)}, // square, mean, scale, weight
+		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: inferNorm,
+			Flops: elementwise(7)},
+		RoPE: {Name: "rope", Arity: 1, Attrs: []AttrSpec{
+			{Name: "heads", Type: AttrInt, Required: true},
+			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}},
+		}, Infer: inferRoPE, Flops: elementwise(3)},
+		Attention: {Name: "attention", Arity: 3, Attrs: []AttrSpec{
+			{Name: "heads", Type: AttrInt, Required: true},
+			{Name: "kv_heads", Type: AttrInt}, // defaults to heads
+			{Name: "causal", Type: AttrBool, Default: AttrVal{Type: AttrBool}},
+		}, Infer: inferAttention, Flops: attentionFlops},
+		SiLU:         {Name: "silu", Arity: 1, Infer: inferUnary, Flops: elementwise(4)},
+		GELU:         {Name: "gelu", Arity: 1, Infer: inferUnary, Flops: elementwise(8)},
+		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1)},
+		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1)},
+		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: inferCrossEntropy, Flops: crossEntropyFlops},
+	}
+}
+
+// Info returns the op table row of k.
+func (k OpKind) Info() *OpInfo {
+	if k <= InvalidOp || k >= numOps {
+		panic(fmt.Sprintf("ir: invalid op kind %d", int(k)))
+	}
+	return &opTable[k]
+}
+
+func (k OpKind) String() string {
+	if k <= InvalidOp || k >= numOps {
+		return fmt.Sprintf("op(%d)", int(k))
+	}
+	return opTable[k].Name
+}
+
+// LookupOp finds an op by its name ("rmsnorm", "matmul", ...).
+func LookupOp(name string) (OpKind, bool) {
+	for k := InvalidOp + 1; k < numOps; k++ {
+		if opTable[k].Name == name {
+			return k, true
+		}
+	}
+	return InvalidOp, false
+}
+
+// LookupInfix finds a binary op by its operator ("@", "+", "*").
+func LookupInfix(sym string) (OpKind, bool) {
+	for k := InvalidOp + 1; k < numOps; k++ {
+		if opTable[k].Infix != "" && opTable[k].Infix == sym {
+			return k, true
+		}
+	}
+	return InvalidOp, false
+}
+
+// OpNames lists the ops' names in table order.
+func OpNames() []string {
+	var names []string
+	for k := InvalidOp + 1; k < numOps; k++ {
+		names = append(names, opTable[k].Name)
+	}
+	return names
+}
+
+// NormalizeAttrs checks a call's attributes against the op's spec and
+// returns them in spec order with defaults filled in. Each given attribute
+// must be declared, appear once and have the declared type (an integer is
+// accepted where a number is expected).
+func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
+	info := k.Info()
+	out := make([]Attr, 0, len(info.Attrs))
+	for i, a := range given {
+		found := false
+		for _, s := range info.Attrs {
+			if s.Name == a.Name {
+				found = true
+			}
+		}
+		if !found {
+			return nil, attrErr(a.Name, "%s has no attribute %q%s", info.Name, a.Name, attrList(info))
+		}
+		for _, b := range given[:i] {
+			if b.Name == a.Name {
+				return nil, attrErr(a.Name, "attribute %q given twice", a.Name)
+			}
+		}
+	}
+	for _, s := range info.Attrs {
+		var val *AttrVal
+		for i := range given {
+			if given[i].Name == s.Name {
+				val = &given[i].Val
+			}
+		}
+		switch {
+		case val == nil && s.Required:
+			return nil, opErr("%s needs attribute %s=", info.Name, s.Name)
+		case val == nil:
+			if s.Name == "kv_heads" {
+				continue // defaulted by the shape rule, which knows heads
+			}
+			out = append(out, Attr{Name: s.Name, Val: s.Default})
+		default:
+			v := *val
+			if s.Type == AttrFloat && v.Type == AttrInt {
+				v = AttrVal{Type: AttrFloat, Float: float64(v.Int)}
+			}
+			if v.Type != s.Type {
+				return nil, attrErr(s.Name, "attribute %s of %s must be a %s, not %s", s.Name, info.Name, s.Type, v)
+			}
+			out = append(out, Attr{Name: s.Name, Val: v})
+		}
+	}
+	return out, nil
+}
+
+func attrList(info *OpInfo) string {
+	if len(info.Attrs) == 0 {
+		return " (it takes none)"
+	}
+	s := " (it takes"
+	for i, a := range info.Attrs {
+		if i > 0 {
+			s += ","
+		}
+		s += " " + a.Name
+	}
+	return s + ")"
+}
+
+// Infer runs k's shape rule after checking arity.
+func Infer(k OpKind, args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	info := k.Info()
+	if len(args) != info.Arity {
+		return nil, InvalidDType, opErr("%s takes %d operand%s, got %d", info.Name, info.Arity, plural(info.Arity), len(args))
+	}
+	return info.Infer(args, attrs)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func attrInt(attrs []Attr, name string) (int64, bool) {
+	for _, a := range attrs {
+		if a.Name == name {
+			return a.Val.Int, true
+		}
+	}
+	return 0, false
+}
+
+func needFloat(args []*Value, idx ...int) *OpError {
+	for _, i := range idx {
+		if !args[i].DType.IsFloat() {
+			return argErr(i, "operand %s must be a float tensor, not %s", args[i].Name, args[i].DType)
+		}
+	}
+	return nil
+}
+
+func inferEmbed(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	ids, table := args[0], args[1]
+	if ids.DType != I32 {
+		return nil, 0, argErr(0, "embed ids %s must be i32, not %s", ids.Name, ids.DType)
+	}
+	if len(table.Shape) != 2 {
+		return nil, 0, argErr(1, "embed table %s must be 2-D [vocab, d], not %s", table.Name, table.Shape)
+	}
+	if err := needFloat(args, 1); err != nil {
+		return nil, 0, err
+	}
+	out := append(append(Shape{}, ids.Shape...), table.Shape[1])
+	return out, table.DType, nil
+}
+
+func inferMatMul(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	a, b := args[0], args[1]
+	if err := needFloat(args, 0, 1); err != nil {
+		return nil, 0, err
+	}
+	if len(a.Shape) < 1 {
+		return nil, 0, argErr(0, "matmul of a scalar %s", a.Name)
+	}
+	if len(b.Shape) != 2 {
+		return nil, 0, argErr(1, "right operand of @ must be 2-D [in, out], not %s", b.Shape)
+	}
+	if k := a.Shape[len(a.Shape)-1]; k != b.Shape[0] {
+		return nil, 0, opErr("matmul inner dimensions differ: %s @ %s (%d != %d)", a.Shape, b.Shape, k, b.Shape[0])
+	}
+	if a.DType != b.DType {
+		return nil, 0, opErr("matmul of %s and %s", a.DType, b.DType)
+	}
+	out := append(append(Shape{}, a.Shape[:len(a.Shape)-1]...), b.Shape[1])
+	return out, a.DType, nil
+}
+
+func inferNorm(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	x := args[0]
+	if err := needFloat(args, 0); err != nil {
+		return nil, 0, err
+	}
+	if len(x.Shape) < 1 {
+		return nil, 0, argErr(0, "cannot normalise scalar %s", x.Name)
+	}
+	d := x.Shape[len(x.Shape)-1]
+	for i, w := range args[1:] {
+		if len(w.Shape) != 1 || w.Shape[0] != d {
+			return nil, 0, argErr(i+1, "norm parameter %s is %s, want [%d] (the last dim of %s)", w.Name, w.Shape, d, x.Shape)
+		}
+		if err := needFloat(args, i+1); err != nil {
+			return nil, 0, err
+		}
+	}
+	return append(Shape{}, x.Shape...), x.DType, nil
+}
+
+func inferRoPE(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	x := args[0]
+	if err := needFloat(args, 0); err != nil {
+		return nil, 0, err
+	}
+	if len(x.Shape) != 3 {
+		return nil, 0, argErr(0, "rope input must be [batch, seq, dim], not %s", x.Shape)
+	}
+	heads, _ := attrInt(attrs, "heads")
+	d := x.Shape[2]
+	if heads <= 0 {
+		return nil, 0, attrErr("heads", "heads must be positive, not %d", heads)
+	}
+	if d%heads != 0 {
+		return nil, 0, attrErr("heads", "heads %d does not divide the dim %d", heads, d)
+	}
+	if hd := d / heads; hd%2 != 0 {
+		return nil, 0, attrErr("heads", "rope needs an even head dim, got %d (%d / %d heads)", hd, d, heads)
+	}
+	return append(Shape{}, x.Shape...), x.DType, nil
+}
+
+func inferAttention(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	q, k, v := args[0], args[1], args[2]
+	if err := needFloat(args, 0, 1, 2); err != nil {
+		return nil, 0, err
+	}
+	for i, t := range args {
+		if len(t.Shape) != 3 {
+			return nil, 0, argErr(i, "attention operand %s must be [batch, seq, dim], not %s", t.Name, t.Shape)
+		}
+	}
+	if !k.Shape.Equal(v.Shape) {
+		return nil, 0, argErr(2, "attention keys %s and values %s differ in shape", k.Shape, v.Shape)
+	}
+	if q.Shape[0] != k.Shape[0] || q.Shape[1] != k.Shape[1] {
+		return nil, 0, argErr(1, "attention queries %s and keys %s differ in batch or seq", q.Shape, k.Shape)
+	}
+	heads, _ := attrInt(attrs, "heads")
+	kvHeads, ok := attrInt(attrs, "kv_heads")
+	if !ok {
+		kvHeads = heads
+	}
+	d := q.Shape[2]
+	if heads <= 0 {
+		return nil, 0, attrErr("heads", "heads must be positive, not %d", heads)
+	}
+	if d%heads != 0 {
+		return nil, 0, attrErr("heads", "heads %d does not divide the dim %d", heads, d)
+	}
+	if kvHeads <= 0 {
+		return nil, 0, attrErr("kv_heads", "kv_heads must be positive, not %d", kvHeads)
+	}
+	if heads%kvHeads != 0 {
+		return nil, 0, attrErr("kv_heads", "kv_heads %d does not divide heads %d", kvHeads, heads)
+	}
+	if hd := d / heads; k.Shape[2] != kvHeads*hd {
+		return nil, 0, argErr(1, "attention keys have dim %d, want kv_heads x head dim = %d x %d = %d", k.Shape[2], kvHeads, hd, kvHeads*hd)
+	}
+	if q.DType != k.DType || q.DType != v.DType {
+		return nil, 0, opErr("attention of mixed dtypes %s, %s, %s", q.DType, k.DType, v.DType)
+	}
+	return append(Shape{}, q.Shape...), q.DType, nil
+}
+
+func inferUnary(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	if err := needFloat(args, 0); err != nil {
+		return nil, 0, err
+	}
+	return append(Shape{}, args[0].Shape...), args[0].DType, nil
+}
+
+func inferBroadcast(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	a, b := args[0], args[1]
+	if err := needFloat(args, 0, 1); err != nil {
+		return nil, 0, err
+	}
+	bcast := len(b.Shape) == 1 && len(a.Shape) >= 1 && b.Shape[0] == a.Shape[len(a.Shape)-1]
+	if !a.Shape.Equal(b.Shape) && !bcast {
+		return nil, 0, opErr("operand shapes differ: %s and %s", a.Shape, b.Shape)
+	}
+	if a.DType != b.DType {
+		return nil, 0, opErr("operands of mixed dtypes %s and %s", a.DType, b.DType)
+	}
+	return append(Shape{}, a.Shape...), a.DType, nil
+}
+
+func inferCrossEntropy(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	logits, targets := args[0], args[1]
+	if err := needFloat(args, 0); err != nil {
+		return nil, 0, err
+	}
+	if targets.DType != I32 {
+		return nil, 0, argErr(1, "cross_entropy targets %s must be i32, not %s", targets.Name, targets.DType)
+	}
+	if len(logits.Shape) < 2 {
+		return nil, 0, argErr(0, "cross_entropy logits must have a class dim, got %s", logits.Shape)
+	}
+	want := logits.Shape[:len(logits.Shape)-1]
+	if !targets.Shape.Equal(want) {
+		return nil, 0, argErr(1, "cross_entropy targets are %s, want %s (logits %s without the class dim)", targets.Shape, want, logits.Shape)
+	}
+	return Shape{}, F32, nil
+}
+
+func elementwise(perElem int64) func(op *Op) int64 {
+	return func(op *Op) int64 { return perElem * op.Out.Shape.NumElements() }
+}
+
+// attentionFlops counts QK^T and the weighted sum of V over the full s x s
+// score matrix (PaLM's convention: the causal mask is not discounted).
+func attentionFlops(op *Op) int64 {
+	q := op.Args[0].Shape
+	return 4 * q[0] * q[1] * q[1] * q[2]
+}
+
+func crossEntropyFlops(op *Op) int64 {
+	return 5 * op.Args[0].Shape.NumElements()
+}
+
+// FormatFloat prints a float in its shortest exact form, so printing and
+// parsing round-trip.
+func FormatFloat(f float64) string {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return fmt.Sprint(f)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
