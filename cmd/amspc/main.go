@@ -132,6 +132,6 @@ func runGrammar(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: amspc grammar")
 		return exitUser
 	}
-	fmt.Fprint(stdout, frontend.Grammar())
+	fmt.Fprintln(stdout, frontend.Grammar())
 	return exitOK
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+
+	"amspc/internal/golden"
+)
+
+// TestCLI runs the cases in testdata/*.txtar. Each archive has an `args`
+// section (one command line, space-separated), any input files, and the
+// expected `stdout`, `stderr` and `status`, regenerated with -update. The
+// command runs in a temporary directory holding the archive's files and
+// the example models under models/.
+func TestCLI(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txtar")
+	if len(files) == 0 {
+		t.Fatal("no cases")
+	}
+	models, _ := filepath.Glob("../../testdata/models/*.amsp")
+	for _, path := range files {
+		abs, _ := filepath.Abs(path)
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			ar, err := txtar.ParseFile(abs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			for _, m := range models {
+				copyFile(t, m, filepath.Join(dir, "models", filepath.Base(m)))
+			}
+			outputs := map[string]bool{"args": true, "stdout": true, "stderr": true, "status": true}
+			for _, f := range ar.Files {
+				if !outputs[f.Name] {
+					writeFile(t, filepath.Join(dir, f.Name), f.Data)
+				}
+			}
+			args, ok := golden.Section(ar, "args")
+			if !ok {
+				t.Fatal("no args section")
+			}
+			t.Chdir(dir)
+			var stdout, stderr bytes.Buffer
+			status := run(strings.Fields(args), &stdout, &stderr)
+			if strings.Contains(stdout.String()+stderr.String(), "goroutine ") {
+				t.Fatalf("Go panic trace in output:\n%s", stderr.String())
+			}
+			if strings.Contains(args, "--json") && status == 0 {
+				checkJSON(t, stdout.Bytes())
+			}
+			golden.Archive(t, abs, ar, map[string]string{
+				"stdout": stdout.String(),
+				"stderr": stderr.String(),
+				"status": strconv.Itoa(status) + "\n",
+			})
+		})
+	}
+}
+
+// checkJSON requires every object printed by --json to parse and to carry
+// the fields scripts rely on.
+func checkJSON(t *testing.T, out []byte) {
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("--json output is not JSON: %v", err)
+		}
+		for _, path := range []string{"model.name", "model.params", "model.layers", "model.params_per_layer", "flops_per_token"} {
+			if lookup(obj, path) == nil {
+				t.Errorf("--json output lacks %s", path)
+			}
+		}
+		if obj["cluster"] != nil {
+			for _, path := range []string{"cluster.gpus", "cluster.gpu_memory_bytes"} {
+				if lookup(obj, path) == nil {
+					t.Errorf("--json output lacks %s", path)
+				}
+			}
+		}
+		if obj["train"] != nil && lookup(obj, "train.tokens_per_step") == nil {
+			t.Errorf("--json output lacks train.tokens_per_step")
+		}
+	}
+}
+
+func lookup(obj map[string]any, path string) any {
+	var cur any = obj
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
+}
+
+func copyFile(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, to, b)
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
