@@ -119,3 +119,25 @@ func writeFile(t *testing.T, path string, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadmeExample keeps the README's language example a valid job.
+func TestReadmeExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## The language in one example")
+	if !ok {
+		t.Fatal("README has no language example")
+	}
+	parts := strings.SplitN(rest, "```", 3)
+	if len(parts) < 3 {
+		t.Fatal("README's language example is not in a code block")
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "example.amsp"), []byte(parts[1]))
+	var stdout, stderr bytes.Buffer
+	if status := run([]string{"check", filepath.Join(dir, "example.amsp")}, &stdout, &stderr); status != 0 {
+		t.Fatalf("README example fails to check:\n%s", stderr.String())
+	}
+}
