@@ -252,7 +252,15 @@ const (
 )
 
 func (t AttrType) String() string {
-	return [...]string{"integer", "number", "bool"}[t]
+	switch t {
+	case AttrInt:
+		return "an integer"
+	case AttrFloat:
+		return "a number"
+	case AttrBool:
+		return "a bool"
+	}
+	return fmt.Sprintf("attrtype(%d)", int(t))
 }
 
 func (a AttrVal) String() string {

@@ -52,7 +52,12 @@ const (
 
 var precisionNames = [...]string{"bf16", "fp16", "fp32"}
 
-func (p Precision) String() string { return precisionNames[p] }
+func (p Precision) String() string {
+	if int(p) < len(precisionNames) {
+		return precisionNames[p]
+	}
+	return fmt.Sprintf("precision(%d)", int(p))
+}
 
 // ParsePrecision maps "bf16", "fp16", "fp32" to a Precision.
 func ParsePrecision(s string) (Precision, bool) {
@@ -101,7 +106,15 @@ const (
 	RecomputeFull
 )
 
-func (r Recompute) String() string { return [...]string{"none", "full"}[r] }
+func (r Recompute) String() string {
+	switch r {
+	case RecomputeNone:
+		return "none"
+	case RecomputeFull:
+		return "full"
+	}
+	return fmt.Sprintf("recompute(%d)", int(r))
+}
 
 // Train is a resolved train section.
 type Train struct {

@@ -181,10 +181,13 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 		switch {
 		case val == nil && s.Required:
 			return nil, opErr("%s needs attribute %s=", info.Name, s.Name)
-		case val == nil:
-			if s.Name == "kv_heads" {
-				continue // defaulted by the shape rule, which knows heads
+		case val == nil && s.Name == "kv_heads":
+			// Defaults to heads, written out so that one op has one
+			// printed form.
+			if h, ok := attrInt(given, "heads"); ok {
+				out = append(out, Attr{Name: s.Name, Val: AttrVal{Type: AttrInt, Int: h}})
 			}
+		case val == nil:
 			out = append(out, Attr{Name: s.Name, Val: s.Default})
 		default:
 			v := *val
@@ -192,7 +195,7 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 				v = AttrVal{Type: AttrFloat, Float: float64(v.Int)}
 			}
 			if v.Type != s.Type {
-				return nil, attrErr(s.Name, "attribute %s of %s must be a %s, not %s", s.Name, info.Name, s.Type, v)
+				return nil, attrErr(s.Name, "attribute %s of %s must be %s, not %s", s.Name, info.Name, s.Type, v)
 			}
 			out = append(out, Attr{Name: s.Name, Val: v})
 		}
