@@ -23,7 +23,10 @@ type GPU struct {
 	PeakFLOPS   float64 // dense bf16/fp16 tensor-core peak
 	IntraBW     float64 // NVLink per GPU, one direction
 	InterBW     float64 // network per node, one direction (reference design)
-	Source      string  // where the numbers come from
+	// Efficiency is the fraction of PeakFLOPS a training step's kernels
+	// achieve on average (the best MFU seen at scale on this part).
+	Efficiency float64
+	Source     string // where the numbers come from
 }
 
 // Cluster is a resolved cluster section: a preset with overrides applied.
@@ -34,9 +37,19 @@ type Cluster struct {
 	GPU         GPU
 	IntraBW     float64 // per GPU, one direction, bytes/s
 	InterBW     float64 // per node, one direction, bytes/s
-	Profile     string  // measured bandwidth profile file, "" if none
-	Pos         Pos
+	// Per-step latency of a collective inside a node and across nodes
+	// (the alpha of the alpha-beta model), seconds.
+	IntraLatency, InterLatency float64
+	Profile                    string // measured bandwidth profile file, "" if none
+	Pos                        Pos
 }
+
+// Default collective step latencies: NCCL's small-message ring latency is
+// a few microseconds over NVLink and roughly twice that over InfiniBand.
+const (
+	DefaultIntraLatency = 3e-6
+	DefaultInterLatency = 8e-6
+)
 
 // GPUs is the cluster's total GPU count.
 func (c *Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
@@ -139,13 +152,18 @@ func (t *Train) TokensPerStep() int64 { return t.GlobalBatch * t.SeqLen }
 // MicroBatches is M = global / (micro_batch x dp), or an error when the
 // split is uneven.
 func (t *Train) MicroBatches(dp int) (int64, error) {
-	per := t.MicroBatch * int64(dp)
+	return t.MicroBatchesOf(t.MicroBatch, dp)
+}
+
+// MicroBatchesOf is MicroBatches for another micro-batch size mb.
+func (t *Train) MicroBatchesOf(mb int64, dp int) (int64, error) {
+	per := mb * int64(dp)
 	if per <= 0 {
 		return 0, fmt.Errorf("data-parallel size %d is not positive", dp)
 	}
 	if t.GlobalBatch%per != 0 || t.GlobalBatch < per {
 		return 0, fmt.Errorf("global batch of %d sequences does not split into micro-batches of %d sequences on %d data-parallel ranks (%d x %d = %d)",
-			t.GlobalBatch, t.MicroBatch, dp, t.MicroBatch, dp, per)
+			t.GlobalBatch, mb, dp, mb, dp, per)
 	}
 	return t.GlobalBatch / per, nil
 }

@@ -69,6 +69,11 @@ type OpInfo struct {
 	Infer func(args []*Value, attrs []Attr) (Shape, DType, *OpError)
 	// Flops is the forward FLOP count of one application.
 	Flops func(op *Op) int64
+	// Save lists the operands backward reads (so forward keeps them
+	// alive), and SaveOut whether it reads the result. Params among them
+	// cost nothing extra: they are model states.
+	Save    []int
+	SaveOut bool
 }
 
 var opTable [numOps]OpInfo
@@ -76,31 +81,34 @@ var opTable [numOps]OpInfo
 func init() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	opTable = [numOps]OpInfo{
-		Embed: {Name: "embed", Arity: 2, Infer: inferEmbed,
+		Embed: {Name: "embed", Arity: 2, Infer: inferEmbed, Save: []int{0},
 			Flops: func(*Op) int64 { return 0 }}, // a gather, no arithmetic
-		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: inferMatMul,
+		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: inferMatMul, Save: []int{0, 1},
 			Flops: func(op *Op) int64 {
 				k := op.Args[1].Shape[0]
 				return 2 * op.Out.Shape.NumElements() * k
 			}},
-		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: inferNorm,
+		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: inferNorm, Save: []int{0, 1},
 			Flops: elementwise(4)}, // square, mean, scale, weight
-		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: inferNorm,
+		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: inferNorm, Save: []int{0, 1, 2},
 			Flops: elementwise(7)},
 		RoPE: {Name: "rope", Arity: 1, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}},
-		}, Infer: inferRoPE, Flops: elementwise(3)},
+		}, Infer: inferRoPE, Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
 		Attention: {Name: "attention", Arity: 3, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "kv_heads", Type: AttrInt}, // defaults to heads
 			{Name: "causal", Type: AttrBool, Default: AttrVal{Type: AttrBool}},
-		}, Infer: inferAttention, Flops: attentionFlops},
-		SiLU:         {Name: "silu", Arity: 1, Infer: inferUnary, Flops: elementwise(4)},
-		GELU:         {Name: "gelu", Arity: 1, Infer: inferUnary, Flops: elementwise(8)},
+		}, Infer: inferAttention, Flops: attentionFlops,
+			// Flash-attention style: q, k, v and the output (plus a
+			// per-row log-sum-exp, negligible), never the s x s scores.
+			Save: []int{0, 1, 2}, SaveOut: true},
+		SiLU:         {Name: "silu", Arity: 1, Infer: inferUnary, Flops: elementwise(4), Save: []int{0}},
+		GELU:         {Name: "gelu", Arity: 1, Infer: inferUnary, Flops: elementwise(8), Save: []int{0}},
 		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1)},
-		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1)},
-		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: inferCrossEntropy, Flops: crossEntropyFlops},
+		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1), Save: []int{0, 1}},
+		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: inferCrossEntropy, Flops: crossEntropyFlops, Save: []int{0, 1}},
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 // loadFlags are the flags every command that reads a job shares.
 type loadFlags struct {
 	cluster, train string
+	extra          []frontend.Source // sections given on the command line
 }
 
 func (lf *loadFlags) register(fs *flag.FlagSet) {
@@ -48,7 +49,7 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 		}
 		extra = append(extra, s)
 	}
-	return frontend.Load(src, extra...)
+	return frontend.Load(src, append(extra, lf.extra...)...)
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {

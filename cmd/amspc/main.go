@@ -4,6 +4,7 @@
 // Usage:
 //
 //	amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...
+//	amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] FILE
 //	amspc grammar
 //	amspc version
 //
@@ -45,6 +46,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"check", "parse, lower and verify .amsp files; summarise model, cluster and training", runCheck},
+		{"plan", "choose sharding factors and compare them with DDP, ZeRO, FSDP, MiCS, ZeRO++", runPlan},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

@@ -1,0 +1,384 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+
+	"amspc/ir"
+)
+
+// Factors are one layer group's sharding factors. Secondary is ZeRO++
+// hpZ's secondary parameter shard (zero when unused): backward gathers P
+// from it instead of from the primary shard.
+type Factors struct {
+	P, G, OS, Secondary ir.Factor
+}
+
+func (f Factors) String() string { return fmt.Sprintf("%v/%v/%v", f.P, f.G, f.OS) }
+
+// Plan is a point of the search space: factors per layer group, recompute
+// and micro-batch size.
+type Plan struct {
+	Name       string
+	Groups     [NumGroups]Factors
+	Recompute  ir.Recompute
+	MicroBatch int64 // sequences per GPU per micro-batch
+}
+
+// Uniform is a plan with the same factors for every group.
+func Uniform(name string, f Factors, rc ir.Recompute, mb int64) Plan {
+	p := Plan{Name: name, Recompute: rc, MicroBatch: mb}
+	for i := range p.Groups {
+		p.Groups[i] = f
+	}
+	return p
+}
+
+// IsUniform reports whether every group has the same factors.
+func (p Plan) IsUniform() bool {
+	for _, f := range p.Groups[1:] {
+		if f != p.Groups[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// Config holds the cost model's knobs that are not part of the job.
+type Config struct {
+	// BucketBytes is the gradient bucket U of the all-reduces.
+	BucketBytes float64
+	// Prefetch is how many stages ahead forward gathers parameters.
+	Prefetch int
+	// Fragmentation is the allowance for the caching allocator, as a
+	// fraction of the transient memory (activations and buffers).
+	Fragmentation float64
+}
+
+// DefaultConfig: 512 MiB buckets (DeepSpeed's reduce_bucket_size order of
+// magnitude), prefetch of one stage (the paper's next-layer prefetch), 10%
+// fragmentation.
+var DefaultConfig = Config{BucketBytes: 512 << 20, Prefetch: 1, Fragmentation: 0.10}
+
+// Model is the cost model of one job.
+type Model struct {
+	Job    *ir.Job
+	Stages []*Stage
+	Topo   *Topology
+	Config Config
+	DP     ir.Factor // data-parallel mesh: every GPU
+	// Per-group parameter counts and the largest stage of each group.
+	GroupParams   [NumGroups]int64
+	MaxStageParam [NumGroups]int64
+	Stats         ModelStats
+
+	pBytes, gBytes, osBytes float64 // per param
+	baseMB                  int64   // micro-batch the graph was built with
+	flopRate                float64 // achieved FLOP/s per GPU
+}
+
+// NewModel prepares the cost model of a job; it needs the cluster and
+// train sections.
+func NewModel(job *ir.Job, cfg Config) (*Model, error) {
+	if job.Cluster == nil {
+		return nil, fmt.Errorf("costing a plan needs a cluster section")
+	}
+	if job.Train == nil {
+		return nil, fmt.Errorf("costing a plan needs a train section")
+	}
+	c := job.Cluster
+	m := &Model{Job: job, Stages: Stages(job.Graph), Topo: NewTopology(c), Config: cfg,
+		DP: ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}, Stats: Stats(job.Graph)}
+	if c.Profile != "" {
+		p, err := ReadProfile(c.Profile)
+		if err != nil {
+			return nil, err
+		}
+		m.Topo.Profile = p
+	}
+	prec := job.Train.Precision
+	m.pBytes = float64(prec.DType().Size())
+	m.gBytes = m.pBytes
+	m.osBytes = float64(prec.OptimBytesPerParam())
+	m.baseMB = job.Train.MicroBatch
+	eff := c.GPU.Efficiency
+	if eff == 0 {
+		eff = 0.5
+	}
+	m.flopRate = c.GPU.PeakFLOPS * eff
+	for _, s := range m.Stages {
+		n := s.ParamCount()
+		m.GroupParams[s.Group] += n
+		m.MaxStageParam[s.Group] = max(m.MaxStageParam[s.Group], n)
+	}
+	return m, nil
+}
+
+// Memory is the bytes a GPU holds at its peak.
+type Memory struct {
+	Params, Grads, Optim, Activations, Buffers, Total float64
+}
+
+// Estimate is a plan's predicted cost.
+type Estimate struct {
+	Plan Plan
+	M    int64 // micro-batches per step
+	Mem  Memory
+	// Bytes each GPU sends per step over NVLink and over the network.
+	CommIntra, CommInter float64
+	// CommTime is all communication time summed (no overlap); Exposed is
+	// the part compute does not hide.
+	CommTime, Exposed, Compute, Step float64
+	// The AMSP paper's objective and its terms (sec. IV-C).
+	PaperComm, Tp, Tg, Tos0, Tos1 float64
+	TokensPerSPerGPU, MFU         float64
+	Feasible                      bool
+	Why                           string // when infeasible
+}
+
+// stageComm is the communication attached to one stage.
+type stageComm struct {
+	agFwd, agBwd, rs float64 // every micro-batch
+	arG, arDP, bc    float64 // bucketed all-reduces (mb < M, mb == M), spread
+}
+
+// Evaluate costs a plan.
+func (m *Model) Evaluate(p Plan) *Estimate {
+	e := &Estimate{Plan: p, Feasible: true}
+	t := m.Job.Train
+	if p.MicroBatch < 1 {
+		p.MicroBatch = t.MicroBatch
+		e.Plan.MicroBatch = p.MicroBatch
+	}
+	M, err := t.MicroBatchesOf(p.MicroBatch, m.DP.Size())
+	if err != nil {
+		e.Feasible, e.Why = false, err.Error()
+		return e
+	}
+	e.M = M
+	scale := float64(p.MicroBatch) / float64(m.baseMB)
+	m.memory(e, scale)
+	comms := m.comm(e)
+	m.timeline(e, comms, scale)
+	flopsPerStep := m.Stats.TrainFlopsPerToken() * float64(t.TokensPerStep())
+	gpus := float64(m.DP.Size())
+	if e.Step > 0 {
+		e.TokensPerSPerGPU = float64(t.TokensPerStep()) / e.Step / gpus
+		e.MFU = flopsPerStep / (e.Step * gpus * m.Job.Cluster.GPU.PeakFLOPS)
+	}
+	if limit := float64(m.Job.Cluster.GPU.MemoryBytes); e.Mem.Total > limit {
+		e.Feasible = false
+		e.Why = fmt.Sprintf("needs %s > %s", GiB(e.Mem.Total), GiB(limit))
+	}
+	return e
+}
+
+// GiB formats bytes as GiB with one decimal: "91.2 GiB".
+func GiB(b float64) string { return fmt.Sprintf("%.1f GiB", b/(1<<30)) }
+
+func shard(n int64, f ir.Factor) float64 {
+	s := int64(f.Size())
+	return float64((n + s - 1) / s) // even shards, the last padded
+}
+
+// GroupState is the model-state bytes (P, G, OS) a GPU holds for group g
+// under factors f.
+func (m *Model) GroupState(g Group, f Factors) (params, grads, optim float64) {
+	n := m.GroupParams[g]
+	if n == 0 {
+		return 0, 0, 0
+	}
+	params = shard(n, f.P) * m.pBytes
+	if f.Secondary.Size() > 1 {
+		params += shard(n, f.Secondary) * m.pBytes
+	}
+	return params, shard(n, f.G) * m.gBytes, shard(n, f.OS) * m.osBytes
+}
+
+// GroupBuffers is the transient communication memory of group g under f:
+// gathered parameters of the stages in flight (the one computing and
+// Prefetch more), the full gradients of a stage being reduce-scattered
+// (two in flight), and two gradient buckets when the group all-reduces.
+// Groups run one after another, so a plan's buffers are the largest
+// group's.
+func (m *Model) GroupBuffers(g Group, f Factors) float64 {
+	n := m.GroupParams[g]
+	if n == 0 {
+		return 0
+	}
+	var b float64
+	if f.P.Size() > 1 {
+		big := float64(m.MaxStageParam[g])
+		b += float64(1+m.Config.Prefetch)*big*m.pBytes + 2*big*m.gBytes
+	}
+	if f.G.Size() > f.P.Size() || m.DP.Size() > f.P.Size() {
+		b += math.Min(2*m.Config.BucketBytes, shard(n, f.G)*m.gBytes)
+	}
+	return b
+}
+
+// Activations is the bytes of activations of one micro-batch at its peak:
+// what every stage saves for backward, or with full recompute only the
+// blocks' inputs plus one block rebuilt at a time; plus the backward's
+// workspace (a gradient and a temporary of the largest activation).
+func (m *Model) Activations(rc ir.Recompute, scale float64) float64 {
+	var saved, maxBlock, maxValue float64
+	for _, s := range m.Stages {
+		maxValue = math.Max(maxValue, float64(s.MaxValue))
+		if rc == ir.RecomputeFull && s.Group == Blocks {
+			saved += float64(s.Boundary)
+			maxBlock = math.Max(maxBlock, float64(s.Saved))
+			continue
+		}
+		saved += float64(s.Saved)
+	}
+	return (saved + maxBlock + 2*maxValue) * scale
+}
+
+func (m *Model) memory(e *Estimate, scale float64) {
+	p := e.Plan
+	var buf float64
+	for g := Group(0); g < NumGroups; g++ {
+		pb, gb, ob := m.GroupState(g, p.Groups[g])
+		e.Mem.Params += pb
+		e.Mem.Grads += gb
+		e.Mem.Optim += ob
+		buf = math.Max(buf, m.GroupBuffers(g, p.Groups[g]))
+	}
+	act := m.Activations(p.Recompute, scale)
+	e.Mem.Activations = act
+	e.Mem.Buffers = buf + m.Config.Fragmentation*(act+buf)
+	e.Mem.Total = e.Mem.Params + e.Mem.Grads + e.Mem.Optim + e.Mem.Activations + e.Mem.Buffers
+}
+
+// ratio is the mesh of the replicas of one shard of a inside b: the
+// (b.S0/a.S0) x (b.S1/a.S1) GPUs that hold the same shard of a.
+func ratio(b, a ir.Factor) ir.Factor { return ir.Factor{S0: b.S0 / a.S0, S1: b.S1 / a.S1} }
+
+func (m *Model) coll(e *Estimate, c Coll, bytes float64, g ir.Factor, count float64) float64 {
+	if g.Size() <= 1 || bytes <= 0 || count <= 0 {
+		return 0
+	}
+	cc := m.Topo.Collective(c, bytes, g)
+	e.CommIntra += count * cc.Intra
+	e.CommInter += count * cc.Inter
+	return cc.Time
+}
+
+// comm computes every stage's collectives and the paper's T_comm terms.
+func (m *Model) comm(e *Estimate) []stageComm {
+	out := make([]stageComm, len(m.Stages))
+	for g := Group(0); g < NumGroups; g++ {
+		m.groupComm(e, g, out)
+	}
+	e.PaperComm = e.Tp + e.Tg + e.Tos0 + e.Tos1
+	return out
+}
+
+// groupComm fills the collectives of group g's stages.
+func (m *Model) groupComm(e *Estimate, g Group, out []stageComm) {
+	f, M := e.Plan.Groups[g], float64(e.M)
+	n := m.GroupParams[g]
+	if n == 0 {
+		return
+	}
+	U := m.Config.BucketBytes
+	bwd := f.P
+	if f.Secondary.Size() > 1 {
+		bwd = f.Secondary
+	}
+	for i, s := range m.Stages {
+		if s.Group != g {
+			continue
+		}
+		// Per module (T_p): all-gathers before forward and backward,
+		// reduce-scatter after backward, every micro-batch.
+		if f.P.Size() > 1 {
+			for _, n := range s.Params {
+				pb, gb := float64(n)*m.pBytes, float64(n)*m.gBytes
+				ag := m.coll(e, AllGather, pb, f.P, M)
+				agb := m.coll(e, AllGather, pb, bwd, M)
+				rs := m.coll(e, ReduceScatter, gb, f.P, M)
+				out[i].agFwd += ag
+				out[i].agBwd += agb
+				out[i].rs += rs
+				e.Tp += M * (ag + agb + rs)
+			}
+		}
+		if len(s.Params) == 0 {
+			continue
+		}
+		// The schedule's view of the bucketed all-reduces and the spread:
+		// each stage's share, in whole buckets.
+		share := float64(s.ParamCount()) * m.gBytes / float64(f.P.Size())
+		if f.G.Size() > f.P.Size() {
+			out[i].arG = m.bucketed(e, share, ratio(f.G, f.P), M-1)
+		}
+		if m.DP.Size() > f.P.Size() {
+			out[i].arDP = m.bucketed(e, share, ratio(m.DP, f.P), 1)
+		}
+		// The spread of updated parameters: the paper issues s_os/s_p
+		// broadcasts in one NCCL group call; run concurrently they move
+		// the same bytes as an all-gather of the P shard over the os/p
+		// mesh, with one ring's latency, which is how we cost them.
+		if f.OS.Size() > f.P.Size() {
+			pb := float64(s.ParamCount()) * m.pBytes / float64(f.P.Size())
+			out[i].bc = m.coll(e, AllGather, pb, ratio(f.OS, f.P), 1)
+		}
+	}
+	// The paper's terms, with its fractional bucket count 2Φ/(U s_p).
+	gradBytes := float64(n) * m.gBytes / float64(f.P.Size())
+	if f.G.Size() > f.P.Size() {
+		e.Tg += (M - 1) * gradBytes / U * m.Topo.Collective(AllReduce, U, ratio(f.G, f.P)).Time
+	}
+	if m.DP.Size() > f.P.Size() {
+		e.Tos0 += gradBytes / U * m.Topo.Collective(AllReduce, U, ratio(m.DP, f.P)).Time
+	}
+	if f.OS.Size() > f.P.Size() {
+		k := float64(f.OS.Size() / f.P.Size())
+		e.Tos1 += k * m.Topo.Collective(Broadcast, float64(n)*m.pBytes/float64(f.OS.Size()), ratio(f.OS, f.P)).Time
+	}
+}
+
+// GroupExposed is the exposed communication of group g's stages over a
+// step under factors f, recompute rc and micro-batch mb: the term the
+// MILP sums per group.
+func (m *Model) GroupExposed(g Group, f Factors, rc ir.Recompute, mb, M int64) float64 {
+	e := &Estimate{Plan: Plan{Recompute: rc, MicroBatch: mb}, M: M}
+	e.Plan.Groups[g] = f
+	out := make([]stageComm, len(m.Stages))
+	m.groupComm(e, g, out)
+	_, _, win := m.computeTimes(rc, float64(mb)/float64(m.baseMB))
+	var t float64
+	for i, s := range m.Stages {
+		if s.Group == g {
+			t += exposed(out[i], win[i], float64(M))
+		}
+	}
+	return t
+}
+
+// ComputeTime is a step's compute under recompute rc and micro-batch mb.
+func (m *Model) ComputeTime(rc ir.Recompute, mb, M int64) float64 {
+	fwd, bwd, _ := m.computeTimes(rc, float64(mb)/float64(m.baseMB))
+	var t float64
+	for i := range fwd {
+		t += float64(M) * (fwd[i] + bwd[i])
+	}
+	return t
+}
+
+// Scale is the factor from the graph's micro-batch to mb.
+func (m *Model) Scale(mb int64) float64 { return float64(mb) / float64(m.baseMB) }
+
+// bucketed is the time of all-reducing bytes in buckets of U.
+func (m *Model) bucketed(e *Estimate, bytes float64, g ir.Factor, count float64) float64 {
+	U := m.Config.BucketBytes
+	full := math.Floor(bytes / U)
+	rest := bytes - full*U
+	t := full * m.coll(e, AllReduce, U, g, full*count)
+	if rest > 0 {
+		t += m.coll(e, AllReduce, rest, g, count)
+	}
+	return t
+}
