@@ -84,11 +84,14 @@ func buildMILP(m *cost.Model, space []cost.Factors, sets []setting) (*solver.Pro
 	}
 	frag := 1 + m.Config.Fragmentation
 	limit := float64(m.Job.Cluster.GPU.MemoryBytes)
-	// Costs are in seconds and bytes; scale both to keep the LP well
-	// conditioned.
-	const timeScale, memScale = 1.0, 1.0 / (1 << 30)
+	// Memory is measured in units of the limit, so the row reads
+	// "<= 1" whatever the scale of the model; the right-hand side is
+	// shrunk by more than the solver's feasibility tolerance, so a plan
+	// the MILP accepts is one the cost model accepts.
+	const timeScale = 1.0
+	memScale := 1 / limit
 	one := solver.Row{Sense: solver.EQ, RHS: 1}
-	memory := solver.Row{Sense: solver.LE, RHS: limit * memScale}
+	memory := solver.Row{Sense: solver.LE, RHS: 1 - 1e-6}
 	uCol := make([]int, len(sets))
 	for k, s := range sets {
 		uCol[k] = add(m.ComputeTime(s.rc, s.mb, s.M)*timeScale, 0, 1, true, milpColumn{c: -1, k: k})
@@ -99,7 +102,7 @@ func buildMILP(m *cost.Model, space []cost.Factors, sets []setting) (*solver.Pro
 	}
 	bCol := add(0, 0, math.Inf(1), false, milpColumn{c: -1, k: -1})
 	memory.Idx = append(memory.Idx, bCol)
-	memory.Coef = append(memory.Coef, frag*memScale)
+	memory.Coef = append(memory.Coef, frag) // B is in units of the limit too
 	p.Rows = append(p.Rows, one)
 	for g := cost.Group(0); g < cost.NumGroups; g++ {
 		if m.GroupParams[g] == 0 {
@@ -189,6 +192,9 @@ func solveMILPWith(sv solver.Solver, m *cost.Model, job *ir.Job, space []cost.Fa
 	}
 	res.Best = m.Evaluate(plan)
 	res.Objective = sol.Obj
+	if !res.Best.Feasible {
+		return nil, fmt.Errorf("internal: the MILP chose %v, which the cost model rejects: %s", plan.Groups, res.Best.Why)
+	}
 	return res, nil
 }
 

@@ -1,0 +1,259 @@
+package cost
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"amspc/frontend"
+	"amspc/ir"
+)
+
+func load(t testing.TB, name string) *ir.Job {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/models/" + name + ".amsp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := frontend.Load(frontend.Source{Name: name + ".amsp", Text: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+		t.Errorf("%s = %.12g, want %.12g", what, got, want)
+	}
+}
+
+var testTopo = &Topology{GPUsPerNode: 8, Nodes: 4, IntraBW: 200e9, InterBW: 100e9, IntraLatency: 3e-6, InterLat: 8e-6}
+
+// TestCollectiveHandComputed pins each collective on hand-computed cases
+// (ring steps x latency + size x bus factor / bandwidth).
+func TestCollectiveHandComputed(t *testing.T) {
+	const GB = 1e9
+	cases := []struct {
+		name string
+		c    Coll
+		g    ir.Factor
+		want float64
+		hier bool
+	}{
+		// 7 steps x 3 µs + 1 GB x 7/8 / 200 GB/s
+		{"all_gather 8x1", AllGather, ir.Factor{S0: 8, S1: 1}, 7*3e-6 + 0.875*GB/200e9, false},
+		// 3 steps x 3 µs + 1 GB x 3/4 / 200 GB/s
+		{"reduce_scatter 4x1", ReduceScatter, ir.Factor{S0: 4, S1: 1}, 3*3e-6 + 0.75*GB/200e9, false},
+		// 14 steps x 3 µs + 1 GB x 2 x 7/8 / 200 GB/s
+		{"all_reduce 8x1", AllReduce, ir.Factor{S0: 8, S1: 1}, 14*3e-6 + 1.75*GB/200e9, false},
+		// 7 steps x 3 µs + 1 GB / 200 GB/s
+		{"broadcast 8x1", Broadcast, ir.Factor{S0: 8, S1: 1}, 7*3e-6 + GB/200e9, false},
+		// flat ring of 32 over the NIC (100 GB/s for a full-node group):
+		// 62 steps x 8 µs + 1 GB x 2 x 31/32 / 100 GB/s = 19.871 ms; the
+		// hierarchical form (8.75 + 15 ms + latency) is slower.
+		{"all_reduce 8x4", AllReduce, ir.Factor{S0: 8, S1: 4}, 62*8e-6 + 2*31.0/32*GB/100e9, false},
+		// one GPU per node: 8 such rings share the NIC (12.5 GB/s each)
+		{"all_gather 1x4", AllGather, ir.Factor{S0: 1, S1: 4}, 3*8e-6 + 0.75*GB/12.5e9, false},
+	}
+	for _, c := range cases {
+		got := testTopo.Collective(c.c, GB, c.g)
+		near(t, c.name, got.Time, c.want)
+		if got.Hierarchical != c.hier {
+			t.Errorf("%s: hierarchical = %v, want %v", c.name, got.Hierarchical, c.hier)
+		}
+	}
+	// Small messages across nodes are latency-bound: the hierarchical
+	// form's fewer steps win. all-reduce of 64 KiB over 8x4: flat
+	// 62 x 8 µs = 496 µs; hierarchical 2 x 7 x 3 µs + 6 x 8 µs = 90 µs
+	// plus 131072 x 7/8 / 200e9 + 8192 x 1.5 / 12.5e9.
+	small := testTopo.Collective(AllReduce, 65536, ir.Factor{S0: 8, S1: 4})
+	near(t, "small all_reduce 8x4", small.Time, 90e-6+2*65536*0.875/200e9+65536.0/8*1.5/12.5e9)
+	if !small.Hierarchical {
+		t.Error("small all-reduce across nodes should be hierarchical")
+	}
+	if (testTopo.Collective(AllGather, GB, ir.Factor{S0: 1, S1: 1})) != (CollCost{}) {
+		t.Error("a group of one GPU must cost nothing")
+	}
+}
+
+// TestCollectiveMonotone: a larger valid group never makes a collective
+// cheaper at equal size and bandwidth.
+func TestCollectiveMonotone(t *testing.T) {
+	var groups []ir.Factor
+	for _, s0 := range []int{1, 2, 4, 8} {
+		groups = append(groups, ir.Factor{S0: s0, S1: 1})
+	}
+	for _, s1 := range []int{2, 4} {
+		groups = append(groups, ir.Factor{S0: 8, S1: s1})
+	}
+	for c := Coll(0); c < numColls; c++ {
+		for _, size := range []float64{1 << 10, 1 << 20, 1 << 30} {
+			for i := 1; i < len(groups); i++ {
+				a := testTopo.Collective(c, size, groups[i-1]).Time
+				b := testTopo.Collective(c, size, groups[i]).Time
+				if b < a {
+					t.Errorf("%v of %g B: %v takes %g s, less than %v at %g s", c, size, groups[i], b, groups[i-1], a)
+				}
+			}
+		}
+	}
+}
+
+// TestModelStatesPerStrategy pins P/G/OS bytes of tiny (fp32: 4+4+8 B per
+// param; groups of 16384, 99072 and 16448 params padded to even shards).
+func TestModelStatesPerStrategy(t *testing.T) {
+	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.GroupParams != [NumGroups]int64{16384, 99072, 16448} {
+		t.Fatalf("group params %v", m.GroupParams)
+	}
+	one, four, eight := ir.Factor{S0: 1, S1: 1}, ir.Factor{S0: 4, S1: 1}, ir.Factor{S0: 4, S1: 2}
+	cases := []struct {
+		name    string
+		f       Factors
+		p, g, o float64
+	}{
+		{"ddp", Factors{P: one, G: one, OS: one}, 527616, 527616, 1055232},
+		{"zero1", Factors{P: one, G: one, OS: eight}, 527616, 527616, (2048 + 12384 + 2056) * 8},
+		{"zero2", Factors{P: one, G: eight, OS: eight}, 527616, (2048 + 12384 + 2056) * 4, (2048 + 12384 + 2056) * 8},
+		{"zero3", Factors{P: eight, G: eight, OS: eight}, 65952, 65952, 131904},
+		{"mics4", Factors{P: four, G: four, OS: four}, 131904, 131904, 263808},
+		{"hpz4", Factors{P: eight, G: eight, OS: eight, Secondary: four}, 65952 + 131904, 65952, 131904},
+	}
+	for _, c := range cases {
+		e := m.Evaluate(Uniform(c.name, c.f, ir.RecomputeNone, 2))
+		near(t, c.name+" params", e.Mem.Params, c.p)
+		near(t, c.name+" grads", e.Mem.Grads, c.g)
+		near(t, c.name+" optim", e.Mem.Optim, c.o)
+		near(t, c.name+" total", e.Mem.Total, e.Mem.Params+e.Mem.Grads+e.Mem.Optim+e.Mem.Activations+e.Mem.Buffers)
+	}
+}
+
+// TestActivationsFromIR pins tiny's activation count: per block, the saved
+// values of its ops (rmsnorm inputs, matmul inputs, attention q/k/v/out,
+// silu input, mul inputs) at fp32, batch 2 x seq 64.
+func TestActivationsFromIR(t *testing.T) {
+	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tok = 2 * 64
+	// x, h, q, k, v, attn out (=wo input), x', h', w1 out (silu in),
+	// silu out, w3 out, product (w2 input): 10 of width 64 or 172.
+	d, f := int64(tok*64*4), int64(tok*172*4)
+	wantBlock := 8*d + 4*f
+	for _, s := range m.Stages {
+		if s.Group == Blocks && s.Saved != wantBlock {
+			t.Errorf("%s saves %d bytes, want %d", s.Name, s.Saved, wantBlock)
+		}
+		if s.Group == Blocks && s.Boundary != d {
+			t.Errorf("%s boundary %d bytes, want %d (the residual stream)", s.Name, s.Boundary, d)
+		}
+	}
+	full := m.Activations(ir.RecomputeFull, 1)
+	none := m.Activations(ir.RecomputeNone, 1)
+	if !(full < none) {
+		t.Errorf("recompute must save memory: full %g >= none %g", full, none)
+	}
+	near(t, "double micro-batch", m.Activations(ir.RecomputeNone, 2), 2*none)
+}
+
+// TestMoreShardingNeverMoreState: along any nesting chain of factors,
+// model-state memory does not grow.
+func TestMoreShardingNeverMoreState(t *testing.T) {
+	m, err := NewModel(load(t, "llama-7b"), DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := []ir.Factor{{S0: 1, S1: 1}, {S0: 2, S1: 1}, {S0: 4, S1: 1}, {S0: 8, S1: 1}, {S0: 8, S1: 2}, {S0: 8, S1: 16}, {S0: 8, S1: 128}}
+	state := func(f Factors) float64 {
+		var t float64
+		for g := Group(0); g < NumGroups; g++ {
+			p, gr, o := m.GroupState(g, f)
+			t += p + gr + o
+		}
+		return t
+	}
+	for i := range fs {
+		for j := i; j < len(fs); j++ {
+			for k := j; k < len(fs); k++ {
+				base := state(Factors{P: fs[i], G: fs[j], OS: fs[k]})
+				for _, more := range []Factors{
+					{P: fs[min(i+1, j)], G: fs[j], OS: fs[k]},
+					{P: fs[i], G: fs[min(j+1, k)], OS: fs[k]},
+					{P: fs[i], G: fs[j], OS: fs[min(k+1, len(fs)-1)]},
+				} {
+					if s := state(more); s > base {
+						t.Errorf("%v holds %g B, more than %v at %g B", more, s, Factors{P: fs[i], G: fs[j], OS: fs[k]}, base)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPaperTerms checks T_comm's terms against the paper's formulas
+// written out here for ZeRO-1 on tiny (s_p = s_g = 1, s_os = 4x2, M = 2):
+// T_p = T_g = 0, T_os0 = 2Φ/U x t(AR, U, 4x2), T_os1 = 8 x t(BC, 2Φ/8, 4x2),
+// summed over the three groups.
+func TestPaperTerms(t *testing.T) {
+	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := ir.Factor{S0: 4, S1: 2}
+	e := m.Evaluate(Uniform("zero1", Factors{P: ir.Factor{S0: 1, S1: 1}, G: ir.Factor{S0: 1, S1: 1}, OS: dp}, ir.RecomputeNone, 2))
+	U := DefaultConfig.BucketBytes
+	var os0, os1 float64
+	for _, n := range m.GroupParams {
+		os0 += float64(n) * 4 / U * m.Topo.Collective(AllReduce, U, dp).Time
+		os1 += 8 * m.Topo.Collective(Broadcast, float64(n)*4/8, dp).Time
+	}
+	near(t, "T_p", e.Tp, 0)
+	near(t, "T_g", e.Tg, 0)
+	near(t, "T_os0", e.Tos0, os0)
+	near(t, "T_os1", e.Tos1, os1)
+	near(t, "T_comm", e.PaperComm, os0+os1)
+}
+
+func TestProfile(t *testing.T) {
+	csv := "collective,s0,s1,bytes,effective_gbps\n" +
+		"all_gather,8,1,1000000,10\n" +
+		"all_gather,8,1,100000000,100\n"
+	p, err := ParseProfile("p.csv", strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ir.Factor{S0: 8, S1: 1}
+	bw, ok := p.Bandwidth(AllGather, g, 1e7) // halfway in log space
+	if !ok {
+		t.Fatal("profiled group not found")
+	}
+	near(t, "interpolated", bw, math.Sqrt(10e9*100e9))
+	bw, _ = p.Bandwidth(AllGather, g, 1)
+	near(t, "below the range (the first measurement)", bw, 10e9)
+	if _, ok := p.Bandwidth(AllReduce, g, 1e7); ok {
+		t.Error("an unprofiled collective must fall back to the analytic model")
+	}
+	topo := *testTopo
+	topo.Profile = p
+	near(t, "profiled time", topo.Collective(AllGather, 1e8, g).Time, 1e8/100e9)
+	for _, bad := range []string{
+		"collective,s0,s1,bytes\n",
+		"collective,s0,s1,bytes,effective_gbps\nall_gather,8,1,100\n",
+		"collective,s0,s1,bytes,effective_gbps\nall_scatter,8,1,100,1\n",
+		"collective,s0,s1,bytes,effective_gbps\nall_gather,0,1,100,1\n",
+		"collective,s0,s1,bytes,effective_gbps\nall_gather,8,1,-5,1\n",
+		"collective,s0,s1,bytes,effective_gbps\nall_gather,8,1,5,1\nall_gather,8,1,5,2\n",
+		"collective,s0,s1,bytes,effective_gbps\n",
+	} {
+		if _, err := ParseProfile("p.csv", strings.NewReader(bad)); err == nil || !strings.HasPrefix(err.Error(), "p.csv") {
+			t.Errorf("profile %q: error %v, want one naming p.csv", bad, err)
+		}
+	}
+}
