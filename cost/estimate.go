@@ -173,8 +173,17 @@ func (m *Model) Evaluate(p Plan) *Estimate {
 	return e
 }
 
-// GiB formats bytes as GiB with one decimal: "91.2 GiB".
-func GiB(b float64) string { return fmt.Sprintf("%.1f GiB", b/(1<<30)) }
+// GiB formats bytes with one decimal in GiB, or in MiB or KiB below
+// that: "91.2 GiB", "3.4 MiB".
+func GiB(b float64) string {
+	switch {
+	case b >= 0.9995*(1<<30):
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 0.9995*(1<<20):
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KiB", b/(1<<10))
+}
 
 func shard(n int64, f ir.Factor) float64 {
 	s := int64(f.Size())

@@ -190,6 +190,15 @@ func solveMILPWith(sv solver.Solver, m *cost.Model, job *ir.Job, space []cost.Fa
 			}
 		}
 	}
+	if plan.IsUniform() {
+		plan.Name = "AMSP " + plan.Groups[0].String()
+	}
+	if s.mb != job.Train.MicroBatch {
+		plan.Name += fmt.Sprintf(" mb=%d", s.mb)
+	}
+	if s.rc != job.Train.Recompute {
+		plan.Name += " recompute=" + s.rc.String()
+	}
 	res.Best = m.Evaluate(plan)
 	res.Objective = sol.Obj
 	if !res.Best.Feasible {

@@ -76,7 +76,7 @@ func Baselines(dp ir.Factor, k int) []Baseline {
 		{"ZeRO-3/FSDP", cost.Factors{P: dp, G: dp, OS: dp}},
 	}
 	kf, err := ir.GPUsToFactor(k, dp.S0, dp.S1)
-	if err != nil || ir.ValidateFactors(dp, kf, kf, kf) != nil {
+	if k <= 1 || kf == dp || err != nil || ir.ValidateFactors(dp, kf, kf, kf) != nil {
 		return out
 	}
 	return append(out,

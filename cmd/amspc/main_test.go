@@ -54,7 +54,11 @@ func TestCLI(t *testing.T) {
 				t.Fatalf("Go panic trace in output:\n%s", stderr.String())
 			}
 			if strings.Contains(args, "--json") && status == 0 {
-				checkJSON(t, stdout.Bytes())
+				if strings.HasPrefix(args, "plan") {
+					checkPlanJSON(t, stdout.Bytes())
+				} else {
+					checkJSON(t, stdout.Bytes())
+				}
 			}
 			golden.Archive(t, abs, ar, map[string]string{
 				"stdout": untimed(stdout.String()),
@@ -101,6 +105,37 @@ func checkJSON(t *testing.T, out []byte) {
 		if obj["train"] != nil && lookup(obj, "train.tokens_per_step") == nil {
 			t.Errorf("--json output lacks train.tokens_per_step")
 		}
+	}
+}
+
+// checkPlanJSON requires the fields of `amspc plan --json`.
+func checkPlanJSON(t *testing.T, out []byte) {
+	var obj map[string]any
+	if err := json.Unmarshal(out, &obj); err != nil {
+		t.Fatalf("--json output is not JSON: %v", err)
+	}
+	plans := []any{obj["chosen"]}
+	bs, _ := obj["baselines"].([]any)
+	if len(bs) == 0 {
+		t.Error("--json output has no baselines")
+	}
+	plans = append(plans, bs...)
+	for _, p := range plans {
+		m, ok := p.(map[string]any)
+		if !ok {
+			t.Fatalf("plan %v is not an object", p)
+		}
+		for _, f := range []string{"name", "s_p", "s_g", "s_os", "memory_bytes.params", "memory_bytes.grads",
+			"memory_bytes.optim", "memory_bytes.activations", "memory_bytes.buffers", "memory_bytes.total",
+			"comm_bytes.intra", "comm_bytes.inter", "comm_time_s", "compute_time_s", "step_time_s",
+			"tokens_per_s_per_gpu", "mfu", "feasible"} {
+			if lookup(m, f) == nil {
+				t.Errorf("plan %v lacks %s", m["name"], f)
+			}
+		}
+	}
+	if obj["solve_time_s"] == nil {
+		t.Error("--json output lacks solve_time_s")
 	}
 }
 

@@ -258,7 +258,7 @@ func shortBytes(b float64) string {
 		s string
 		f float64
 	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
-		if b >= u.f {
+		if b >= 0.9995*u.f {
 			return fmt.Sprintf("%.3g%s", b/u.f, u.s)
 		}
 	}
