@@ -121,6 +121,7 @@ func (b BranchAndBound) Solve(p *Problem) (*Solution, error) {
 			if f := m.objective(x); f < incObj {
 				inc, incObj = x, f
 				rc.fix(glo, ghi, cutoff())
+				rx.retire(glo, ghi)
 			}
 			continue
 		}
@@ -175,8 +176,27 @@ type lpResult struct {
 
 // relaxer solves node LPs: the warm-started tableau, or gonum from scratch.
 type relaxer struct {
-	m  *model
-	tb *tableau // nil: gonum only
+	m       *model
+	tb      *tableau // nil: gonum only
+	retired []bool
+}
+
+// retire hands the tableau the columns the global bounds now fix.
+func (rx *relaxer) retire(glo, ghi []float64) {
+	if rx.tb == nil {
+		return
+	}
+	if rx.retired == nil {
+		rx.retired = make([]bool, len(glo))
+	}
+	var cols []int
+	for j := range glo {
+		if glo[j] == ghi[j] && !rx.retired[j] {
+			rx.retired[j] = true
+			cols = append(cols, j)
+		}
+	}
+	rx.tb.retire(cols)
 }
 
 func (rx *relaxer) solve(lo, hi []float64) (lpResult, error) {

@@ -21,9 +21,14 @@ import (
 // the wrong reduced cost), its cost is shifted to make the reduced cost 0,
 // the dual simplex runs, then the true costs come back and the primal
 // simplex finishes — so no separate phase 1 is needed.
+//
+// Columns fixed for good (reduced-cost fixing in bb.go) are retired: their
+// contribution moves into one extra column, fixed at 1, and the loops skip
+// them. In the planner ~90% of the columns retire after the first good
+// incumbent, and pivots get that much cheaper.
 type tableau struct {
-	m, n, nc int       // rows, structurals, n+m
-	a        []float64 // [A | I], m×nc row-major, for reinversion
+	m, n, nc int       // rows, structurals, n+m+1 (the last is the fold)
+	a        []float64 // [A | I | fold], m×nc row-major, for reinversion
 	rows     []mrow    // the same rows, sparse, for residual checks
 	t        []float64 // B⁻¹[A | I]
 	orig     []float64 // n model costs
@@ -33,6 +38,8 @@ type tableau struct {
 	d        []float64 // nc reduced costs for the costs in use
 	head     []int     // basic column of each row
 	row      []int     // row of a basic column, -1 when nonbasic
+	live     []int     // columns the loops visit, ascending
+	pending  []int     // columns to retire once nonbasic
 
 	since int // pivots since the last reinversion
 	bland bool
@@ -51,9 +58,13 @@ const (
 
 var errSimplex = errors.New("simplex failed")
 
+// forceBland makes every solve use Bland's rule from the first pivot, so
+// tests can cover the anti-cycling paths.
+var forceBland bool
+
 func newTableau(m *model) *tableau {
 	nr, n := len(m.rows), len(m.obj)
-	nc := n + nr
+	nc := n + nr + 1
 	tb := &tableau{
 		m: nr, n: n, nc: nc,
 		a:    make([]float64, nr*nc),
@@ -83,6 +94,11 @@ func newTableau(m *model) *tableau {
 			tb.lb[l], tb.ub[l] = -r.rhs, -r.rhs
 		}
 	}
+	fold := nc - 1
+	tb.lb[fold], tb.ub[fold], tb.x[fold] = 1, 1, 1
+	for j := range nc {
+		tb.live = append(tb.live, j)
+	}
 	tb.t = make([]float64, len(tb.a))
 	tb.reset()
 	return tb
@@ -109,10 +125,10 @@ func (tb *tableau) reset() {
 func (tb *tableau) solve(lo, hi []float64) (lpStatus, error) {
 	copy(tb.lb, lo)
 	copy(tb.ub, hi)
-	tb.bland = false
+	tb.bland = forceBland
 	// Shift the cost of any column that cannot be placed dual feasibly.
 	shifted := false
-	for j := range tb.nc {
+	for _, j := range tb.live {
 		if tb.row[j] >= 0 {
 			continue
 		}
@@ -123,6 +139,7 @@ func (tb *tableau) solve(lo, hi []float64) (lpStatus, error) {
 			shifted = true
 		}
 	}
+	tb.retirePending()
 	tb.computeX()
 	st, err := tb.dual()
 	if err != nil || st != lpOptimal {
@@ -139,6 +156,43 @@ func (tb *tableau) solve(lo, hi []float64) (lpStatus, error) {
 		}
 	}
 	return lpOptimal, nil
+}
+
+// retire marks columns fixed for the rest of the search (lb == ub in every
+// later box).
+func (tb *tableau) retire(cols []int) { tb.pending = append(tb.pending, cols...) }
+
+// retirePending folds each pending nonbasic column's fixed value into the
+// fold column (x_fold = 1, so its column becomes Σ v_j·a_j) and drops it
+// from the loops. Basic ones wait until they leave the basis.
+func (tb *tableau) retirePending() {
+	if len(tb.pending) == 0 {
+		return
+	}
+	nc, fold := tb.nc, tb.nc-1
+	dead := make([]bool, nc)
+	keep := tb.pending[:0]
+	for _, j := range tb.pending {
+		if tb.row[j] >= 0 {
+			keep = append(keep, j)
+			continue
+		}
+		if v := tb.x[j]; v != 0 {
+			for i := range tb.m {
+				tb.t[i*nc+fold] += v * tb.t[i*nc+j]
+				tb.a[i*nc+fold] += v * tb.a[i*nc+j]
+			}
+		}
+		dead[j] = true
+	}
+	tb.pending = keep
+	live := tb.live[:0]
+	for _, j := range tb.live {
+		if !dead[j] {
+			live = append(live, j)
+		}
+	}
+	tb.live = live
 }
 
 // restoreCost puts back the model's costs after a shift.
@@ -181,8 +235,8 @@ func (tb *tableau) computeX() {
 	for i := range tb.m {
 		ti := tb.t[i*tb.nc : (i+1)*tb.nc]
 		s := 0.0
-		for j, v := range ti {
-			if v != 0 && tb.row[j] < 0 {
+		for _, j := range tb.live {
+			if v := ti[j]; v != 0 && tb.row[j] < 0 {
 				s += v * tb.x[j]
 			}
 		}
@@ -199,8 +253,8 @@ func (tb *tableau) computeD() {
 			continue
 		}
 		ti := tb.t[i*tb.nc : (i+1)*tb.nc]
-		for j, v := range ti {
-			tb.d[j] -= cb * v
+		for _, j := range tb.live {
+			tb.d[j] -= cb * ti[j]
 		}
 	}
 	for i := range tb.m {
@@ -208,13 +262,18 @@ func (tb *tableau) computeD() {
 	}
 }
 
-// pivot makes column q basic in row r.
+// pivot makes column q basic in row r. Only live columns are updated,
+// and only where the pivot row is non-zero.
 func (tb *tableau) pivot(r, q int) {
 	nc := tb.nc
 	tr := tb.t[r*nc : (r+1)*nc]
 	p := tr[q]
-	for j := range tr {
-		tr[j] /= p
+	nz := make([]int, 0, len(tb.live))
+	for _, j := range tb.live {
+		if tr[j] != 0 {
+			tr[j] /= p
+			nz = append(nz, j)
+		}
 	}
 	tr[q] = 1
 	for i := range tb.m {
@@ -226,18 +285,14 @@ func (tb *tableau) pivot(r, q int) {
 		if f == 0 {
 			continue
 		}
-		for j, v := range tr {
-			if v != 0 {
-				ti[j] -= f * v
-			}
+		for _, j := range nz {
+			ti[j] -= f * tr[j]
 		}
 		ti[q] = 0
 	}
 	if dq := tb.d[q]; dq != 0 {
-		for j, v := range tr {
-			if v != 0 {
-				tb.d[j] -= dq * v
-			}
+		for _, j := range nz {
+			tb.d[j] -= dq * tr[j]
 		}
 		tb.d[q] = 0
 	}
@@ -330,12 +385,10 @@ func (tb *tableau) dual() (lpStatus, error) {
 			}
 		}
 		if r < 0 {
-			if !verified && !tb.residualOK() {
-				// Drift: rebuild and look again.
-				if err := tb.reinvert(); err != nil {
+			if done, err := tb.verify(&verified); !done {
+				if err != nil {
 					return 0, err
 				}
-				verified = true
 				continue
 			}
 			return lpOptimal, nil
@@ -350,7 +403,8 @@ func (tb *tableau) dual() (lpStatus, error) {
 		// Δ_j; keep every reduced cost's sign (ratio |d_j/α_j|).
 		tr := tb.t[r*nc : (r+1)*nc]
 		q, ratio, qa := -1, math.Inf(1), 0.0
-		for j, alpha := range tr {
+		for _, j := range tb.live {
+			alpha := tr[j]
 			if tb.row[j] >= 0 || math.Abs(alpha) <= pivotTol || tb.lb[j] == tb.ub[j] {
 				continue
 			}
@@ -420,7 +474,7 @@ func (tb *tableau) primal() (lpStatus, error) {
 		}
 		// Entering column: most attractive reduced cost (Bland: lowest).
 		q, best, dir := -1, 0.0, 0.0
-		for j := range nc {
+		for _, j := range tb.live {
 			if tb.row[j] >= 0 || tb.lb[j] == tb.ub[j] {
 				continue
 			}
@@ -443,11 +497,10 @@ func (tb *tableau) primal() (lpStatus, error) {
 			}
 		}
 		if q < 0 {
-			if !verified && !tb.residualOK() {
-				if err := tb.reinvert(); err != nil {
+			if done, err := tb.verify(&verified); !done {
+				if err != nil {
 					return 0, err
 				}
-				verified = true
 				continue
 			}
 			return lpOptimal, nil
@@ -510,6 +563,20 @@ func (tb *tableau) primal() (lpStatus, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: primal simplex: iteration limit %d", errSimplex, limit)
+}
+
+// verify checks an apparently optimal point against the original rows.
+// On drift it reinverts once and asks the caller to iterate again; drift
+// that survives a reinversion is an error.
+func (tb *tableau) verify(verified *bool) (done bool, err error) {
+	if tb.residualOK() {
+		return true, nil
+	}
+	if *verified {
+		return false, fmt.Errorf("%w: rows violated after reinversion", errSimplex)
+	}
+	*verified = true
+	return false, tb.reinvert()
 }
 
 // residualOK checks the rows against the original (sparse) coefficients.

@@ -200,6 +200,13 @@ func TestHandCases(t *testing.T) {
 			status: Infeasible,
 		},
 		{
+			// Beale's example, which cycles under the textbook rules.
+			name: "beale-cycling",
+			p: prob([]float64{-0.75, 20, -0.5, 6}, []float64{0, 0, 0, 0}, []float64{inf, inf, inf, inf}, []bool{false, false, false, false},
+				dense([]float64{0.25, -8, -1, 9}, LE, 0), dense([]float64{0.5, -12, -0.5, 3}, LE, 0), dense([]float64{0, 0, 1, 0}, LE, 1)),
+			status: Optimal, obj: -1.25, x: []float64{1, 0, 1, 0},
+		},
+		{
 			name: "infeasible-binary",
 			p: prob([]float64{1, 1}, []float64{0, 0}, []float64{1, 1}, []bool{true, true},
 				dense([]float64{1, 1}, GE, 3)),
@@ -392,10 +399,9 @@ func randomBinary(r *rand.Rand) *Problem {
 		// Equalities get a right-hand side reachable by a random point,
 		// or almost every one would be infeasible.
 		if row.Sense == EQ {
-			for k, j := range row.Idx {
+			for _, a := range row.Coef {
 				if r.IntN(2) == 0 {
-					row.RHS += row.Coef[k]
-					_ = j
+					row.RHS += a
 				}
 			}
 		} else {
@@ -417,6 +423,20 @@ func TestBruteForce(t *testing.T) {
 		if count[Optimal] < 50 || count[Infeasible] < 10 {
 			t.Errorf("%s: unbalanced sample: %d optimal, %d infeasible", e.name, count[Optimal], count[Infeasible])
 		}
+	}
+}
+
+// TestBland reruns the random problems with Bland's rule from the start.
+func TestBland(t *testing.T) {
+	forceBland = true
+	defer func() { forceBland = false }()
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		checkBrute(t, "bland", i, Default(), randomBinary(r))
+	}
+	pl := newPlanner(2, 3, 8, 40)
+	if s, err := Default().Solve(pl.problem()); err != nil || math.Abs(s.Obj-pl.enumerate()) > 1e-6 {
+		t.Fatalf("planner under Bland: %v %v", s, err)
 	}
 }
 
@@ -471,8 +491,9 @@ func checkBrute(t *testing.T, engine string, i int, s Solver, p *Problem) Status
 	return sol.Status
 }
 
-// TestRandomLP compares the two LP engines on continuous problems with
-// every kind of bound (free, half-bounded, boxed, fixed).
+// TestRandomLP compares the two LP engines on problems with every kind of
+// bound (free, half-bounded, boxed, fixed); every third one has integer
+// columns too.
 func TestRandomLP(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	var count [4]int
@@ -494,6 +515,7 @@ func TestRandomLP(t *testing.T) {
 				u = l + float64(r.IntN(4))
 			}
 			p.Lower[j], p.Upper[j] = l, u
+			p.Integer[j] = i%3 == 0 && r.IntN(2) == 0
 		}
 		for range r.IntN(6) {
 			row := Row{Sense: Sense(r.IntN(3)), RHS: float64(r.IntN(21) - 10)}
@@ -535,6 +557,7 @@ type planner struct {
 	cost, mem [][][]float64 // [g][k][c]
 	comp, act []float64     // [k]
 	limit     float64
+	cheapest  float64 // optimum without the memory row
 }
 
 func (pl *planner) w(g, k, c int) int { return pl.K + (g*pl.K+k)*pl.C + c }
@@ -576,6 +599,7 @@ func newPlanner(seed uint64, G, K, C int) *planner {
 		}
 	}
 	pl.limit = (least + cheapMem) / 2
+	pl.cheapest = cheapest
 	return pl
 }
 
@@ -656,6 +680,9 @@ func TestPlannerShape(t *testing.T) {
 		if !feasible(p, s.X, 1e-9) {
 			t.Fatalf("seed %d: solution infeasible", seed)
 		}
+		if s.Obj < pl.cheapest+1e-3 {
+			t.Fatalf("seed %d: memory row does not bind (%v vs unconstrained %v)", seed, s.Obj, pl.cheapest)
+		}
 		again, _ := Default().Solve(p)
 		if !slices.Equal(s.X, again.X) || s.Nodes != again.Nodes {
 			t.Fatalf("seed %d: two solves differ", seed)
@@ -665,14 +692,87 @@ func TestPlannerShape(t *testing.T) {
 }
 
 func BenchmarkPlannerShape(b *testing.B) {
-	p := newPlanner(1, 3, 8, 121).problem()
-	var nodes int
-	for b.Loop() {
-		s, err := Default().Solve(p)
-		if err != nil || s.Status != Optimal {
-			b.Fatalf("%v %v", s, err)
-		}
-		nodes = s.Nodes
+	for _, e := range engines {
+		b.Run(e.name, func(b *testing.B) {
+			p := newPlanner(1, 3, 8, 121).problem()
+			var nodes int
+			for b.Loop() {
+				s, err := e.Solve(p)
+				if err != nil || s.Status != Optimal {
+					b.Fatalf("%v %v", s, err)
+				}
+				nodes = s.Nodes
+			}
+			b.ReportMetric(float64(nodes), "nodes/op")
+		})
 	}
-	b.ReportMetric(float64(nodes), "nodes/op")
+}
+
+// TestRandomMILP compares the engines on problems big enough for deep
+// trees, where the tableau carries its basis across many nodes.
+func TestRandomMILP(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var count [4]int
+	var nodesA, nodesB int
+	for i := range 30 {
+		n := 15 + r.IntN(10)
+		p := &Problem{Obj: make([]float64, n), Lower: make([]float64, n), Upper: make([]float64, n), Integer: make([]bool, n)}
+		for j := range n {
+			p.Obj[j] = math.Round((r.Float64()*20-10)*100) / 100
+			p.Upper[j] = 1
+			p.Integer[j] = true
+			switch r.IntN(6) {
+			case 0:
+				p.Integer[j] = false
+				p.Upper[j] = 5 * r.Float64()
+			case 1:
+				p.Lower[j], p.Upper[j] = -3, 3
+			}
+		}
+		for range 3 + r.IntN(8) {
+			row := Row{Sense: Sense(r.IntN(2))}
+			sum := 0.0
+			for j := range n {
+				if r.IntN(3) == 0 {
+					a := float64(r.IntN(19) - 9)
+					row.Idx, row.Coef = append(row.Idx, j), append(row.Coef, a)
+					sum += math.Abs(a)
+				}
+			}
+			row.RHS = math.Round((r.Float64()*2 - 1) * sum * 0.3)
+			if row.Sense == GE {
+				row.RHS = -math.Abs(row.RHS)
+			} else {
+				row.RHS = math.Abs(row.RHS)
+			}
+			p.Rows = append(p.Rows, row)
+		}
+		if r.IntN(3) == 0 {
+			// An assignment-style equality over a few binaries.
+			row := Row{Sense: EQ, RHS: 1}
+			for j := range n {
+				if p.Lower[j] == 0 && p.Upper[j] == 1 && p.Integer[j] && r.IntN(3) == 0 {
+					row.Idx, row.Coef = append(row.Idx, j), append(row.Coef, 1)
+				}
+			}
+			p.Rows = append(p.Rows, row)
+		}
+		a, err := engines[0].Solve(p)
+		if err != nil {
+			t.Fatalf("problem %d: tableau: %v", i, err)
+		}
+		b, err := engines[1].Solve(p)
+		if err != nil {
+			t.Fatalf("problem %d: gonum: %v", i, err)
+		}
+		count[a.Status]++
+		nodesA, nodesB = nodesA+a.Nodes, nodesB+b.Nodes
+		if a.Status != b.Status || a.Status == Optimal && math.Abs(a.Obj-b.Obj) > 1e-6 {
+			t.Fatalf("problem %d: tableau %v %v (%d nodes), gonum %v %v (%d nodes)", i, a.Status, a.Obj, a.Nodes, b.Status, b.Obj, b.Nodes)
+		}
+		if a.Status == Optimal && !feasible(p, a.X, 1e-7) {
+			t.Fatalf("problem %d: tableau x=%v infeasible", i, a.X)
+		}
+	}
+	t.Logf("%d optimal, %d infeasible, %d nodes (tableau), %d nodes (gonum)", count[Optimal], count[Infeasible], nodesA, nodesB)
 }
