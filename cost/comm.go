@@ -78,7 +78,16 @@ type Topology struct {
 
 // NewTopology reads a cluster's network.
 func NewTopology(c *ir.Cluster) *Topology {
-	t := &Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes, IntraBW: c.IntraBW, InterBW: c.InterBW,
+	// Collectives reach a fraction of the links' nominal bandwidth (the
+	// preset's default profile, docs/clusters.md).
+	eff := func(f float64) float64 {
+		if f <= 0 {
+			return 1
+		}
+		return f
+	}
+	t := &Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes,
+		IntraBW: c.IntraBW * eff(c.GPU.IntraBusEff), InterBW: c.InterBW * eff(c.GPU.InterBusEff),
 		IntraLatency: c.IntraLatency, InterLat: c.InterLatency}
 	if t.IntraLatency == 0 {
 		t.IntraLatency = ir.DefaultIntraLatency

@@ -26,7 +26,11 @@ type GPU struct {
 	// Efficiency is the fraction of PeakFLOPS a training step's kernels
 	// achieve on average (the best MFU seen at scale on this part).
 	Efficiency float64
-	Source     string // where the numbers come from
+	// IntraBusEff and InterBusEff are the fractions of the nominal link
+	// bandwidths that NCCL's large-message bus bandwidth reaches: the
+	// preset's default bandwidth profile.
+	IntraBusEff, InterBusEff float64
+	Source                   string // where the numbers come from
 }
 
 // Cluster is a resolved cluster section: a preset with overrides applied.
