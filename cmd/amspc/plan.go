@@ -75,6 +75,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		printPlan(stdout, files[0], job, res)
 	}
 	if res.Chosen == nil {
+		fmt.Fprintf(stderr, "%s: %s\n", files[0], res.Explain()[0])
 		return exitUser
 	}
 	return exitOK
