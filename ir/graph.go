@@ -301,11 +301,15 @@ type Graph struct {
 	byName map[string]*Value
 }
 
-// Lookup finds a value by name.
+// Lookup finds a value by name. The index is rebuilt when it is stale
+// (values appended directly, or renamed), so it is always right.
 func (g *Graph) Lookup(name string) *Value {
-	if g.byName == nil || len(g.byName) != len(g.Values) {
-		g.byName = make(map[string]*Value, len(g.Values))
-		for _, v := range g.Values {
+	if v, ok := g.byName[name]; ok && v.Name == name {
+		return v
+	}
+	g.byName = make(map[string]*Value, len(g.Values))
+	for _, v := range g.Values {
+		if _, dup := g.byName[v.Name]; !dup {
 			g.byName[v.Name] = v
 		}
 	}
