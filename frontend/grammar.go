@@ -220,7 +220,10 @@ type Quantity struct {
 var parser = participle.MustBuild[File](
 	participle.Lexer(amspLexer),
 	participle.Elide("Comment", "Whitespace"),
-	participle.UseLookahead(4),
+	// One token of lookahead: enough for `NAME (` vs `NAME`, `KEY =` vs a
+	// unit, and it makes a branch that consumed two tokens commit, so a
+	// syntax error is reported where it is, not where backtracking gave up.
+	participle.UseLookahead(1),
 )
 
 // Grammar returns the language's grammar in EBNF, as participle sees it.

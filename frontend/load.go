@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"bytes"
+	"fmt"
 	"unicode/utf8"
 
 	"amspc/ir"
@@ -30,11 +32,54 @@ func Parse(src Source) (*File, error) {
 		}
 		return nil, ErrorList{{Pos: ir.Pos{File: src.Name, Line: line, Col: col}, Msg: "invalid UTF-8"}}
 	}
+	if e := checkNesting(src); e != nil {
+		return nil, ErrorList{e}
+	}
 	f, err := parser.ParseBytes(src.Name, src.Text)
 	if err != nil {
-		return nil, ErrorList{syntaxError(src.Name, err)}
+		return nil, ErrorList{syntaxError(src, err)}
 	}
 	return f, nil
+}
+
+// maxNesting bounds brackets inside brackets and runs of unary minus. The
+// parser and the lowering recurse once per level, a Go stack overflow
+// cannot be recovered, and participle slows down quadratically long before
+// that (100,000 parentheses take seconds); real files nest a few levels.
+const maxNesting = 100
+
+// checkNesting reports the first token nested deeper than maxNesting. A
+// file the lexer rejects is left to the parser, which says why.
+func checkNesting(src Source) *Error {
+	lx, err := amspLexer.Lex(src.Name, bytes.NewReader(src.Text))
+	if err != nil {
+		return nil
+	}
+	syms := amspLexer.Symbols()
+	depth, minus := 0, 0
+	for {
+		tok, err := lx.Next()
+		if err != nil || tok.EOF() {
+			return nil
+		}
+		if tok.Type == syms["Comment"] || tok.Type == syms["Whitespace"] {
+			continue
+		}
+		switch tok.Value {
+		case "(", "[", "{":
+			depth++
+		case ")", "]", "}":
+			depth = max(depth-1, 0)
+		}
+		if tok.Value == "-" {
+			minus++
+		} else {
+			minus = 0
+		}
+		if depth > maxNesting || minus > maxNesting {
+			return &Error{Pos: srcPos(src, tok.Pos), Msg: fmt.Sprintf("nested too deeply: more than %d levels", maxNesting)}
+		}
+	}
 }
 
 // sections is the chosen section of each kind after combining files.
@@ -124,16 +169,17 @@ func Load(main Source, extra ...Source) (*ir.Job, error) {
 	dtype := ir.BF16
 	why := describeMissing("train")
 	if s.train != nil {
-		job.Train = lowerTrain(d, s.train)
-		why = "but the train section has errors"
-		if job.Train != nil {
-			batch, seq = job.Train.MicroBatch, job.Train.SeqLen
-			dtype = job.Train.Precision.DType()
+		t, ok := lowerTrain(d, s.train)
+		batch, seq = t.MicroBatch, t.SeqLen
+		dtype = t.Precision.DType()
+		why = "" // a bad micro_batch or seq_len is already reported
+		if ok {
+			job.Train = t
 		}
 	}
 	job.Graph = lowerModel(d, s.model, batch, seq, dtype, why)
 	if s.shard != nil {
-		job.Shard = lowerShard(d, s.shard, job.Cluster)
+		job.Shard = lowerShard(d, s.shard, job.Cluster, s.cluster != nil)
 	}
 	if job.Train != nil && job.Cluster != nil {
 		if _, err := job.Train.MicroBatches(job.Cluster.GPUs()); err != nil {

@@ -13,8 +13,10 @@ import (
 // `repeat 32000` fails fast instead of exhausting memory.
 const MaxLayers = 10000
 
-// maxValues bounds the graph as a whole for the same reason.
-const maxValues = 1 << 20
+// maxValues bounds the graph as a whole for the same reason: a 200-byte
+// file can stamp a 100-value body 10,000 times, and verifying a graph of a
+// million values takes over ten seconds. Real models have a few thousand.
+const maxValues = 1 << 17
 
 // bindKind is what a name in the model's scope stands for.
 type bindKind uint8
@@ -33,6 +35,9 @@ type binding struct {
 	layer int // repeat iteration that declared it, -1 outside blocks
 	pos   ir.Pos
 	why   string // bindUnbound: what would bind it
+	// reported is set on a bindUnbound once its first use has said why:
+	// one error per name, not one per use.
+	reported bool
 }
 
 // operand is the result of evaluating an expression: a tensor, a constant
@@ -86,7 +91,9 @@ type modelLowerer struct {
 }
 
 // lowerModel builds the forward graph of one micro-batch. batch and seq
-// are the train section's micro_batch and seq_len (0 when unbound).
+// are the train section's micro_batch and seq_len (0 when unbound);
+// unboundWhy ends the error for a use of an unbound one, and is "" when the
+// train section has already reported why they are missing.
 func lowerModel(d *diag, m *ModelSection, batch, seq int64, dtype ir.DType, unboundWhy string) *ir.Graph {
 	l := &modelLowerer{
 		d:     d,
@@ -100,10 +107,13 @@ func lowerModel(d *diag, m *ModelSection, batch, seq int64, dtype ir.DType, unbo
 		name, setting string
 		v             int64
 	}{{"batch", "micro_batch", batch}, {"seq", "seq_len", seq}} {
-		if b.v > 0 {
+		switch {
+		case b.v > 0:
 			l.scope[b.name] = &binding{kind: bindDim, dim: b.v, layer: -1}
 			l.g.Dims = append(l.g.Dims, ir.Dim{Name: b.name, Value: b.v})
-		} else {
+		case unboundWhy == "":
+			l.scope[b.name] = &binding{kind: bindUnbound, layer: -1, reported: true}
+		default:
 			l.scope[b.name] = &binding{kind: bindUnbound, layer: -1,
 				why: fmt.Sprintf("%s is bound by train.%s, %s", b.name, b.setting, unboundWhy)}
 		}
@@ -117,7 +127,7 @@ func lowerModel(d *diag, m *ModelSection, batch, seq int64, dtype ir.DType, unbo
 func (l *modelLowerer) stmts(stmts []*Stmt) {
 	for _, s := range stmts {
 		if len(l.g.Values) > maxValues {
-			l.d.errorf(pos(s.Pos), "model has more than %d values", maxValues)
+			l.d.errorf(pos(s.Pos), "model has more than %d values, the limit", maxValues)
 			return
 		}
 		switch {
@@ -176,7 +186,7 @@ func (l *modelLowerer) dimExpr(e *Expr, what string) (int64, bool) {
 	case op.bad:
 		return 0, false
 	case op.val != nil:
-		l.d.errorf(op.pos, "%s must be an integer, but %s is a tensor", what, op.val.Name)
+		l.d.errorf(op.pos, "%s must be an integer, but %s is a tensor", what, op.describe())
 		return 0, false
 	case op.c.kind != constInt:
 		l.d.errorf(op.pos, "%s must be an integer, not %s", what, op.c)
@@ -289,6 +299,16 @@ func (l *modelLowerer) init(in *Init) (ir.Init, bool) {
 	return ir.Init{}, false
 }
 
+// describe names a tensor operand for a message: by its name when the
+// user wrote one, by its op when it is an intermediate (whose generated
+// name, like y.t2, the user never saw).
+func (op operand) describe() string {
+	if op.fresh && op.val.Def != nil {
+		return "the result of " + op.val.Def.Kind.String()
+	}
+	return op.val.Name
+}
+
 func (op operand) number() (float64, bool) {
 	if op.c == nil {
 		return 0, false
@@ -317,6 +337,7 @@ func (l *modelLowerer) repeatStmt(s *RepeatStmt) {
 		return
 	}
 	l.inRep = true
+	start := len(l.g.Values)
 	for i := int64(0); i < n; i++ {
 		l.layer = l.nextL
 		l.nextL++
@@ -324,6 +345,12 @@ func (l *modelLowerer) repeatStmt(s *RepeatStmt) {
 		l.stmts(s.Body)
 		if len(l.d.errs) > before {
 			break // the same mistakes would repeat in every layer
+		}
+		// Every layer stamps the same values: after the first, the
+		// total is known, so a block too big fails before it is built.
+		if per := int64(len(l.g.Values) - start); i == 0 && int64(start)+per*n > maxValues {
+			l.d.errorf(pos(s.Count.Pos), "repeat %d of %d values each would make the model more than %d values, the limit", n, per, maxValues)
+			break
 		}
 	}
 	l.inRep = false
@@ -339,7 +366,7 @@ func (l *modelLowerer) assignStmt(s *AssignStmt) {
 			return
 		case b.kind == bindValue && (b.val.Role == ir.Param || b.val.Role == ir.Input) &&
 			!(l.inRep && b.layer >= 0 && b.layer != l.layer):
-			l.d.errorf(p, "cannot assign to %s: it is a %s (declared at %s)", s.Name, b.val.Role, b.pos)
+			l.d.errorf(p, "cannot assign to %s: it is %s (declared at %s)", s.Name, article(b.val.Role.String()), b.pos)
 			return
 		}
 	}
@@ -370,6 +397,14 @@ func (l *modelLowerer) assignStmt(s *AssignStmt) {
 	l.scope[s.Name] = &binding{kind: bindValue, val: op.val, layer: l.layer, pos: p}
 }
 
+// article prefixes a noun with "a" or "an".
+func article(noun string) string {
+	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an " + noun
+	}
+	return "a " + noun
+}
+
 func (l *modelLowerer) finishLoss(m *ModelSection) {
 	b, ok := l.scope["loss"]
 	switch {
@@ -379,7 +414,7 @@ func (l *modelLowerer) finishLoss(m *ModelSection) {
 	case b.kind != bindValue:
 		l.d.errorf(b.pos, "loss must be a tensor computed by the model")
 	case b.val.Def == nil:
-		l.d.errorf(b.pos, "loss must be computed by the model, not a %s", b.val.Role)
+		l.d.errorf(b.pos, "loss must be computed by the model, not %s", article(b.val.Role.String()))
 	case len(b.val.Shape) != 0:
 		l.d.errorf(b.val.Pos, "loss must be a scalar, got shape %s", b.val.Shape)
 	default:
@@ -417,7 +452,7 @@ func (l *modelLowerer) unary(u *Unary) operand {
 	case x.bad:
 		return x
 	case x.val != nil:
-		l.d.errorf(p, "cannot negate tensor %s", x.val.Name)
+		l.d.errorf(p, "cannot negate a tensor (%s)", x.describe())
 		return operand{bad: true}
 	case x.c.kind == constInt:
 		if x.c.i == math.MinInt64 {
@@ -459,7 +494,10 @@ func (l *modelLowerer) primary(pr *Primary) operand {
 	case bindDim:
 		return operand{c: &constant{kind: constInt, i: b.dim}, pos: p}
 	case bindUnbound:
-		l.d.errorf(p, "%s", b.why)
+		if !b.reported {
+			l.d.errorf(p, "%s", b.why)
+			b.reported = true
+		}
 		return operand{bad: true}
 	case bindPoison:
 		return operand{bad: true}
@@ -494,11 +532,11 @@ func (l *modelLowerer) binary(sym string, p ir.Pos, a, b operand) operand {
 		return l.arith(sym, p, a, b)
 	}
 	if a.c != nil || b.c != nil {
-		c, t := a.c, b.val
+		c, t := a.c, b
 		if c == nil {
-			c, t = b.c, a.val
+			c, t = b.c, a
 		}
-		l.d.errorf(p, "cannot apply %s to tensor %s and number %s", sym, t.Name, c)
+		l.d.errorf(p, "cannot apply %s to a tensor (%s) and a number (%s)", sym, t.describe(), c)
 		return operand{bad: true}
 	}
 	kind, ok := ir.LookupInfix(sym)
@@ -585,7 +623,7 @@ func (l *modelLowerer) call(c *Call) operand {
 			continue
 		}
 		if op.val != nil {
-			l.d.errorf(op.pos, "attribute %s of %s must be a constant, not tensor %s", a.Key, c.Name, op.val.Name)
+			l.d.errorf(op.pos, "attribute %s of %s must be a constant, but %s is a tensor", a.Key, c.Name, op.describe())
 			bad = true
 			continue
 		}
@@ -615,8 +653,9 @@ func (l *modelLowerer) apply(kind ir.OpKind, p ir.Pos, args []operand, given []i
 		if e.Arg >= 0 && e.Arg < len(args) {
 			return args[e.Arg].pos
 		}
-		for i, a := range given {
-			if a.Name == e.Attr {
+		// The last occurrence: for "given twice" it is the repeat.
+		for i := len(given) - 1; i >= 0; i-- {
+			if given[i].Name == e.Attr {
 				return attrPos[i]
 			}
 		}

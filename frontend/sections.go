@@ -138,6 +138,19 @@ func (s *settings) quantity(st *Setting, want unitKind) (float64, string, bool) 
 	return 0, "", false
 }
 
+// quantityText is a setting's value as written, for messages.
+func quantityText(st *Setting) string {
+	q := st.Value.Quantity
+	if q == nil {
+		return "?"
+	}
+	s := strings.Join(append([]string{q.Number}, q.Units...), " ")
+	if q.Per != "" {
+		s += "/" + q.Per
+	}
+	return s
+}
+
 func unitHint(k unitKind) string {
 	switch k {
 	case unitBytes:
@@ -186,7 +199,11 @@ func (s *settings) str(key string) (string, *Setting, bool) {
 		return "", nil, true
 	}
 	if st.Value.Str == nil {
-		s.d.errorf(pos(st.Value.Pos), "%s.%s must be a string in double quotes", s.section, key)
+		hint := ""
+		if st.Value.Ident != nil {
+			hint = fmt.Sprintf(": %s.%s = %q", s.section, key, *st.Value.Ident)
+		}
+		s.d.errorf(pos(st.Value.Pos), "%s.%s must be a string in double quotes%s", s.section, key, hint)
 		return "", st, false
 	}
 	v, err := strconv.Unquote(*st.Value.Str)
@@ -260,8 +277,13 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 			return
 		}
 		v, _, good := s.quantity(st, kind)
-		if good && !(v > 0) {
-			d.errorf(pos(st.Value.Pos), "cluster.%s must be positive", key)
+		switch {
+		case !good:
+		case math.IsInf(v, 0):
+			d.errorf(pos(st.Value.Pos), "cluster.%s = %s is out of range", key, quantityText(st))
+			good = false
+		case !(v > 0):
+			d.errorf(pos(st.Value.Pos), "cluster.%s = %s must be positive", key, quantityText(st))
 			good = false
 		}
 		if !good {
@@ -270,13 +292,20 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 		}
 		*dst = v
 	}
-	mem := float64(out.GPU.MemoryBytes)
-	override("memory", unitBytes, &mem)
-	if mem > float64(int64(1)<<62) {
-		d.errorf(pos(s.byKey["memory"].Value.Pos), "cluster.memory is out of range")
-		ok = false
-	} else {
-		out.GPU.MemoryBytes = int64(mem)
+	if st, set := s.byKey["memory"]; set {
+		mem := -1.0
+		override("memory", unitBytes, &mem)
+		switch {
+		case mem < 0: // reported by override
+		case mem > float64(int64(1)<<62):
+			d.errorf(pos(st.Value.Pos), "cluster.memory = %s is out of range (at most 2^62 bytes)", quantityText(st))
+			ok = false
+		case mem < 1:
+			d.errorf(pos(st.Value.Pos), "cluster.memory = %s is less than 1 B", quantityText(st))
+			ok = false
+		default:
+			out.GPU.MemoryBytes = int64(mem)
+		}
 	}
 	override("peak_flops", unitFlopRate, &out.GPU.PeakFLOPS)
 	override("intra_node_bw", unitByteRate, &out.IntraBW)
@@ -302,14 +331,19 @@ func gpuNames() string {
 
 var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "recompute", "steps", "seed", "data"}
 
-func lowerTrain(d *diag, t *TrainSection) *ir.Train {
+// lowerTrain resolves a train section. It returns the settings it could
+// read even when others are wrong (a bad seq_len or micro_batch is left 0),
+// so the model can still bind batch and seq, and ok says whether all were
+// right.
+func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 	s := newSettings(d, "train", t.Settings, trainKeys)
-	out := &ir.Train{Pos: pos(t.Pos), MicroBatch: 1, Optimizer: ir.DefaultAdamW, Steps: 1}
-	ok := true
+	out = &ir.Train{Pos: pos(t.Pos), MicroBatch: 1, Optimizer: ir.DefaultAdamW, Steps: 1}
+	ok = true
 	take := func(key string, max int64, dst *int64, required bool) {
 		v, set, good := s.integer(key, max)
 		switch {
 		case !good:
+			*dst = 0
 			ok = false
 		case set:
 			*dst = v
@@ -324,7 +358,7 @@ func lowerTrain(d *diag, t *TrainSection) *ir.Train {
 	if st, set := s.byKey["seed"]; set {
 		v, unit, good := s.quantity(st, unitCount)
 		if good && (unit != "" || v != math.Trunc(v) || v < 0 || v > 1<<62) {
-			d.errorf(pos(st.Value.Pos), "train.seed must be a non-negative whole number")
+			d.errorf(pos(st.Value.Pos), "train.seed = %s must be a whole number from 0 to 2^62", quantityText(st))
 			good = false
 		}
 		ok = ok && good
@@ -347,8 +381,12 @@ func lowerTrain(d *diag, t *TrainSection) *ir.Train {
 			n, _, good := s.wholeCount(st, v, maxBatch*maxSeqLen)
 			ok = ok && good
 			if good && out.SeqLen > 0 {
-				if n%out.SeqLen != 0 {
+				switch {
+				case n%out.SeqLen != 0:
 					d.errorf(out.GlobalBatchPos, "global batch of %d tokens is not a whole number of %d-token sequences", n, out.SeqLen)
+					ok = false
+				case n/out.SeqLen > maxBatch:
+					d.errorf(out.GlobalBatchPos, "global batch of %d tokens is %d sequences of %d, more than the limit of %d", n, n/out.SeqLen, out.SeqLen, maxBatch)
 					ok = false
 				}
 				out.GlobalBatch = n / out.SeqLen
@@ -378,10 +416,7 @@ func lowerTrain(d *diag, t *TrainSection) *ir.Train {
 	} else {
 		ok = false
 	}
-	if !ok {
-		return nil
-	}
-	return out
+	return out, ok
 }
 
 func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
@@ -419,7 +454,11 @@ func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
 			}
 		}
 		if a.Key == "" || f == nil {
-			d.errorf(p, "adamw takes lr=, beta1=, beta2=, eps= and weight_decay=")
+			if a.Key == "" {
+				d.errorf(p, "adamw arguments are named: adamw(lr=, beta1=, beta2=, eps=, weight_decay=)")
+			} else {
+				d.errorf(p, "adamw has no argument %s (it takes lr, beta1, beta2, eps, weight_decay)", a.Key)
+			}
 			ok = false
 			continue
 		}
@@ -430,8 +469,18 @@ func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
 		}
 		seen[a.Key] = true
 		v, good := constNumber(a.Value)
-		if !good || v < f.lo || v >= f.hi || (f.name == "lr" && v == 0) {
-			d.errorf(p, "adamw %s must be a number in [%s, %s)", f.name, ir.FormatFloat(f.lo), ir.FormatFloat(f.hi))
+		lo := "["
+		if f.name == "lr" {
+			lo = "(" // a zero learning rate trains nothing
+		}
+		switch {
+		case !good:
+			d.errorf(p, "adamw %s must be a number", f.name)
+		case v < f.lo || v >= f.hi || (f.name == "lr" && v == 0):
+			d.errorf(p, "adamw %s = %s is outside %s%s, %s)", f.name, ir.FormatFloat(v), lo, ir.FormatFloat(f.lo), ir.FormatFloat(f.hi))
+			good = false
+		}
+		if !good {
 			ok = false
 			continue
 		}
@@ -462,66 +511,14 @@ func constNumber(e *Expr) (float64, bool) {
 
 var shardKeys = []string{"params", "grads", "optim"}
 
-// lowerShard resolves a shard section against the cluster (nil when the
-// file has none, which only auto allows).
-func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster) *ir.ShardSpec {
+// lowerShard resolves a shard section against the cluster: c is nil when
+// the file has none, which only auto allows, or when the cluster section
+// has errors (haveCluster), which are reported already.
+func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.ShardSpec {
 	p := pos(sh.Pos)
 	out := &ir.ShardSpec{Pos: p}
-	name, k := "", 0
-	switch {
-	case sh.Preset != nil:
-		name = *sh.Preset
-	case sh.Call != nil:
-		name = sh.Call.Name
-		if len(sh.Call.Args) != 1 || sh.Call.Args[0].Key != "" {
-			d.errorf(pos(sh.Call.Pos), "shard %s takes one argument, a group size: %s(8)", name, name)
-			return nil
-		}
-		v, good := constNumber(sh.Call.Args[0].Value)
-		if !good || v != math.Trunc(v) || v < 1 || v > maxNodes*maxGPUsPerNode {
-			d.errorf(pos(sh.Call.Args[0].Pos), "shard %s group size must be a positive whole number", name)
-			return nil
-		}
-		k = int(v)
-	}
-	if name == "auto" && sh.Call == nil {
-		return out
-	}
 	if sh.Preset != nil || sh.Call != nil {
-		var takesK, known bool
-		for _, pr := range ir.Presets {
-			if pr.Name == name {
-				known, takesK = true, pr.TakesK
-			}
-		}
-		switch {
-		case !known:
-			d.errorf(p, "unknown shard preset %s (known: auto, ddp, zero1, zero2, zero3, mics(k), hsdp(k), zeropp(k))", name)
-			return nil
-		case takesK && k == 0:
-			d.errorf(p, "shard %s needs a group size: %s(8)", name, name)
-			return nil
-		case !takesK && k != 0:
-			d.errorf(p, "shard %s takes no argument", name)
-			return nil
-		}
-		out.Mode, out.Preset, out.K = ir.ShardPreset, name, k
-		if c == nil {
-			d.errorf(p, "shard %s needs a cluster section to resolve against", out.Label())
-			return nil
-		}
-		dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
-		var err error
-		out.P, out.G, out.OS, out.Secondary, err = ir.ResolvePreset(name, k, dp)
-		if err != nil {
-			d.errorf(p, "shard %s: %v", out.Label(), err)
-			return nil
-		}
-		if err := ir.ValidateFactors(dp, out.P, out.G, out.OS); err != nil {
-			d.errorf(p, "shard %s: %v", out.Label(), err)
-			return nil
-		}
-		return out
+		return lowerPreset(d, sh, c, haveCluster)
 	}
 	out.Mode = ir.ShardFixed
 	s := newSettings(d, "shard", sh.Settings, shardKeys)
@@ -532,11 +529,13 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster) *ir.ShardSpec {
 			ok = false
 		}
 	}
-	if !ok || d.failed() {
+	if !ok {
 		return nil
 	}
 	if c == nil {
-		d.errorf(p, "shard factors need a cluster section to check against")
+		if !haveCluster {
+			d.errorf(p, "shard factors need a cluster section to check against")
+		}
 		return nil
 	}
 	factor := func(key string) (ir.Factor, bool) {
@@ -558,7 +557,7 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster) *ir.ShardSpec {
 		}
 		v, err := strconv.ParseFloat(q.Number, 64)
 		if err != nil || v != math.Trunc(v) || v < 1 || v > maxNodes*maxGPUsPerNode {
-			d.errorf(vp, "shard.%s must be a positive whole number of GPUs", key)
+			d.errorf(vp, "shard.%s = %s must be a positive whole number of GPUs", key, q.Number)
 			return ir.Factor{}, false
 		}
 		f, ferr := ir.GPUsToFactor(int(v), c.GPUsPerNode, c.Nodes)
@@ -577,7 +576,84 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster) *ir.ShardSpec {
 	}
 	dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
 	if err := ir.ValidateFactors(dp, out.P, out.G, out.OS); err != nil {
-		d.errorf(p, "invalid shard: %v", err)
+		// ValidateFactors names the factor at fault first ("grads
+		// factor 2x1 must ..."); point at that setting.
+		at := p
+		if f := strings.Fields(err.Error()); len(f) > 0 {
+			if st, ok := s.byKey[f[0]]; ok {
+				at = pos(st.Value.Pos)
+			}
+		}
+		d.errorf(at, "invalid shard: %v", err)
+		return nil
+	}
+	return out
+}
+
+// lowerPreset resolves `shard NAME` and `shard NAME(k)`. Errors point at
+// the group size when it is to blame, else at the preset.
+func lowerPreset(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.ShardSpec {
+	p := pos(sh.Pos)
+	out := &ir.ShardSpec{Pos: p}
+	name, namePos := "", p
+	if sh.Preset != nil {
+		name = *sh.Preset
+	} else {
+		name, namePos = sh.Call.Name, pos(sh.Call.Pos)
+	}
+	known, takesK := name == "auto", false
+	for _, pr := range ir.Presets {
+		if pr.Name == name {
+			known, takesK = true, pr.TakesK
+		}
+	}
+	switch {
+	case !known:
+		d.errorf(namePos, "unknown shard preset %s (known: auto, ddp, zero1, zero2, zero3, mics(k), hsdp(k), zeropp(k))", name)
+		return nil
+	case takesK && sh.Call == nil:
+		d.errorf(namePos, "shard %s needs a group size: %s(8)", name, name)
+		return nil
+	case !takesK && sh.Call != nil:
+		d.errorf(namePos, "shard %s takes no argument", name)
+		return nil
+	case name == "auto":
+		return out
+	}
+	argPos := namePos
+	k := 0
+	if sh.Call != nil {
+		if len(sh.Call.Args) != 1 || sh.Call.Args[0].Key != "" {
+			d.errorf(namePos, "shard %s takes one argument, a group size: %s(8)", name, name)
+			return nil
+		}
+		argPos = pos(sh.Call.Args[0].Pos)
+		v, good := constNumber(sh.Call.Args[0].Value)
+		switch {
+		case !good:
+			d.errorf(argPos, "shard %s group size must be a number: %s(8)", name, name)
+			return nil
+		case v != math.Trunc(v) || v < 1 || v > maxNodes*maxGPUsPerNode:
+			d.errorf(argPos, "shard %s group size %s is not a whole number from 1 to %d", name, ir.FormatFloat(v), maxNodes*maxGPUsPerNode)
+			return nil
+		}
+		k = int(v)
+	}
+	out.Mode, out.Preset, out.K = ir.ShardPreset, name, k
+	if c == nil {
+		if !haveCluster {
+			d.errorf(namePos, "shard %s needs a cluster section to resolve against", out.Label())
+		}
+		return nil
+	}
+	dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
+	var err error
+	out.P, out.G, out.OS, out.Secondary, err = ir.ResolvePreset(name, k, dp)
+	if err == nil {
+		err = ir.ValidateFactors(dp, out.P, out.G, out.OS)
+	}
+	if err != nil {
+		d.errorf(argPos, "shard %s: %v", out.Label(), err)
 		return nil
 	}
 	return out
