@@ -65,7 +65,7 @@ type ModelStats struct {
 	// Tokens per micro-batch on one replica (batch x seq).
 	Tokens int64
 	// Forward FLOPs of one micro-batch, by kind.
-	MatMulFlops, AttentionFlops, OtherFlops int64
+	MatMulFlops, AttentionFlops, OtherFlops float64
 	MatMulWeights                           int64 // params read as matmul weights (N_mm)
 }
 
@@ -112,7 +112,7 @@ func (s ModelStats) TrainFlopsPerToken() float64 {
 	if s.Tokens == 0 {
 		return 0
 	}
-	return 3 * float64(s.MatMulFlops+s.AttentionFlops) / float64(s.Tokens)
+	return 3 * (s.MatMulFlops + s.AttentionFlops) / float64(s.Tokens)
 }
 
 // AttentionFlopsPerToken is the 12·L·d·s term alone.
@@ -120,7 +120,7 @@ func (s ModelStats) AttentionFlopsPerToken() float64 {
 	if s.Tokens == 0 {
 		return 0
 	}
-	return 3 * float64(s.AttentionFlops) / float64(s.Tokens)
+	return 3 * s.AttentionFlops / float64(s.Tokens)
 }
 
 // StateBytesPerParam is P + G + OS bytes of one param under a precision:

@@ -29,7 +29,7 @@ type Stage struct {
 	// (each a "module" in the AMSP paper's formulas), in definition order.
 	Params []int64
 	// FwdFlops is the forward FLOPs of one micro-batch.
-	FwdFlops int64
+	FwdFlops float64
 	// Saved is the bytes of activations the stage keeps for backward;
 	// Boundary the bytes of its inputs from earlier stages, all that full
 	// recompute keeps.

@@ -28,7 +28,7 @@ func (m *Model) computeTimes(rc ir.Recompute, scale float64) (fwd, bwd []float64
 	n := len(m.Stages)
 	fwd, bwd, win = make([]float64, n), make([]float64, n), make([]windows, n)
 	for i, st := range m.Stages {
-		fwd[i] = float64(st.FwdFlops) * scale / m.flopRate
+		fwd[i] = st.FwdFlops * scale / m.flopRate
 		bwd[i] = 2 * fwd[i]
 		if rc == ir.RecomputeFull && st.Group == Blocks {
 			bwd[i] += fwd[i]

@@ -165,9 +165,13 @@ func (t *Train) MicroBatchesOf(mb int64, dp int) (int64, error) {
 	if per <= 0 {
 		return 0, fmt.Errorf("data-parallel size %d is not positive", dp)
 	}
-	if t.GlobalBatch%per != 0 || t.GlobalBatch < per {
-		return 0, fmt.Errorf("global batch of %d sequences does not split into micro-batches of %d sequences on %d data-parallel ranks (%d x %d = %d)",
-			t.GlobalBatch, mb, dp, mb, dp, per)
+	if t.GlobalBatch < per {
+		return 0, fmt.Errorf("global batch of %d sequences is smaller than one micro-batch on every data-parallel rank (micro_batch %d x %d ranks = %d)",
+			t.GlobalBatch, mb, dp, per)
+	}
+	if t.GlobalBatch%per != 0 {
+		return 0, fmt.Errorf("global batch of %d sequences does not split evenly into micro-batches of micro_batch %d x %d data-parallel ranks = %d sequences",
+			t.GlobalBatch, mb, dp, per)
 	}
 	return t.GlobalBatch / per, nil
 }
@@ -259,7 +263,10 @@ func ValidateFactors(dp, p, g, os Factor) error {
 		if c.f.S0 > dp.S0 || dp.S0%c.f.S0 != 0 {
 			return fmt.Errorf("%s factor %v: %d does not divide the %d GPUs of a node", c.name, c.f, c.f.S0, dp.S0)
 		}
-		if c.f.S1 > dp.S1 || dp.S1%c.f.S1 != 0 {
+		if c.f.S1 > dp.S1 {
+			return fmt.Errorf("%s factor %v needs %d nodes, the cluster has %d", c.name, c.f, c.f.S1, dp.S1)
+		}
+		if dp.S1%c.f.S1 != 0 {
 			return fmt.Errorf("%s factor %v: %d does not divide the %d nodes", c.name, c.f, c.f.S1, dp.S1)
 		}
 		if c.f.S1 > 1 && c.f.S0 != dp.S0 {

@@ -67,8 +67,9 @@ type OpInfo struct {
 	// Infer computes the result type from operand types and attributes
 	// (attributes already defaulted and ordered as in Attrs).
 	Infer func(args []*Value, attrs []Attr) (Shape, DType, *OpError)
-	// Flops is the forward FLOP count of one application.
-	Flops func(op *Op) int64
+	// Flops is the forward FLOP count of one application (a float: the
+	// counts of shapes that fit in memory can still overflow an int64).
+	Flops func(op *Op) float64
 	// Save lists the operands backward reads (so forward keeps them
 	// alive), and SaveOut whether it reads the result. Params among them
 	// cost nothing extra: they are model states.
@@ -82,11 +83,11 @@ func init() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	opTable = [numOps]OpInfo{
 		Embed: {Name: "embed", Arity: 2, Infer: inferEmbed, Save: []int{0},
-			Flops: func(*Op) int64 { return 0 }}, // a gather, no arithmetic
+			Flops: func(*Op) float64 { return 0 }}, // a gather, no arithmetic
 		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: inferMatMul, Save: []int{0, 1},
-			Flops: func(op *Op) int64 {
-				k := op.Args[1].Shape[0]
-				return 2 * op.Out.Shape.NumElements() * k
+			Flops: func(op *Op) float64 {
+				k := float64(op.Args[1].Shape[0])
+				return 2 * float64(op.Out.Shape.NumElements()) * k
 			}},
 		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: inferNorm, Save: []int{0, 1},
 			Flops: elementwise(4)}, // square, mean, scale, weight
@@ -420,19 +421,19 @@ func inferCrossEntropy(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	return Shape{}, F32, nil
 }
 
-func elementwise(perElem int64) func(op *Op) int64 {
-	return func(op *Op) int64 { return perElem * op.Out.Shape.NumElements() }
+func elementwise(perElem float64) func(op *Op) float64 {
+	return func(op *Op) float64 { return perElem * float64(op.Out.Shape.NumElements()) }
 }
 
 // attentionFlops counts QK^T and the weighted sum of V over the full s x s
 // score matrix (PaLM's convention: the causal mask is not discounted).
-func attentionFlops(op *Op) int64 {
+func attentionFlops(op *Op) float64 {
 	q := op.Args[0].Shape
-	return 4 * q[0] * q[1] * q[1] * q[2]
+	return 4 * float64(q[0]) * float64(q[1]) * float64(q[1]) * float64(q[2])
 }
 
-func crossEntropyFlops(op *Op) int64 {
-	return 5 * op.Args[0].Shape.NumElements()
+func crossEntropyFlops(op *Op) float64 {
+	return 5 * float64(op.Args[0].Shape.NumElements())
 }
 
 // FormatFloat prints a float in its shortest exact form, so printing and

@@ -80,7 +80,12 @@ func (vf *verifier) run() error {
 			vf.index[v] = i
 		}
 	}
-	vf.findCycles()
+	// Definition order proves acyclicity when every operand comes first;
+	// only a graph that breaks it pays for gonum's sort, which then names
+	// the cycle (if it is one) in the error.
+	if !vf.inOrder() {
+		vf.findCycles()
+	}
 
 	names := make(map[string]*Value, len(g.Values))
 	var loss *Value
@@ -109,6 +114,21 @@ func (vf *verifier) run() error {
 
 func verr(v *Value, format string, a ...any) error {
 	return &VerifyError{Name: v.Name, Pos: v.Pos, Msg: fmt.Sprintf(format, a...)}
+}
+
+// inOrder reports whether every operand is defined before its use.
+func (vf *verifier) inOrder() bool {
+	for i, v := range vf.g.Values {
+		if v.Def == nil {
+			continue
+		}
+		for _, a := range v.Def.Args {
+			if j, ok := vf.index[a]; !ok || j >= i {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // findCycles topologically sorts the operand graph with gonum (node ID =
