@@ -45,7 +45,10 @@ const (
 	unitBytes
 	unitByteRate
 	unitFlopRate
+	unitTime
 )
+
+var timeUnits = map[string]float64{"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}
 
 var byteUnits = map[string]float64{
 	"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -135,6 +138,18 @@ func (s *settings) quantity(st *Setting, want unitKind) (float64, string, bool) 
 		}
 		return v * m, "", true
 	}
+	if want == unitTime {
+		if len(units) != 1 || q.Per != "" {
+			s.d.errorf(p, "%s.%s needs a time unit%s", s.section, st.Key, unitHint(want))
+			return 0, "", false
+		}
+		m, ok := timeUnits[units[0]]
+		if !ok {
+			s.d.errorf(p, "unknown unit %s%s", units[0], unitHint(want))
+			return 0, "", false
+		}
+		return v * m, "", true
+	}
 	return 0, "", false
 }
 
@@ -159,6 +174,8 @@ func unitHint(k unitKind) string {
 		return " (a rate such as 200 GB/s or 400 Gb/s)"
 	case unitFlopRate:
 		return " (a rate such as 312 TFLOP/s)"
+	case unitTime:
+		return " (ns, us, ms or s)"
 	}
 	return ""
 }
@@ -239,7 +256,8 @@ const (
 	maxBatch       = 1 << 30
 )
 
-var clusterKeys = []string{"nodes", "gpus_per_node", "gpu", "memory", "peak_flops", "intra_node_bw", "inter_node_bw", "profile"}
+var clusterKeys = []string{"nodes", "gpus_per_node", "gpu", "memory", "peak_flops", "efficiency",
+	"intra_node_bw", "inter_node_bw", "intra_latency", "inter_latency", "profile"}
 
 func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 	s := newSettings(d, "cluster", c.Settings, clusterKeys)
@@ -310,6 +328,21 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 	override("peak_flops", unitFlopRate, &out.GPU.PeakFLOPS)
 	override("intra_node_bw", unitByteRate, &out.IntraBW)
 	override("inter_node_bw", unitByteRate, &out.InterBW)
+	out.IntraLatency, out.InterLatency = ir.DefaultIntraLatency, ir.DefaultInterLatency
+	override("intra_latency", unitTime, &out.IntraLatency)
+	override("inter_latency", unitTime, &out.InterLatency)
+	if st, set := s.byKey["efficiency"]; set {
+		v, unit, good := s.quantity(st, unitCount)
+		if good && (unit != "" || !(v > 0 && v <= 1)) {
+			d.errorf(pos(st.Value.Pos), "cluster.efficiency = %s must be a fraction of peak in (0, 1]", quantityText(st))
+			good = false
+		}
+		if good {
+			out.GPU.Efficiency = v
+		} else {
+			ok = false
+		}
+	}
 	if p, _, good := s.str("profile"); good {
 		out.Profile = p
 	} else {
