@@ -592,6 +592,7 @@ func (l *modelLowerer) arith(sym string, p ir.Pos, a, b operand) operand {
 func (l *modelLowerer) call(c *Call) operand {
 	p := pos(c.Pos)
 	kind, ok := ir.LookupOp(c.Name)
+	ok = ok && !kind.Info().Internal
 	if !ok {
 		if b, bound := l.scope[c.Name]; bound && b.kind != bindPoison {
 			l.d.errorf(p, "%s is not an op", c.Name)

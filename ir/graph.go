@@ -183,12 +183,14 @@ const (
 	InitNormal InitKind = iota // normal(0, Std)
 	InitOnes
 	InitZeros
+	InitCopy // the initial value of another param (an fp32 master copy)
 )
 
 // Init is a param's initialiser.
 type Init struct {
 	Kind InitKind
 	Std  float64 // for InitNormal
+	Of   string  // for InitCopy: the param copied
 }
 
 // DefaultInit is what a param without an init clause gets.
@@ -200,6 +202,8 @@ func (in Init) String() string {
 		return "ones"
 	case InitZeros:
 		return "zeros"
+	case InitCopy:
+		return "copy(" + in.Of + ")"
 	}
 	return "normal(" + FormatFloat(in.Std) + ")"
 }
@@ -214,6 +218,10 @@ type Value struct {
 	Init  Init // params only
 	Layer int  // index of the repeated block it belongs to, or -1
 	Pos   Pos
+	// Updates is the state (param or optimizer state) this value
+	// replaces at the end of the step; only computed values of role Param
+	// or OptState have one.
+	Updates *Value
 }
 
 // Bytes is the size of the value's data.
@@ -345,8 +353,16 @@ func (g *Graph) Ops() []*Op {
 	return ops
 }
 
-// Params returns the params in definition order.
-func (g *Graph) Params() []*Value { return g.ByRole(Param) }
+// Params returns the params in definition order (not their updates).
+func (g *Graph) Params() []*Value {
+	var vs []*Value
+	for _, v := range g.Values {
+		if v.Role == Param && v.Def == nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
 
 // ByRole returns the values of one role in definition order.
 func (g *Graph) ByRole(r Role) []*Value {

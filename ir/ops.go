@@ -24,6 +24,30 @@ const (
 	Add
 	Mul
 	CrossEntropy
+
+	// Backward ops, made by autodiff (ir/grad.go); not callable from
+	// source.
+	EmbedGrad
+	MatMulGradA
+	MatMulGradB
+	RMSNormGradX
+	RMSNormGradW
+	LayerNormGradX
+	LayerNormGradW
+	SumRows
+	RoPEGrad
+	AttentionGradQ
+	AttentionGradK
+	AttentionGradV
+	SiLUGrad
+	GELUGrad
+	CrossEntropyGrad
+
+	// Optimizer ops, made by the optimizer pass.
+	AdamM
+	AdamV
+	AdamUpdate
+	Cast
 	numOps
 )
 
@@ -75,6 +99,11 @@ type OpInfo struct {
 	// cost nothing extra: they are model states.
 	Save    []int
 	SaveOut bool
+	// Internal ops are made by passes, never written in source.
+	Internal bool
+	// Backward returns the gradient of each operand given the gradient
+	// dy of the result (nil where an operand has none: ids, targets).
+	Backward func(b GradBuilder, op *Op, dy *Value) []*Value
 }
 
 var opTable [numOps]OpInfo
@@ -111,6 +140,7 @@ func init() {
 		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1), Save: []int{0, 1}},
 		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: inferCrossEntropy, Flops: crossEntropyFlops, Save: []int{0, 1}},
 	}
+	initGradOps()
 }
 
 // Info returns the op table row of k.
@@ -148,11 +178,13 @@ func LookupInfix(sym string) (OpKind, bool) {
 	return InvalidOp, false
 }
 
-// OpNames lists the ops' names in table order.
+// OpNames lists the source-language ops' names in table order.
 func OpNames() []string {
 	var names []string
 	for k := InvalidOp + 1; k < numOps; k++ {
-		names = append(names, opTable[k].Name)
+		if !opTable[k].Internal {
+			names = append(names, opTable[k].Name)
+		}
 	}
 	return names
 }

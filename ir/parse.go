@@ -153,6 +153,9 @@ func (p *parser) value(role Role) {
 
 	p.skipSpace()
 	hasInit := role == Param || role == OptState
+	if hasInit && p.peek() == '=' {
+		hasInit = false // an update: computed, replacing a state
+	}
 	switch {
 	case p.peekWord() == "init" && hasInit:
 		p.word("init")
@@ -167,6 +170,18 @@ func (p *parser) value(role Role) {
 		p.off++
 		v.Def = p.op()
 		v.Def.Out = v
+	}
+	p.skipSpace()
+	if p.peekWord() == "updates" {
+		p.word("updates")
+		p.skipSpace()
+		col := p.off
+		name := p.word("updated state")
+		target, ok := p.defs[name]
+		if !ok {
+			p.failAt(col, "undefined operand %q (updated state)", name)
+		}
+		v.Updates = target
 	}
 	p.skipSpace()
 	if p.peekWord() == "layer" {
@@ -216,6 +231,12 @@ func (p *parser) init() Init {
 		std := p.floatWord("std")
 		p.expect(')')
 		return Init{Kind: InitNormal, Std: std}
+	case "copy":
+		p.expect('(')
+		p.skipSpace()
+		of := p.word("copied param")
+		p.expect(')')
+		return Init{Kind: InitCopy, Of: of}
 	default:
 		p.failAt(col, "unknown init %q", w)
 	}

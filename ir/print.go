@@ -79,7 +79,7 @@ func printValue(b *strings.Builder, v *Value, file string) {
 	b.WriteString(" : ")
 	b.WriteString(v.DType.String())
 	b.WriteString(v.Shape.String())
-	if v.Role == Param || v.Role == OptState {
+	if (v.Role == Param || v.Role == OptState) && v.Def == nil {
 		b.WriteString(" init ")
 		b.WriteString(v.Init.String())
 	}
@@ -106,6 +106,10 @@ func printValue(b *strings.Builder, v *Value, file string) {
 			b.WriteString(a.Val.String())
 		}
 		b.WriteByte(')')
+	}
+	if v.Updates != nil {
+		b.WriteString(" updates ")
+		b.WriteString(v.Updates.Name)
 	}
 	if v.Layer >= 0 {
 		b.WriteString(" layer ")

@@ -199,8 +199,24 @@ func (vf *verifier) value(i int, v *Value, names map[string]*Value) error {
 	if v.Layer < -1 || v.Layer >= g.Layers {
 		return verr(v, "layer %d out of range [-1, %d)", v.Layer, g.Layers)
 	}
-	if (v.Role == Param || v.Role == OptState) && v.Init.Kind > InitZeros {
+	if (v.Role == Param || v.Role == OptState) && v.Init.Kind > InitCopy {
 		return verr(v, "invalid init kind %d", v.Init.Kind)
+	}
+	if v.Def == nil && v.Init.Kind == InitCopy {
+		if src, ok := names[v.Init.Of]; !ok || src.Role != Param || !src.Shape.Equal(v.Shape) {
+			return verr(v, "init copy(%s) must name an earlier param of shape %s", v.Init.Of, v.Shape)
+		}
+	}
+	isState := v.Role == Param || v.Role == OptState
+	if u := v.Updates; u != nil {
+		switch {
+		case !isState || v.Def == nil:
+			return verr(v, "only computed params and optimizer states update a state")
+		case names[u.Name] != u:
+			return verr(v, "updated state %s is not defined before", u.Name)
+		case u.Role != v.Role || u.Def != nil || !u.Shape.Equal(v.Shape) || u.DType != v.DType:
+			return verr(v, "updates %s (%s %s%s), which differs in role, type or is itself computed", u.Name, u.Role, u.DType, u.Shape)
+		}
 	}
 	if v.Role == Loss {
 		if len(v.Shape) != 0 {
@@ -213,7 +229,9 @@ func (vf *verifier) value(i int, v *Value, names map[string]*Value) error {
 	switch {
 	case v.Role.Defined() && v.Def == nil:
 		return verr(v, "%s value has no defining op", v.Role)
-	case !v.Role.Defined() && v.Def != nil:
+	case isState && v.Def != nil && v.Updates == nil:
+		return verr(v, "computed %s value updates no state", v.Role)
+	case !v.Role.Defined() && v.Def != nil && !isState:
 		return verr(v, "%s value has a defining op %s (only act, loss and grad values are computed)", v.Role, v.Def.Kind)
 	case v.Def == nil:
 		return nil

@@ -47,6 +47,7 @@ func init() {
 	commands = []command{
 		{"check", "parse, lower and verify .amsp files; summarise model, cluster and training", runCheck},
 		{"plan", "choose sharding factors and compare them with DDP, ZeRO, FSDP, MiCS, ZeRO++", runPlan},
+		{"compile", "compile a training step (passes so far; per-rank code generation not yet)", runCompile},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

@@ -1,0 +1,131 @@
+package passes
+
+import (
+	"fmt"
+	"strings"
+
+	"amspc/ir"
+)
+
+// autodiff appends the backward pass of one micro-batch to the forward
+// graph: reverse-mode differentiation from the loss, one op's rule at a
+// time (each op's rule is in the op table), summing the gradient
+// contributions of values used more than once. Every param reached gets a
+// gradient value of role Grad named grad.<param>.
+//
+// The loss seed is the micro-batch's weight in the step's loss: the mean
+// over every token of the global batch weighs each micro-batch mean by
+// 1/(M x s_dp) (NUMERICS.md), so gradients need no rescaling later.
+func autodiff(s *State) error {
+	g := s.Graph
+	loss := g.LossValue()
+	if loss == nil || loss.Def == nil {
+		return fmt.Errorf("no loss to differentiate")
+	}
+	if loss.Def.Kind != ir.CrossEntropy {
+		return &UserError{Pos: loss.Pos, Msg: fmt.Sprintf("training needs loss = cross_entropy(...) directly, not %s (not supported yet)", loss.Def.Kind)}
+	}
+	b := &gradBuilder{g: g}
+	contrib := map[*ir.Value][]*ir.Value{}
+	shared := map[*ir.Value]int{} // how many operands a contribution serves
+	add := func(to, grad *ir.Value) {
+		contrib[to] = append(contrib[to], grad)
+		shared[grad]++
+	}
+	// The seed: d loss / d logits of the weighted micro-batch mean.
+	ce := loss.Def
+	b.at(loss)
+	seed := b.Apply(ir.CrossEntropyGrad, []*ir.Value{ce.Args[0], ce.Args[1]}, ir.FloatAttr("scale", s.LossScale))
+	add(ce.Args[0], seed)
+
+	fwd := g.Values[:len(g.Values)-1] // everything before the seed
+	for i := len(fwd) - 1; i >= 0; i-- {
+		v := fwd[i]
+		if v.Def == nil || v == loss || len(contrib[v]) == 0 {
+			continue
+		}
+		b.at(v)
+		dy := b.sum("d."+v.Name, contrib[v], shared)
+		rule := v.Def.Kind.Info().Backward
+		if rule == nil {
+			return fmt.Errorf("op %s has no backward rule", v.Def.Kind)
+		}
+		grads := rule(b, v.Def, dy)
+		for j, a := range v.Def.Args {
+			if j < len(grads) && grads[j] != nil && (a.Role == ir.Param || a.Def != nil) {
+				add(a, grads[j])
+			}
+		}
+	}
+	for _, p := range g.Params() {
+		if len(contrib[p]) == 0 {
+			return &UserError{Pos: p.Pos, Msg: fmt.Sprintf("param %s does not reach the loss, so it has no gradient (not supported yet)", p.Name)}
+		}
+		b.at(p)
+		gp := b.sum("grad."+p.Name, contrib[p], shared)
+		if gp.Name != "grad."+p.Name {
+			// The contribution is another value's gradient (x + p passes
+			// dy through): copy it, so the param's gradient is its own.
+			gp = b.Apply(ir.Cast, []*ir.Value{gp}, ir.IntAttr("dtype", int64(gp.DType)))
+			gp.Name = "grad." + p.Name
+		}
+		gp.Role = ir.Grad
+		s.Grads = append(s.Grads, GradOf{Param: p, Grad: gp})
+	}
+	return nil
+}
+
+// GradOf pairs a param with its gradient value.
+type GradOf struct {
+	Param, Grad *ir.Value
+}
+
+// gradBuilder makes backward ops at the position and layer of the forward
+// value being differentiated.
+type gradBuilder struct {
+	g     *ir.Graph
+	cur   *ir.Value
+	temps int
+	made  map[*ir.Value]bool
+}
+
+func (b *gradBuilder) at(v *ir.Value) { b.cur, b.temps = v, 0 }
+
+func (b *gradBuilder) Apply(kind ir.OpKind, args []*ir.Value, attrs ...ir.Attr) *ir.Value {
+	norm, oerr := ir.NormalizeAttrs(kind, attrs)
+	if oerr != nil {
+		panic(fmt.Sprintf("autodiff: %s: %s", kind, oerr.Msg))
+	}
+	shape, dt, oerr := ir.Infer(kind, args, norm)
+	if oerr != nil {
+		panic(fmt.Sprintf("autodiff: %s of %s: %s", kind, b.cur.Name, oerr.Msg))
+	}
+	b.temps++
+	v := &ir.Value{Name: fmt.Sprintf("bwd.%s.%d", b.cur.Name, b.temps), Shape: shape, DType: dt,
+		Role: ir.Activation, Layer: b.cur.Layer, Pos: b.cur.Pos}
+	v.Def = &ir.Op{Kind: kind, Args: args, Attrs: norm, Out: v, Pos: b.cur.Pos}
+	b.g.Add(v)
+	if b.made == nil {
+		b.made = map[*ir.Value]bool{}
+	}
+	b.made[v] = true
+	return v
+}
+
+// sum adds up gradient contributions into one value named name (or gives
+// a lone fresh contribution that name).
+func (b *gradBuilder) sum(name string, parts []*ir.Value, shared map[*ir.Value]int) *ir.Value {
+	if len(parts) == 1 {
+		p := parts[0]
+		if b.made[p] && shared[p] == 1 && strings.HasPrefix(p.Name, "bwd.") {
+			p.Name = name
+		}
+		return p
+	}
+	acc := parts[0]
+	for _, p := range parts[1:] {
+		acc = b.Apply(ir.Add, []*ir.Value{acc, p})
+	}
+	acc.Name = name
+	return acc
+}

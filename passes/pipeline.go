@@ -1,0 +1,147 @@
+// Package passes is the compiler's middle: the passes that turn a checked
+// model (the forward graph of one micro-batch) into a training step, in
+// the order listed below, each with one line on why it sits there.
+//
+// In: an ir.Job from the frontend. Out: a State holding the training
+// graph, verified after every pass when Options.Check is set (and always
+// at the end).
+package passes
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"amspc/ir"
+)
+
+// A Pass transforms the state; Why says why it sits where it does.
+type Pass struct {
+	Name string
+	Why  string
+	Run  func(*State) error
+}
+
+// Pipeline is every pass, in order.
+var Pipeline = []Pass{
+	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff},
+	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer},
+}
+
+// State is what passes share.
+type State struct {
+	Job   *ir.Job
+	Graph *ir.Graph
+	// LossScale weighs one micro-batch's loss in the step: 1/(M x s_dp).
+	LossScale float64
+	// Grads lists each param's gradient, in param order (autodiff).
+	Grads []GradOf
+	// States lists each param's optimizer states (optimizer).
+	States []ParamStates
+}
+
+// Options steer a run of the pipeline.
+type Options struct {
+	// DP is the data-parallel size the loss is averaged over.
+	DP int
+	// Check verifies the graph after every pass (-d=check).
+	Check bool
+	// DumpAfter prints the graph after the named pass, or after every
+	// pass for "all" (-dump-after=PASS).
+	DumpAfter string
+	Dump      io.Writer
+}
+
+// UserError is a mistake in the input that a pass finds (a construct the
+// compiler does not support yet, for instance).
+type UserError struct {
+	Pos ir.Pos
+	Msg string
+}
+
+func (e *UserError) Error() string { return e.Pos.String() + ": " + e.Msg }
+
+// InternalError is a compiler bug caught by a check, naming the pass.
+type InternalError struct {
+	Pass string
+	Err  error
+}
+
+func (e *InternalError) Error() string { return "internal compiler error: " + e.Pass + ": " + e.Err.Error() }
+
+func (e *InternalError) Unwrap() error { return e.Err }
+
+// Names lists the passes' names.
+func Names() []string {
+	var out []string
+	for _, p := range Pipeline {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// Run runs the pipeline on a job's forward graph (which it extends in
+// place).
+func Run(job *ir.Job, opts Options) (s *State, err error) {
+	if opts.DumpAfter != "" && opts.DumpAfter != "all" && !known(opts.DumpAfter) {
+		return nil, fmt.Errorf("-dump-after=%s: no such pass (passes: %s, or all)", opts.DumpAfter, strings.Join(Names(), ", "))
+	}
+	if job.Train == nil {
+		return nil, fmt.Errorf("compiling a training step needs a train section")
+	}
+	dp := opts.DP
+	if dp == 0 && job.Cluster != nil {
+		dp = job.Cluster.GPUs()
+	}
+	if dp == 0 {
+		dp = 1
+	}
+	M, merr := job.Train.MicroBatches(dp)
+	if merr != nil {
+		return nil, merr
+	}
+	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp))}
+	for _, p := range Pipeline {
+		if err := runPass(p, s); err != nil {
+			return nil, err
+		}
+		if opts.DumpAfter == p.Name || opts.DumpAfter == "all" {
+			fmt.Fprintf(opts.Dump, "# after %s\n%s", p.Name, ir.Print(s.Graph))
+		}
+		if opts.Check {
+			if err := ir.Verify(s.Graph); err != nil {
+				return nil, &InternalError{Pass: p.Name, Err: err}
+			}
+		}
+	}
+	if err := ir.Verify(s.Graph); err != nil {
+		return nil, &InternalError{Pass: "verify", Err: err}
+	}
+	return s, nil
+}
+
+// runPass runs one pass, turning a panic into an internal error that
+// names the pass (a crash inside a pass is a compiler bug).
+func runPass(p Pass, s *State) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &InternalError{Pass: p.Name, Err: fmt.Errorf("%v", r)}
+		}
+	}()
+	if err := p.Run(s); err != nil {
+		if _, user := err.(*UserError); user {
+			return err
+		}
+		return &InternalError{Pass: p.Name, Err: err}
+	}
+	return nil
+}
+
+func known(name string) bool {
+	for _, p := range Pipeline {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
