@@ -67,7 +67,9 @@ type InternalError struct {
 	Err  error
 }
 
-func (e *InternalError) Error() string { return "internal compiler error: " + e.Pass + ": " + e.Err.Error() }
+func (e *InternalError) Error() string {
+	return "internal compiler error: " + e.Pass + ": " + e.Err.Error()
+}
 
 func (e *InternalError) Unwrap() error { return e.Err }
 
