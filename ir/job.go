@@ -184,6 +184,10 @@ func (f Factor) Size() int { return f.S0 * f.S1 }
 
 func (f Factor) String() string { return fmt.Sprintf("%dx%d", f.S0, f.S1) }
 
+// Div is the mesh of f's blocks of shape g: (f.S0/g.S0) x (f.S1/g.S1),
+// the replicas of one g-shard inside an f-group.
+func (f Factor) Div(g Factor) Factor { return Factor{S0: f.S0 / max(g.S0, 1), S1: f.S1 / max(g.S1, 1)} }
+
 // ShardMode is how the shard section chooses factors.
 type ShardMode uint8
 

@@ -25,7 +25,7 @@ func autodiff(s *State) error {
 	if loss.Def.Kind != ir.CrossEntropy {
 		return &UserError{Pos: loss.Pos, Msg: fmt.Sprintf("training needs loss = cross_entropy(...) directly, not %s (not supported yet)", loss.Def.Kind)}
 	}
-	b := &gradBuilder{g: g}
+	b := &gradBuilder{g: g, origin: s.Origin}
 	contrib := map[*ir.Value][]*ir.Value{}
 	shared := map[*ir.Value]int{} // how many operands a contribution serves
 	add := func(to, grad *ir.Value) {
@@ -87,6 +87,9 @@ type gradBuilder struct {
 	cur   *ir.Value
 	temps int
 	made  map[*ir.Value]bool
+	// origin records, for each value made, the forward value (or param)
+	// it was made for: the scheduler places it in that value's stage.
+	origin map[*ir.Value]*ir.Value
 }
 
 func (b *gradBuilder) at(v *ir.Value) { b.cur, b.temps = v, 0 }
@@ -109,6 +112,9 @@ func (b *gradBuilder) Apply(kind ir.OpKind, args []*ir.Value, attrs ...ir.Attr) 
 		b.made = map[*ir.Value]bool{}
 	}
 	b.made[v] = true
+	if b.origin != nil {
+		b.origin[v] = b.cur
+	}
 	return v
 }
 

@@ -28,7 +28,7 @@ func optimizer(s *State) error {
 	opt := s.Job.Train.Optimizer
 	for _, gp := range s.Grads {
 		p, grad := gp.Param, gp.Grad
-		b := &gradBuilder{g: g}
+		b := &gradBuilder{g: g, origin: s.Origin}
 		b.at(p)
 		state := func(name string, init ir.Init) *ir.Value {
 			v := &ir.Value{Name: name + "." + p.Name, Shape: append(ir.Shape{}, p.Shape...), DType: ir.F32,

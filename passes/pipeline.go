@@ -38,6 +38,9 @@ type State struct {
 	Grads []GradOf
 	// States lists each param's optimizer states (optimizer).
 	States []ParamStates
+	// Origin maps each value a pass made to the forward value or param
+	// it was made for.
+	Origin map[*ir.Value]*ir.Value
 }
 
 // Options steer a run of the pipeline.
@@ -102,7 +105,7 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 	if merr != nil {
 		return nil, merr
 	}
-	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp))}
+	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp)), Origin: map[*ir.Value]*ir.Value{}}
 	for _, p := range Pipeline {
 		if err := runPass(p, s); err != nil {
 			return nil, err

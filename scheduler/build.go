@@ -1,0 +1,571 @@
+// Package scheduler turns a training graph and a sharding plan into the
+// instruction streams every rank runs for one step: M micro-batches of
+// forward and backward, gradient synchronisation, the optimizer on each
+// rank's shard, and the spread of updated parameters.
+//
+// In: a passes.State (forward + backward graph of a micro-batch with its
+// optimizer states) and per-group factors. Out: a codegen.Program, the
+// template every rank runs (SPMD: collectives name their group relative to
+// the rank, views name "my shard").
+//
+// Every stage (the ops before the blocks, each block, the ops after)
+// keeps its params in one flat buffer, padded so that it splits evenly
+// into the shards of every component (FSDP's flat parameter). Per stage,
+// with factors p, g, os of its layer group and dp the whole mesh:
+//
+//   - s_p > 1: all-gather P before forward and before backward (prefetched
+//     on the gather stream), reduce-scatter the stage's gradient over the
+//     p-group after backward (on the reduce stream, waited for only where
+//     the result is used);
+//   - micro-batches 1..M-1, s_g > s_p: all-reduce the p-chunk gradient over
+//     the s_g/s_p replicas and keep this rank's slice (select and drop);
+//   - last micro-batch: all-reduce over the s_dp/s_p replicas;
+//   - optimizer: AdamW on this rank's os-slice; then, s_os > s_p, the spread:
+//     an all-gather of the updated slices over the s_os/s_p replicas, at the
+//     start of the next step, in layer order, overlapping its forward.
+//
+// DDP, ZeRO-1/2/3, MiCS, HSDP and ZeRO++ are all special cases of these
+// rules (ZeRO++'s secondary shard adds a copy after forward and gathers
+// backward's parameters from it); no preset has a code path of its own.
+package scheduler
+
+import (
+	"fmt"
+	"sort"
+
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/ir"
+	"amspc/passes"
+)
+
+// Options steer scheduling.
+type Options struct {
+	// Depth is how many stages' gathered parameters may be live at once
+	// (the stage computing and Depth-1 prefetched); at least 1.
+	Depth int
+}
+
+// stage is one stage's flat buffers and values.
+type stage struct {
+	name   string
+	group  cost.Group
+	f      cost.Factors
+	layout codegen.Layout
+	fwd    []*ir.Value // values computed in forward, in order
+	bwd    []*ir.Value // values computed in backward, in order
+	// buffer ids
+	pShard, pFull, pSec, gAcc, gFull, gPC int32
+	gSel, osSel, pOS                      int32 // views: my g-slice and os-slice of the p-chunk, my os-slice of P
+	master, m, v                          int32
+}
+
+type builder struct {
+	s       *passes.State
+	prog    *codegen.Program
+	topo    codegen.Topology
+	dp      ir.Factor
+	stages  []*stage
+	stageOf map[*ir.Value]*stage
+	buf     map[*ir.Value]int32
+	M       int
+	opts    Options
+	live    map[int32]bool // activation buffers allocated on compute
+	// pFreed[i] is the event recorded when stage i's gathered params were
+	// last freed: the next gather of the stage waits for it.
+	pFreed []int32
+}
+
+func (b *builder) addBuf(buf codegen.Buffer) int32 {
+	b.prog.Buffers = append(b.prog.Buffers, buf)
+	return int32(len(b.prog.Buffers) - 1)
+}
+
+func (b *builder) newBuf(name string, dt ir.DType, elems int64) int32 {
+	return b.addBuf(codegen.Buffer{Name: name, DType: dt, Elems: elems, Parent: -1})
+}
+
+func (b *builder) view(name string, parent int32, elems, offset int64, part codegen.Group) int32 {
+	dt := b.prog.Buffers[parent].DType
+	return b.addBuf(codegen.Buffer{Name: name, DType: dt, Elems: elems, Parent: parent, Offset: offset, Part: part})
+}
+
+func (b *builder) event() int32 {
+	b.prog.Events++
+	return int32(b.prog.Events - 1)
+}
+
+func (b *builder) emit(stream int, in codegen.Instr) {
+	b.prog.Streams[stream] = append(b.prog.Streams[stream], in)
+}
+
+func lcm(a, c int64) int64 {
+	x, y := a, c
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * c
+}
+
+func group(outer, inner ir.Factor) codegen.Group { return codegen.Group{Outer: outer, Inner: inner} }
+
+var one = ir.Factor{S0: 1, S1: 1}
+
+// Build schedules a step under plan on a cluster of topo.
+func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts Options) (*codegen.Program, error) {
+	if opts.Depth < 1 {
+		opts.Depth = 2
+	}
+	b := &builder{s: s, prog: &codegen.Program{}, topo: topo, dp: ir.Factor{S0: topo.GPUsPerNode, S1: topo.Nodes},
+		stageOf: map[*ir.Value]*stage{}, buf: map[*ir.Value]int32{}, M: M, opts: opts, live: map[int32]bool{}}
+	if s.Job.Train.Recompute == ir.RecomputeFull {
+		return nil, &passes.UserError{Pos: s.Job.Train.Pos, Msg: "recompute = full is not supported by the scheduler yet"}
+	}
+	if err := b.split(plan); err != nil {
+		return nil, err
+	}
+	b.buffers()
+	b.pFreed = make([]int32, len(b.stages))
+	for i := range b.pFreed {
+		b.pFreed[i] = -1
+	}
+	b.step()
+	return b.prog, nil
+}
+
+// split assigns values to stages and lays out each stage's flat params.
+func (b *builder) split(plan cost.Plan) error {
+	g := b.s.Graph
+	g0 := g.Layers
+	pre := &stage{name: "embedding", group: cost.Embedding}
+	post := &stage{name: "head", group: cost.Head}
+	blocks := make([]*stage, g0)
+	for i := range blocks {
+		blocks[i] = &stage{name: fmt.Sprintf("layers.%d", i), group: cost.Blocks}
+	}
+	loss := g.LossValue()
+	seen, inFwd := false, true
+	origin := b.s.Origin
+	for _, v := range g.Values {
+		if v.Layer >= 0 && inFwd {
+			seen = true
+		}
+		var st *stage
+		switch {
+		case !inFwd:
+			o := v
+			for origin[o] != nil {
+				o = origin[o]
+			}
+			st = b.stageOf[o]
+		case v.Layer >= 0:
+			st = blocks[v.Layer]
+		case seen:
+			st = post
+		default:
+			st = pre
+		}
+		if st == nil {
+			continue // optimizer values of params: the flat kernels replace them
+		}
+		if v.Def == nil {
+			continue
+		}
+		b.stageOf[v] = st
+		if inFwd {
+			st.fwd = append(st.fwd, v)
+		} else if v.Role != ir.OptState && !(v.Role == ir.Param && v.Updates != nil) {
+			st.bwd = append(st.bwd, v)
+		}
+		if v == loss {
+			inFwd = false
+		}
+	}
+	b.stages = append(append([]*stage{pre}, blocks...), post)
+	// Params belong to the stage of their first use.
+	for _, st := range b.stages {
+		for _, v := range st.fwd {
+			for _, a := range v.Def.Args {
+				if a.Role == ir.Param && b.stageOf[a] == nil {
+					b.stageOf[a] = st
+					st.layout.Params = append(st.layout.Params, codegen.Slot{Name: a.Name,
+						Offset: 0, Elems: a.Shape.NumElements(), Decay: len(a.Shape) >= 2})
+				}
+			}
+		}
+	}
+	grads := map[*ir.Value]*ir.Value{}
+	for _, gp := range b.s.Grads {
+		grads[gp.Param] = gp.Grad
+	}
+	for _, st := range b.stages {
+		st.f = plan.Groups[st.group]
+		st.layout.Stage = st.name
+		var off int64
+		for i := range st.layout.Params {
+			st.layout.Params[i].Offset = off
+			off += st.layout.Params[i].Elems
+		}
+		pad := lcm(lcm(int64(st.f.P.Size()), int64(st.f.G.Size())), int64(st.f.OS.Size()))
+		if st.f.Secondary.Size() > 1 {
+			pad = lcm(pad, int64(st.f.Secondary.Size()))
+		}
+		st.layout.Padded = (off + pad - 1) / pad * pad
+		// A tied param (used by two stages) would need its stage's buffers
+		// elsewhere; not supported yet.
+		for _, v := range append(append([]*ir.Value{}, st.fwd...), st.bwd...) {
+			for _, a := range v.Def.Args {
+				if a.Role == ir.Param && b.stageOf[a] != st {
+					return &passes.UserError{Pos: v.Pos, Msg: fmt.Sprintf("param %s is used by stages %s and %s (tied params are not supported yet)", a.Name, b.stageOf[a].name, st.name)}
+				}
+			}
+		}
+		for _, slot := range st.layout.Params {
+			if gv := grads[g.Lookup(slot.Name)]; gv != nil && b.stageOf[gv] != st {
+				return &passes.UserError{Pos: gv.Pos, Msg: fmt.Sprintf("the gradient of %s is formed outside its stage %s (tied params are not supported yet)", slot.Name, st.name)}
+			}
+		}
+	}
+	return nil
+}
+
+// buffers declares every buffer: the stages' flat P/G/OS shards and their
+// views, and one buffer per activation and input.
+func (b *builder) buffers() {
+	g := b.s.Graph
+	prec := b.s.Job.Train.Precision
+	pdt := prec.DType()
+	grads := map[*ir.Value]*ir.Value{}
+	for _, gp := range b.s.Grads {
+		grads[gp.Grad] = gp.Param
+	}
+	for _, st := range b.stages {
+		f, n := st.f, st.layout.Padded
+		sp, sg, sos := int64(f.P.Size()), int64(f.G.Size()), int64(f.OS.Size())
+		st.pShard = b.newBuf("P."+st.name, pdt, n/sp)
+		st.pFull = st.pShard
+		if sp > 1 {
+			st.pFull = b.newBuf("P.full."+st.name, pdt, n)
+		}
+		st.pSec = -1
+		if k := int64(f.Secondary.Size()); k > 1 {
+			st.pSec = b.newBuf("P.sec."+st.name, pdt, n/k)
+		}
+		st.gAcc = -1
+		if b.M > 1 {
+			st.gAcc = b.newBuf("G."+st.name, pdt, n/sg)
+		}
+		st.gFull = b.newBuf("G.full."+st.name, pdt, n)
+		st.gPC = st.gFull
+		if sp > 1 {
+			st.gPC = b.newBuf("G.pchunk."+st.name, pdt, n/sp)
+		}
+		st.gSel = b.view("G.pchunk."+st.name+"[g]", st.gPC, n/sg, 0, group(f.G, f.P))
+		st.osSel = b.view("G.pchunk."+st.name+"[os]", st.gPC, n/sos, 0, group(f.OS, f.P))
+		st.pOS = b.view("P."+st.name+"[os]", st.pShard, n/sos, 0, group(f.OS, f.P))
+		st.master = -1
+		if prec != ir.FP32 {
+			st.master = b.newBuf("OS.master."+st.name, ir.F32, n/sos)
+		}
+		st.m = b.newBuf("OS.m."+st.name, ir.F32, n/sos)
+		st.v = b.newBuf("OS.v."+st.name, ir.F32, n/sos)
+		for _, slot := range st.layout.Params {
+			p := g.Lookup(slot.Name)
+			b.buf[p] = b.view(slot.Name, st.pFull, slot.Elems, slot.Offset, codegen.Group{})
+		}
+		b.prog.Layouts = append(b.prog.Layouts, st.layout)
+	}
+	for _, st := range b.stages {
+		for _, v := range append(append([]*ir.Value{}, st.fwd...), st.bwd...) {
+			if p, ok := grads[v]; ok {
+				pst := b.stageOf[p]
+				for _, slot := range pst.layout.Params {
+					if slot.Name == p.Name {
+						b.buf[v] = b.view(v.Name, pst.gFull, slot.Elems, slot.Offset, codegen.Group{})
+					}
+				}
+				continue
+			}
+			b.buf[v] = b.newBuf(v.Name, v.DType, v.Shape.NumElements())
+		}
+	}
+	for _, v := range g.ByRole(ir.Input) {
+		b.buf[v] = b.newBuf(v.Name, v.DType, v.Shape.NumElements())
+	}
+}
+
+// use is an instruction-order index: where a value is last read.
+type use struct{ order int }
+
+// step emits the whole step.
+func (b *builder) step() {
+	// The spread of last step's updates opens the step, in layer order,
+	// so each stage's forward waits only for its own parameters.
+	spread := make([]int32, len(b.stages))
+	for i, st := range b.stages {
+		spread[i] = -1
+		if st.f.OS.Size() > st.f.P.Size() {
+			b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather,
+				Group: group(st.f.OS, st.f.P), In: st.pOS, Out: st.pShard, DType: b.prog.Buffers[st.pShard].DType,
+				Bytes: b.prog.Buffers[st.pShard].Bytes(), Stage: int32(i), Micro: -1, Comment: "spread updated params"})
+			spread[i] = b.event()
+			b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: spread[i], Stage: int32(i), Micro: -1})
+		}
+	}
+	for m := 0; m < b.M; m++ {
+		b.microBatch(m, spread)
+		for i := range spread {
+			spread[i] = -1 // waited once
+		}
+	}
+	b.optimizer()
+}
+
+// lastUses maps each value read in a micro-batch to the position (in
+// emission order: forward stages, then backward stages reversed) of its
+// last reader.
+func (b *builder) lastUses() map[*ir.Value]int {
+	last := map[*ir.Value]int{}
+	i := 0
+	visit := func(vs []*ir.Value) {
+		for _, v := range vs {
+			for _, a := range v.Def.Args {
+				last[a] = i
+			}
+			i++
+		}
+	}
+	for _, st := range b.stages {
+		visit(st.fwd)
+	}
+	for j := len(b.stages) - 1; j >= 0; j-- {
+		visit(b.stages[j].bwd)
+	}
+	return last
+}
+
+func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
+	op := v.Def
+	args := make([]int32, len(op.Args))
+	for i, a := range op.Args {
+		args[i] = b.buf[a]
+	}
+	out := b.buf[v]
+	if !b.prog.Buffers[out].IsView() {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: out, Stage: int32(stageIdx), Micro: int32(m)})
+		b.live[out] = true
+	}
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Out: out,
+		Attrs: op.Attrs, Stage: int32(stageIdx), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)})
+}
+
+func (b *builder) microBatch(m int, spread []int32) {
+	last := b.lastUses()
+	order := 0
+	freeDead := func(v *ir.Value, stageIdx int) {
+		for _, a := range v.Def.Args {
+			if last[a] == order && a.Role != ir.Param && a.Role != ir.Input {
+				if id := b.buf[a]; b.live[id] {
+					b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(stageIdx), Micro: int32(m)})
+					delete(b.live, id)
+				}
+			}
+		}
+		order++
+	}
+	for _, v := range b.s.Graph.ByRole(ir.Input) {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: b.buf[v], Stage: -1, Micro: int32(m)})
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Load, Buf: b.buf[v], Stage: -1, Micro: int32(m)})
+	}
+	// Forward. freed[i] is recorded when stage i's gathered params are
+	// freed; the gather stream waits for stage i-Depth's before gathering
+	// stage i, which bounds the live gathered stages.
+	freed := make([]int32, len(b.stages))
+	for i, st := range b.stages {
+		gathered := b.gather(i, st, m, freed, false)
+		if spread[i] >= 0 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: spread[i], Stage: int32(i), Micro: int32(m)})
+		}
+		if gathered >= 0 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
+		}
+		for _, v := range st.fwd {
+			b.kernel(v, i, m)
+			freeDead(v, i)
+		}
+		b.release(i, st, m, freed, true)
+	}
+	// Backward, last stage first.
+	for k := range freed {
+		freed[k] = -1
+	}
+	for j := len(b.stages) - 1; j >= 0; j-- {
+		st := b.stages[j]
+		gathered := b.gather(j, st, m, freed, true)
+		if gathered >= 0 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(j), Micro: int32(m)})
+		}
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+		for _, v := range st.bwd {
+			b.kernel(v, j, m)
+			freeDead(v, j)
+		}
+		b.release(j, st, m, freed, false)
+		b.reduce(j, st, m)
+	}
+	// Values nothing reads (the loss, for one) die with the micro-batch.
+	var rest []int
+	for id := range b.live {
+		rest = append(rest, int(id))
+	}
+	sort.Ints(rest)
+	for _, id := range rest {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: int32(id), Stage: -1, Micro: int32(m)})
+		delete(b.live, int32(id))
+	}
+	for _, v := range b.s.Graph.ByRole(ir.Input) {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: b.buf[v], Stage: -1, Micro: int32(m)})
+	}
+}
+
+// gather emits the all-gather of stage i's params on the gather stream and
+// returns the event compute waits for (-1 when P is not sharded).
+func (b *builder) gather(i int, st *stage, m int, freed []int32, backward bool) int32 {
+	f := st.f
+	if f.P.Size() <= 1 {
+		return -1
+	}
+	// Bound the live gathered stages: wait until the stage Depth back has
+	// released its buffer.
+	back := i - b.opts.Depth
+	if backward {
+		back = i + b.opts.Depth
+	}
+	if back >= 0 && back < len(freed) && freed[back] >= 0 {
+		b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Wait, Event: freed[back], Stage: int32(i), Micro: int32(m)})
+	}
+	if b.pFreed[i] >= 0 {
+		b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Wait, Event: b.pFreed[i], Stage: int32(i), Micro: int32(m)})
+	}
+	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Alloc, Buf: st.pFull, Stage: int32(i), Micro: int32(m)})
+	in, grp := st.pShard, group(f.P, one)
+	if backward && st.pSec >= 0 {
+		in, grp = st.pSec, group(f.Secondary, one)
+	}
+	full := b.prog.Buffers[st.pFull]
+	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather, Group: grp, In: in,
+		Out: st.pFull, Bytes: full.Bytes(), DType: full.DType, Stage: int32(i), Micro: int32(m)})
+	ev := b.event()
+	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: ev, Stage: int32(i), Micro: int32(m)})
+	return ev
+}
+
+// release frees stage i's gathered params after its compute (keeping the
+// hpZ secondary shard after forward) and records the event that lets the
+// gather stream reuse the memory.
+func (b *builder) release(i int, st *stage, m int, freed []int32, forward bool) {
+	if st.f.P.Size() <= 1 {
+		return
+	}
+	if forward && st.pSec >= 0 {
+		sec := b.view("P.full."+st.name+"[sec]", st.pFull, b.prog.Buffers[st.pSec].Elems, 0, group(st.f.P, st.f.Secondary))
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Out: st.pSec,
+			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pSec].DType))}, Stage: int32(i), Micro: int32(m),
+			Comment: "keep the secondary shard (hpZ)"})
+	}
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.pFull, Stage: int32(i), Micro: int32(m)})
+	freed[i] = b.event()
+	b.pFreed[i] = freed[i]
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: freed[i], Stage: int32(i), Micro: int32(m)})
+}
+
+// reduce synchronises stage j's gradient of micro-batch m.
+func (b *builder) reduce(j int, st *stage, m int) {
+	f := st.f
+	done := b.event()
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: done, Stage: int32(j), Micro: int32(m)})
+	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: done, Stage: int32(j), Micro: int32(m)})
+	pc := b.prog.Buffers[st.gPC]
+	if f.P.Size() > 1 {
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Alloc, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
+		full := b.prog.Buffers[st.gFull]
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.ReduceScatter, Group: group(f.P, one),
+			In: st.gFull, Out: st.gPC, Bytes: full.Bytes(), DType: full.DType, Stage: int32(j), Micro: int32(m)})
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+	}
+	lastMB := m == b.M-1
+	if !lastMB && f.G.Size() > f.P.Size() {
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: group(f.G, f.P),
+			In: st.gPC, Out: st.gPC, Bytes: pc.Bytes(), DType: pc.DType, Stage: int32(j), Micro: int32(m),
+			Comment: "select and drop"})
+	}
+	synced := b.event()
+	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: synced, Stage: int32(j), Micro: int32(m)})
+	// The result is used by the accumulation, on compute, right away for
+	// the accumulator; the last micro-batch folds the accumulator in and
+	// all-reduces over the replicas before the optimizer.
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: synced, Stage: int32(j), Micro: int32(m)})
+	sel := st.gSel
+	switch {
+	case b.M == 1:
+	case m == 0:
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sel}, Out: st.gAcc,
+			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gAcc].DType))}, Stage: int32(j), Micro: int32(m), Comment: "start accumulating"})
+	case !lastMB:
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, sel}, Out: st.gAcc,
+			Stage: int32(j), Micro: int32(m), Comment: "accumulate"})
+	default:
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Out: sel,
+			Stage: int32(j), Micro: int32(m), Comment: "fold in the accumulated micro-batches"})
+	}
+	if lastMB && b.dp.Size() > f.P.Size() {
+		ready := b.event()
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: ready, Stage: int32(j), Micro: int32(m)})
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: ready, Stage: int32(j), Micro: int32(m)})
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: group(b.dp, f.P),
+			In: st.gPC, Out: st.gPC, Bytes: pc.Bytes(), DType: pc.DType, Stage: int32(j), Micro: int32(m),
+			Comment: "data-parallel replicas"})
+		final := b.event()
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(j), Micro: int32(m)})
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: final, Stage: int32(j), Micro: int32(m)})
+	}
+	if !lastMB && f.P.Size() > 1 {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
+	}
+	if !lastMB && f.P.Size() <= 1 {
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+	}
+}
+
+// optimizer runs AdamW on every stage's os-slice and writes the updated
+// slice of P; the spread at the next step's start completes P.
+func (b *builder) optimizer() {
+	opt := b.s.Job.Train.Optimizer
+	for i, st := range b.stages {
+		if len(st.layout.Params) == 0 {
+			continue
+		}
+		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Out: st.m,
+			Attrs: attrs(ir.FloatAttr("beta1", opt.Beta1)), Stage: int32(i), Micro: -1})
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamV, Args: []int32{st.v, st.osSel}, Out: st.v,
+			Attrs: attrs(ir.FloatAttr("beta2", opt.Beta2)), Stage: int32(i), Micro: -1})
+		w := st.master
+		if w < 0 {
+			w = st.pOS
+		}
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamUpdate, Args: []int32{w, st.m, st.v}, Out: w,
+			Attrs: attrs(ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
+				ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", opt.WeightDecay)),
+			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
+		if st.master >= 0 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Out: st.pOS,
+				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pOS].DType))}, Stage: int32(i), Micro: -1})
+		}
+		if st.f.P.Size() > 1 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gPC, Stage: int32(i), Micro: -1})
+		} else {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(i), Micro: -1})
+		}
+	}
+}
