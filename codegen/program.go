@@ -103,7 +103,7 @@ type Buffer struct {
 	Elems  int64
 	Parent int32 // -1 unless a view
 	// A view starts at Offset + Part.Index(rank) x Elems in its parent
-	// (Part zero: at Offset for every rank).
+	// (Part 1x1: at Offset on every rank).
 	Offset int64
 	Part   Group
 }
@@ -209,6 +209,16 @@ type Program struct {
 	Layouts []Layout
 }
 
+// Machine is what the plan was costed for, so a bundle can be traced and
+// its measurements compared without the source files. Bandwidths are the
+// achieved ones (nominal x bus efficiency), bytes/s.
+type Machine struct {
+	PeakFLOPS, Efficiency      float64
+	IntraBW, InterBW           float64
+	IntraLatency, InterLatency float64
+	MemoryBytes                int64
+}
+
 // Bundle is a compiled plan: the job's shape, its templates, and the
 // template of every rank.
 type Bundle struct {
@@ -216,6 +226,7 @@ type Bundle struct {
 	Topo      Topology
 	Plan      string // the plan's label: factors per component
 	Micro     int    // micro-batches per step
+	Machine   Machine
 	Templates []Program
 	// RankTemplate[r] is the template rank r runs; empty means every rank
 	// runs template 0.

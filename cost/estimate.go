@@ -377,6 +377,9 @@ func (m *Model) ComputeTime(rc ir.Recompute, mb, M int64) float64 {
 	return t
 }
 
+// FlopRate is the FLOP/s a GPU achieves: peak x efficiency.
+func (m *Model) FlopRate() float64 { return m.flopRate }
+
 // Scale is the factor from the graph's micro-batch to mb.
 func (m *Model) Scale(mb int64) float64 { return float64(mb) / float64(m.baseMB) }
 

@@ -86,6 +86,9 @@ func (b *builder) newBuf(name string, dt ir.DType, elems int64) int32 {
 }
 
 func (b *builder) view(name string, parent int32, elems, offset int64, part codegen.Group) int32 {
+	if part.Outer.Size() == 0 {
+		part = group(one, one) // the same place on every rank
+	}
 	dt := b.prog.Buffers[parent].DType
 	return b.addBuf(codegen.Buffer{Name: name, DType: dt, Elems: elems, Parent: parent, Offset: offset, Part: part})
 }

@@ -1,7 +1,10 @@
 package scheduler
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"amspc/codegen"
@@ -75,12 +78,66 @@ func TestSimulateEveryTriple(t *testing.T) {
 	dp := ir.Factor{S0: 4, S1: 2}
 	for _, f := range planner.Space(dp) {
 		prog := buildFor(t, f)
-		tl, err := Simulate(prog, m, nil)
+		tl, err := Simulate(prog, m.Topo, m.FlopRate(), nil)
 		if err != nil {
 			t.Fatalf("%v: %v", f, err)
 		}
 		if tl.Step < tl.Compute || tl.Compute <= 0 || tl.PeakBytes < tl.PersistentBytes {
 			t.Errorf("%v: step %g compute %g peak %g persistent %g", f, tl.Step, tl.Compute, tl.PeakBytes, tl.PersistentBytes)
 		}
+	}
+}
+
+func TestTraceIsJSON(t *testing.T) {
+	job := loadTiny(t)
+	m, _ := cost.NewModel(job, cost.DefaultConfig)
+	f := cost.Factors{P: ir.Factor{S0: 2, S1: 1}, G: ir.Factor{S0: 2, S1: 1}, OS: ir.Factor{S0: 4, S1: 2}}
+	tl, err := Simulate(buildFor(t, f), m.Topo, m.FlopRate(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	if err := WriteTrace(&sb, tl, []int{0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal([]byte(sb.String()), &doc); err != nil {
+		t.Fatalf("trace is not JSON: %v", err)
+	}
+	if len(doc.TraceEvents) != 2*(1+codegen.NumStreams+len(tl.Spans)) {
+		t.Errorf("%d events for %d spans", len(doc.TraceEvents), len(tl.Spans))
+	}
+}
+
+// BenchmarkBuild70B schedules LLaMA-2-70B (80 layers) under ZeRO-3-like
+// 8x(N/8) factors for 256, 2048 and 16384 GPUs (one template serves every
+// rank, so the work does not grow with the rank count beyond M).
+func BenchmarkBuild70B(b *testing.B) {
+	src, err := os.ReadFile("../testdata/models/llama2-70b-gqa.amsp")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, gpus := range []int{256, 2048, 16384} {
+		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
+			cl := fmt.Sprintf(`cluster { nodes = %d gpus_per_node = 8 gpu = "H100-80GB" }
+train { seq_len = 4096 micro_batch = 1 global_batch = %d recompute = none }`, gpus/8, gpus)
+			for b.Loop() {
+				job, err := frontend.Load(frontend.Source{Name: "70b.amsp", Text: src}, frontend.Source{Name: "c.amsp", Text: []byte(cl)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := passes.Run(job, passes.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dp := ir.Factor{S0: 8, S1: gpus / 8}
+				f := cost.Factors{P: ir.Factor{S0: 8, S1: 1}, G: ir.Factor{S0: 8, S1: 1}, OS: dp}
+				if _, err := Build(s, cost.Uniform("", f, ir.RecomputeNone, 1), codegen.Topology{GPUsPerNode: 8, Nodes: gpus / 8}, 1, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -34,10 +34,9 @@ type Timeline struct {
 // instructions in order; a wait blocks until its event is recorded;
 // kernels take FLOPs over the achieved FLOP rate, collectives the cost
 // model's time for their group. It fails on a deadlock.
-func Simulate(p *codegen.Program, m *cost.Model, stages []string) (*Timeline, error) {
-	rate := m.Job.Cluster.GPU.PeakFLOPS * m.Job.Cluster.GPU.Efficiency
-	if rate <= 0 {
-		rate = m.Job.Cluster.GPU.PeakFLOPS * 0.5
+func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []string) (*Timeline, error) {
+	if !(rate > 0) {
+		return nil, fmt.Errorf("simulate: FLOP rate %g is not positive", rate)
 	}
 	var tl Timeline
 	at := [codegen.NumStreams]int{}
@@ -74,7 +73,7 @@ func Simulate(p *codegen.Program, m *cost.Model, stages []string) (*Timeline, er
 					dur = in.Flops / rate
 					name = in.Kern.String()
 				case codegen.Collective:
-					dur = m.Topo.Collective(cost.Coll(in.Coll), float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
+					dur = topo.Collective(cost.Coll(in.Coll), float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
 					name = in.Coll.String() + " " + in.Group.String()
 				case codegen.Record:
 					recorded[in.Event] = clock[s]

@@ -5,23 +5,37 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/frontend"
+	"amspc/ir"
 	"amspc/passes"
+	"amspc/planner"
+	"amspc/scheduler"
 )
 
-// runCompile runs the pass pipeline. Sharding, scheduling and code
-// generation of per-rank instruction streams are not built yet, so it
-// stops after the passes that exist and says so.
+// BundleName is the plan file compile writes into its output directory.
+const BundleName = "plan.amspplan"
+
+// runCompile compiles a training step into a plan bundle: the passes, the
+// plan (the file's shard section, --shard, or the planner's choice), the
+// scheduler's per-rank streams, collective matching, and the bundle.
 func runCompile(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("compile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var lf loadFlags
 	lf.register(fs)
+	out := fs.String("o", "out", "write the plan bundle into `DIR`")
+	shard := fs.String("shard", "", "compile this `PLAN` instead of the file's shard section (zero3, mics(4), {params=2,grads=2,optim=8})")
 	dump := fs.String("dump-after", "", "print the IR after `PASS` (or all): "+strings.Join(passes.Names(), ", "))
 	debug := fs.String("d", "", "debug flags: check (verify the IR after every pass)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc compile [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE")
+		fmt.Fprintln(stderr, "usage: amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE")
 		fs.PrintDefaults()
 	}
 	files, err := parseFlags(fs, args)
@@ -36,25 +50,250 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc compile: unknown debug flag -d=%s (known: check)\n", *debug)
 		return exitUser
 	}
+	if *shard != "" {
+		lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
+	}
 	job, err := lf.load(files[0])
 	if err != nil {
 		return report(stderr, err)
 	}
-	_, err = passes.Run(job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout})
+	if job.Cluster == nil || job.Train == nil {
+		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", files[0])
+		return exitUser
+	}
+	// Choose the plan before the passes extend the graph.
+	plan, est, err := choosePlan(job)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+		return exitUser
+	}
+	s, err := passes.Run(job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout})
+	if st := passError(stderr, files[0], err); st != exitOK {
+		return st
+	}
+	c := job.Cluster
+	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
+	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
+	if st := passError(stderr, files[0], err); st != exitOK {
+		return st
+	}
+	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
+		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
+	if err := codegen.Match(bundle); err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
+		return exitInternal
+	}
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+		return exitUser
+	}
+	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
+	if err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
+		return exitInternal
+	}
+	path := filepath.Join(*out, BundleName)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
+		return exitUser
+	}
+	if err := codegen.WriteFile(path, bundle); err != nil {
+		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
+		return exitUser
+	}
+	size := len(codegen.Encode(bundle))
+	var n [codegen.NumStreams]int
+	for i := range prog.Streams {
+		n[i] = len(prog.Streams[i])
+	}
+	fmt.Fprintf(stdout, "%s: %s on %d x %d, plan %s, M = %d\n", files[0], job.Graph.Name, c.Nodes, c.GPUsPerNode, bundle.Plan, M)
+	fmt.Fprintf(stdout, "  wrote %s: %s, %d template for %d ranks, %d buffers, %d/%d/%d instructions (compute/gather/reduce)\n",
+		path, shortBytes(float64(size)), len(bundle.Templates), topo.Ranks(), len(prog.Buffers), n[0], n[1], n[2])
+	fmt.Fprintf(stdout, "  predicted step %s (compute %s, exposed communication %s); peak memory per rank %s\n",
+		dur(tl.Step), dur(tl.Compute), dur(tl.Exposed), cost.GiB(tl.PeakBytes))
+	if est != nil {
+		fmt.Fprintf(stdout, "  planner's analytic estimate: step %s, memory %s\n", dur(est.Step), cost.GiB(est.Mem.Total))
+	}
+	return exitOK
+}
+
+// choosePlan takes the shard section's factors, or the planner's choice.
+func choosePlan(job *ir.Job) (cost.Plan, *cost.Estimate, error) {
+	sh := job.Shard
+	t := job.Train
+	if sh != nil && sh.Mode != ir.ShardAuto {
+		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
+		p := cost.Uniform(sh.Label(), f, t.Recompute, t.MicroBatch)
+		m, err := cost.NewModel(job, cost.DefaultConfig)
+		if err != nil {
+			return p, nil, err
+		}
+		return p, m.Evaluate(p), nil
+	}
+	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true})
+	if err != nil {
+		return cost.Plan{}, nil, err
+	}
+	if res.Chosen == nil {
+		return cost.Plan{}, nil, fmt.Errorf("%s", res.Explain()[0])
+	}
+	return res.Chosen.Plan, res.Chosen, nil
+}
+
+func planLabel(p cost.Plan) string {
+	if p.IsUniform() {
+		return p.Groups[0].String()
+	}
+	var parts []string
+	for g := cost.Group(0); g < cost.NumGroups; g++ {
+		parts = append(parts, g.String()+" "+p.Groups[g].String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func machineOf(c *ir.Cluster) codegen.Machine {
+	return codegen.Machine{PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: c.GPU.Efficiency,
+		IntraBW: c.IntraBW * nonzero(c.GPU.IntraBusEff), InterBW: c.InterBW * nonzero(c.GPU.InterBusEff),
+		IntraLatency: c.IntraLatency, InterLatency: c.InterLatency, MemoryBytes: c.GPU.MemoryBytes}
+}
+
+func nonzero(f float64) float64 {
+	if f <= 0 {
+		return 1
+	}
+	return f
+}
+
+func stageNames(p *codegen.Program) []string {
+	var out []string
+	for _, l := range p.Layouts {
+		out = append(out, l.Stage)
+	}
+	return out
+}
+
+// passError reports an error of the passes or the scheduler.
+func passError(stderr io.Writer, file string, err error) int {
 	var internal *passes.InternalError
 	var user *passes.UserError
 	switch {
+	case err == nil:
+		return exitOK
 	case errors.As(err, &internal):
 		fmt.Fprintln(stderr, err)
 		return exitInternal
 	case errors.As(err, &user):
 		fmt.Fprintln(stderr, err)
 		return exitUser
-	case err != nil:
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", file, err)
+	return exitUser
+}
+
+func runDisasm(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("disasm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rank := fs.String("rank", "0", "the `RANKS` to print, comma-separated")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: amspc disasm [--rank N,M,...] PLAN")
+		fs.PrintDefaults()
+	}
+	files, err := parseFlags(fs, args)
+	if err != nil || len(files) != 1 {
+		fs.Usage()
 		return exitUser
 	}
-	fmt.Fprintf(stderr, "amspc compile: ran %s; sharding, scheduling and per-rank code generation are not supported yet\n",
-		strings.Join(passes.Names(), ", "))
-	return exitUser
+	b, err := readBundle(files[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
+		return exitUser
+	}
+	ranks, err := parseRanks(*rank, b.Topo.Ranks())
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
+		return exitUser
+	}
+	if err := codegen.DisasmAll(stdout, b, ranks); err != nil {
+		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
+		return exitUser
+	}
+	return exitOK
+}
+
+func runTrace(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "trace.json", "write the trace to `FILE`")
+	rank := fs.String("ranks", "", "the `RANKS` to include, comma-separated (default: all, up to 64)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: amspc trace [-o trace.json] [--ranks N,M,...] PLAN")
+		fs.PrintDefaults()
+	}
+	files, err := parseFlags(fs, args)
+	if err != nil || len(files) != 1 {
+		fs.Usage()
+		return exitUser
+	}
+	b, err := readBundle(files[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	var ranks []int
+	if *rank == "" {
+		for r := 0; r < min(b.Topo.Ranks(), 64); r++ {
+			ranks = append(ranks, r)
+		}
+	} else if ranks, err = parseRanks(*rank, b.Topo.Ranks()); err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	mc := b.Machine
+	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
+		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
+	tmpl := b.Template(ranks[0])
+	tl, err := scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl))
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	if err := scheduler.WriteTrace(f, tl, ranks); err != nil {
+		f.Close()
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	if err := f.Close(); err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d ranks, predicted step %s (open it in https://ui.perfetto.dev)\n", *out, len(ranks), dur(tl.Step))
+	return exitOK
+}
+
+// readBundle reads a plan bundle, or the bundle inside a compile output
+// directory.
+func readBundle(path string) (*codegen.Bundle, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		path = filepath.Join(path, BundleName)
+	}
+	return codegen.ReadFile(path)
+}
+
+func parseRanks(s string, n int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 0 || r >= n {
+			return nil, fmt.Errorf("rank %q is not in [0, %d)", f, n)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

@@ -5,6 +5,9 @@
 //
 //	amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...
 //	amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] FILE
+//	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS] FILE
+//	amspc disasm [--rank N,...] PLAN
+//	amspc trace [-o trace.json] PLAN
 //	amspc grammar
 //	amspc version
 //
@@ -47,7 +50,9 @@ func init() {
 	commands = []command{
 		{"check", "parse, lower and verify .amsp files; summarise model, cluster and training", runCheck},
 		{"plan", "choose sharding factors and compare them with DDP, ZeRO, FSDP, MiCS, ZeRO++", runPlan},
-		{"compile", "compile a training step (passes so far; per-rank code generation not yet)", runCompile},
+		{"compile", "compile a training step into a plan bundle of per-rank instruction streams", runCompile},
+		{"disasm", "print ranks' instruction streams from a plan bundle", runDisasm},
+		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

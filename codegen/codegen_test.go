@@ -1,0 +1,667 @@
+package codegen
+
+// The instruction level sits below the text level, so these tests build
+// bundles in Go; what they print is pinned in testdata/ and regenerated
+// with `go test ./codegen -update`.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"amspc/internal/golden"
+	"amspc/ir"
+)
+
+func grp(o0, o1, i0, i1 int) Group {
+	return Group{Outer: ir.Factor{S0: o0, S1: o1}, Inner: ir.Factor{S0: i0, S1: i1}}
+}
+
+func ins(op OpCode) Instr { return Instr{Op: op, Stage: -1, Micro: -1} }
+
+func alloc(b int32) Instr { in := ins(Alloc); in.Buf = b; return in }
+func free(b int32) Instr  { in := ins(Free); in.Buf = b; return in }
+func record(e int32) Instr {
+	in := ins(Record)
+	in.Event = e
+	return in
+}
+func wait(e int32) Instr { in := ins(Wait); in.Event = e; return in }
+
+func kern(k ir.OpKind, out int32, args ...int32) Instr {
+	in := ins(Kernel)
+	in.Kern, in.Out, in.Args = k, out, args
+	return in
+}
+
+func coll(c Coll, from, to int32, g Group, n int64) Instr {
+	in := ins(Collective)
+	in.Coll, in.In, in.Out, in.Group, in.Bytes, in.DType = c, from, to, g, n, ir.BF16
+	return in
+}
+
+func at(in Instr, stage, micro int32) Instr { in.Stage, in.Micro = stage, micro; return in }
+
+func fattr(name string, v float64) ir.Attr {
+	return ir.Attr{Name: name, Val: ir.AttrVal{Type: ir.AttrFloat, Float: v}}
+}
+
+// tinyBundle is one layer on 2 nodes x 4 GPUs: params sharded 4x1,
+// gradients reduce-scattered inside a node and all-reduced across the
+// two replicas, optimizer states sharded 4x2.
+func tinyBundle() *Bundle {
+	matmul := at(kern(ir.MatMul, 3, 2, 0), 0, 0)
+	matmul.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
+	grad := at(kern(ir.MatMulGradB, 4, 2, 3), 0, 0)
+	grad.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
+	grad.Comment = "dW1"
+	update := kern(ir.AdamUpdate, 7, 7, 6, 8)
+	update.Attrs = []ir.Attr{fattr("lr", 0.001), fattr("beta1", 0.9), fattr("beta2", 0.95), fattr("eps", 1e-8), fattr("weight_decay", 0)}
+	update.Stage = 0
+	gather := at(coll(AllGather, 1, 0, grp(4, 1, 1, 1), 8192), 0, 0)
+	gather.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
+	return &Bundle{
+		Model: "tiny",
+		Topo:  Topology{GPUsPerNode: 4, Nodes: 2},
+		Plan:  "4x1/4x1/4x2",
+		Micro: 2,
+		Templates: []Program{{
+			Buffers: []Buffer{
+				{Name: "w1", DType: ir.BF16, Elems: 4096, Parent: -1},
+				{Name: "w1.shard", DType: ir.BF16, Elems: 1024, Parent: 0, Part: grp(4, 1, 1, 1)},
+				{Name: "x", DType: ir.BF16, Elems: 2048, Parent: -1},
+				{Name: "y", DType: ir.BF16, Elems: 2048, Parent: -1},
+				{Name: "g1", DType: ir.BF16, Elems: 4096, Parent: -1},
+				{Name: "g1.shard", DType: ir.BF16, Elems: 1024, Parent: 4, Part: grp(4, 1, 1, 1)},
+				{Name: "g1.os", DType: ir.BF16, Elems: 512, Parent: 5, Part: grp(4, 2, 4, 1)},
+				{Name: "w1.master", DType: ir.F32, Elems: 512, Parent: -1},
+				{Name: "w1.m", DType: ir.F32, Elems: 512, Parent: -1},
+			},
+			Streams: [NumStreams][]Instr{
+				Compute: {
+					wait(0), alloc(3), matmul, alloc(4), grad, record(1), free(0), free(3),
+					wait(2), update, free(4),
+				},
+				CommGather: {alloc(0), gather, record(0)},
+				CommReduce: {
+					wait(1),
+					at(coll(ReduceScatter, 4, 5, grp(4, 1, 1, 1), 8192), 0, 0),
+					at(coll(AllReduce, 5, 5, grp(4, 2, 4, 1), 2048), 0, -1),
+					record(2),
+				},
+			},
+			Events: 3,
+		}},
+	}
+}
+
+// twoBundle runs a different template on each of two ranks; they agree
+// on their one collective.
+func twoBundle() *Bundle {
+	cast := kern(ir.Cast, 1, 0)
+	cast.Attrs = []ir.Attr{{Name: "dtype", Val: ir.AttrVal{Type: ir.AttrInt, Int: 4}}}
+	tmpl := func(extra ...Instr) Program {
+		return Program{
+			Buffers: []Buffer{
+				{Name: "a", DType: ir.BF16, Elems: 8, Parent: -1},
+				{Name: "b", DType: ir.F32, Elems: 8, Parent: -1},
+			},
+			Streams: [NumStreams][]Instr{
+				Compute:    append(extra, record(0)),
+				CommReduce: {wait(0), coll(AllReduce, 1, 1, grp(2, 1, 1, 1), 32)},
+			},
+			Events: 1,
+		}
+	}
+	return &Bundle{
+		Model:        "two",
+		Topo:         Topology{GPUsPerNode: 2, Nodes: 1},
+		Plan:         "1x1/1x1/1x1",
+		Micro:        1,
+		Templates:    []Program{tmpl(cast), tmpl(kern(ir.SiLU, 1, 0), cast)},
+		RankTemplate: []int32{0, 1},
+	}
+}
+
+func sampleBundles() []*Bundle { return []*Bundle{tinyBundle(), twoBundle()} }
+
+func TestSamplesMatch(t *testing.T) {
+	for _, b := range sampleBundles() {
+		if err := Match(b); err != nil {
+			t.Errorf("%s: %v", b.Model, err)
+		}
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	for _, b := range sampleBundles() {
+		data := Encode(b)
+		got, err := Decode(data)
+		if err != nil {
+			t.Fatalf("%s: %v", b.Model, err)
+		}
+		if !reflect.DeepEqual(got, b) {
+			t.Errorf("%s: decoded bundle differs:\n got %+v\nwant %+v", b.Model, got, b)
+		}
+		if again := Encode(got); !bytes.Equal(again, data) {
+			t.Errorf("%s: re-encoding differs", b.Model)
+		}
+	}
+}
+
+func TestEncodeDeterministic(t *testing.T) {
+	a, b := Encode(tinyBundle()), Encode(tinyBundle())
+	if !bytes.Equal(a, b) {
+		t.Fatal("two encodings of the same bundle differ")
+	}
+	// The hash of a fixed bundle pins the format: when it changes, the
+	// layout changed, and FormatVersion must be bumped with it.
+	golden.File(t, "testdata/tiny.plan.sha256", fmt.Sprintf("%x\n", sha256.Sum256(a)))
+}
+
+func TestFloatAttrsBitExact(t *testing.T) {
+	b := twoBundle()
+	floats := []float64{math.Copysign(0, -1), math.Inf(-1), math.Float64frombits(0x7ff8000000000123), 5e-324, 0.1}
+	k := &b.Templates[0].Streams[Compute][0]
+	for i, f := range floats {
+		k.Attrs = append(k.Attrs, fattr(fmt.Sprint("f", i), f))
+	}
+	got, err := Decode(Encode(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range got.Templates[0].Streams[Compute][0].Attrs[1:] {
+		if x, y := math.Float64bits(a.Val.Float), math.Float64bits(floats[i]); x != y {
+			t.Errorf("attr %d: bits %#x, want %#x", i, x, y)
+		}
+	}
+}
+
+// reseal wraps a payload in a valid header and checksum, so that tests
+// (and the fuzzer) reach the payload decoder.
+func reseal(payload []byte) []byte {
+	out := make([]byte, headerSize, headerSize+len(payload)+sumSize)
+	copy(out, magic)
+	binary.LittleEndian.PutUint32(out[len(magic):], FormatVersion)
+	binary.LittleEndian.PutUint64(out[len(magic)+4:], uint64(len(payload)))
+	out = append(out, payload...)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...)
+}
+
+func payloadOf(data []byte) []byte {
+	p := data[min(headerSize, len(data)):]
+	if len(p) >= sumSize {
+		p = p[:len(p)-sumSize]
+	}
+	return p
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	data := Encode(tinyBundle())
+	type tc struct {
+		name string
+		data []byte
+		is   error
+		msg  string
+	}
+	var cases []tc
+	for _, n := range []int{0, 3, 8, 12, 19, 20, 21, len(data) / 2, len(data) - sumSize, len(data) - 1} {
+		cases = append(cases, tc{fmt.Sprint("truncated at ", n), data[:n], ErrTruncated, "truncated plan bundle"})
+	}
+	flip := bytes.Clone(data)
+	flip[headerSize+10] ^= 0x40
+	cases = append(cases, tc{"flipped payload byte", flip, ErrCorrupt, "checksum mismatch"})
+	sum := bytes.Clone(data)
+	sum[len(sum)-1] ^= 1
+	cases = append(cases, tc{"flipped checksum byte", sum, ErrCorrupt, "checksum mismatch"})
+	cases = append(cases, tc{"trailing bytes", append(bytes.Clone(data), 0), ErrCorrupt, "1 bytes after the checksum"})
+	magicBad := bytes.Clone(data)
+	copy(magicBad, "AMSPPLAX")
+	cases = append(cases, tc{"wrong magic", magicBad, ErrNotPlan, `not a plan bundle: does not start with "AMSPPLAN"`})
+	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
+	v2 := bytes.Clone(data)
+	binary.LittleEndian.PutUint32(v2[len(magic):], 2)
+	cases = append(cases, tc{"version 2", v2, ErrVersion, "format version 2, this compiler reads version 1"})
+
+	// Payloads that pass the checksum but do not decode consistently.
+	var e encoder
+	e.str("m")
+	e.i(4)
+	e.i(2)
+	e.str("p")
+	e.i(1)
+	e.u(1 << 40)
+	cases = append(cases, tc{"huge template count", reseal(e.buf), ErrCorrupt, "template count 1099511627776 exceeds"})
+	cases = append(cases, tc{"payload cut short", reseal(payloadOf(data)[:40]), ErrCorrupt, "payload"})
+	cases = append(cases, tc{"unread payload", reseal(append(payloadOf(data), 0)), ErrCorrupt, "1 unread payload bytes"})
+	long := bytes.Clone(payloadOf(data))
+	long = append([]byte{0x84, 0x00}, long[1:]...) // model length 4 as two bytes
+	cases = append(cases, tc{"over-long varint", reseal(long), ErrCorrupt, "malformed number"})
+
+	mutate := func(name, msg string, f func(b *Bundle)) {
+		b := tinyBundle()
+		f(b)
+		cases = append(cases, tc{name, Encode(b), ErrCorrupt, msg})
+	}
+	p := func(b *Bundle) *Program { return &b.Templates[0] }
+	mutate("buffer out of range", "compute 1: alloc: buffer b9 out of range", func(b *Bundle) { p(b).Streams[Compute][1].Buf = 9 })
+	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Args[0] = -1 })
+	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[CommGather][1].Out = 20 })
+	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][1].Op = 17 })
+	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][2].Kern = 200 })
+	mutate("kernel without op", "compute 2: kernel without an op", func(b *Bundle) { p(b).Streams[Compute][2].Kern = ir.InvalidOp })
+	mutate("unknown attribute type", `attribute "lr": unknown type 3`, func(b *Bundle) { p(b).Streams[Compute][9].Attrs[0].Val.Type = 3 })
+	mutate("unknown collective", "unknown collective 9", func(b *Bundle) { p(b).Streams[CommGather][1].Coll = 9 })
+	mutate("unknown dtype", `buffer b2 "x": unknown dtype dtype(7)`, func(b *Bundle) { p(b).Buffers[2].DType = 7 })
+	mutate("collective dtype", "all_gather: no dtype", func(b *Bundle) { p(b).Streams[CommGather][1].DType = ir.InvalidDType })
+	mutate("parent out of range", `buffer b1 "w1.shard": parent b99 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[1].Parent = 99 })
+	mutate("parent later", `buffer b5 "g1.shard": parent b6 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 6 })
+	mutate("parent self", `parent b5 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 5 })
+	mutate("view too big", "4 parts of 2048 elements do not fit in b0", func(b *Bundle) { p(b).Buffers[1].Elems = 2048 })
+	mutate("bad group", "group 3x1 does not tile 2 nodes x 4 GPUs", func(b *Bundle) { p(b).Streams[CommGather][1].Group = grp(3, 1, 1, 1) })
+	mutate("zero group", "has an empty factor", func(b *Bundle) { p(b).Streams[CommGather][1].Group = Group{} })
+	mutate("event out of range", "wait: event e3 out of range (3 events)", func(b *Bundle) { p(b).Streams[Compute][0].Event = 3 })
+	mutate("rank template out of range", "rank 7 runs template 1, there are 1", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0, 0, 0, 0, 0, 1} })
+	mutate("rank template length", "3 rank template entries for 8 ranks", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0} })
+	mutate("no templates", "no templates", func(b *Bundle) { b.Templates = nil })
+	mutate("empty topology", "topology 0 nodes x 4 GPUs", func(b *Bundle) { b.Topo.Nodes = 0 })
+
+	for _, c := range cases {
+		b, err := Decode(c.data)
+		if err == nil {
+			t.Errorf("%s: decoded %+v", c.name, b)
+			continue
+		}
+		if !errors.Is(err, c.is) {
+			t.Errorf("%s: %v is not %v", c.name, err, c.is)
+		}
+		if !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %q does not say %q", c.name, err, c.msg)
+		}
+	}
+}
+
+func TestFileRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tiny.plan")
+	b := tinyBundle()
+	if err := WriteFile(path, b); err != nil {
+		t.Fatal(err)
+	}
+	// Overwriting is the atomic case that matters.
+	if err := WriteFile(path, b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, b) {
+		t.Error("bundle read back differs")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d files after WriteFile, want 1 (temp file left behind?)", len(entries))
+	}
+
+	bad := tinyBundle()
+	bad.Templates[0].Events = -1
+	if err := WriteFile(filepath.Join(dir, "bad.plan"), bad); err == nil || !strings.Contains(err.Error(), "-1 events") {
+		t.Errorf("WriteFile of an invalid bundle: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.plan")); !os.IsNotExist(err) {
+		t.Error("WriteFile of an invalid bundle left a file")
+	}
+
+	data, _ := os.ReadFile(path)
+	os.WriteFile(path, data[:len(data)-5], 0o644)
+	_, err = ReadFile(path)
+	if !errors.Is(err, ErrTruncated) || !strings.HasPrefix(err.Error(), path+": ") {
+		t.Errorf("ReadFile of a truncated file: %v", err)
+	}
+}
+
+func TestGroupRanks(t *testing.T) {
+	topo := Topology{GPUsPerNode: 4, Nodes: 2}
+	for _, c := range []struct {
+		g     Group
+		rank  int
+		ranks []int
+		index int
+	}{
+		// Replicas of a 2x1 shard in a 4x2 block: the same GPU parity,
+		// node-major.
+		{grp(4, 2, 2, 1), 5, []int{1, 3, 5, 7}, 2},
+		{grp(4, 2, 2, 1), 2, []int{0, 2, 4, 6}, 1},
+		{grp(4, 1, 1, 1), 5, []int{4, 5, 6, 7}, 1},
+		{grp(2, 1, 1, 1), 6, []int{6, 7}, 0},
+		{grp(4, 2, 1, 1), 3, []int{0, 1, 2, 3, 4, 5, 6, 7}, 3},
+		{grp(4, 2, 4, 1), 5, []int{1, 5}, 1},
+		{grp(2, 2, 1, 1), 5, []int{0, 1, 4, 5}, 3},
+		{grp(2, 2, 1, 2), 5, []int{4, 5}, 1},
+		{grp(1, 2, 1, 1), 6, []int{2, 6}, 1},
+		{grp(1, 1, 1, 1), 6, []int{6}, 0},
+	} {
+		if got := c.g.Ranks(topo, c.rank); !slices.Equal(got, c.ranks) {
+			t.Errorf("%v of rank %d: ranks %v, want %v", c.g, c.rank, got, c.ranks)
+		}
+		if got := c.g.Index(topo, c.rank); got != c.index {
+			t.Errorf("%v of rank %d: index %d, want %d", c.g, c.rank, got, c.index)
+		}
+		if got := c.g.Size(); got != len(c.ranks) {
+			t.Errorf("%v: size %d, want %d", c.g, got, len(c.ranks))
+		}
+	}
+}
+
+// TestGroupPartition checks, for every valid group of a few topologies,
+// that the groups partition the ranks, each member lists the same group,
+// Index finds the rank in it, and GroupID is the least member.
+func TestGroupPartition(t *testing.T) {
+	for _, topo := range []Topology{{4, 2}, {8, 4}, {2, 6}, {1, 3}} {
+		for _, g := range allGroups(topo) {
+			for r := range topo.Ranks() {
+				ranks := g.Ranks(topo, r)
+				if len(ranks) != g.Size() {
+					t.Fatalf("%v on %v, rank %d: %d ranks %v, size %d", g, topo, r, len(ranks), ranks, g.Size())
+				}
+				i := g.Index(topo, r)
+				if i < 0 || i >= len(ranks) || ranks[i] != r {
+					t.Fatalf("%v on %v, rank %d: index %d in %v", g, topo, r, i, ranks)
+				}
+				if g.GroupID(topo, r) != slices.Min(ranks) {
+					t.Fatalf("%v on %v, rank %d: group id %d, ranks %v", g, topo, r, g.GroupID(topo, r), ranks)
+				}
+				for _, m := range ranks {
+					if got := g.Ranks(topo, m); !slices.Equal(got, ranks) {
+						t.Fatalf("%v on %v: rank %d has group %v, member %d has %v", g, topo, r, ranks, m, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+func allGroups(t Topology) []Group {
+	divisors := func(n int) (ds []int) {
+		for d := 1; d <= n; d++ {
+			if n%d == 0 {
+				ds = append(ds, d)
+			}
+		}
+		return ds
+	}
+	var gs []Group
+	for _, o0 := range divisors(t.GPUsPerNode) {
+		for _, o1 := range divisors(t.Nodes) {
+			for _, i0 := range divisors(o0) {
+				for _, i1 := range divisors(o1) {
+					gs = append(gs, grp(o0, o1, i0, i1))
+				}
+			}
+		}
+	}
+	return gs
+}
+
+func TestDisasm(t *testing.T) {
+	var buf bytes.Buffer
+	if err := DisasmAll(&buf, tinyBundle(), []int{0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteString("\n")
+	if err := Disasm(&buf, twoBundle(), 1); err != nil {
+		t.Fatal(err)
+	}
+	golden.File(t, "testdata/disasm.golden", buf.String())
+
+	if err := Disasm(io.Discard, tinyBundle(), 8); err == nil || err.Error() != "rank 8 out of range (8 ranks)" {
+		t.Errorf("rank 8: %v", err)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1280: "1.25 KiB", 1536: "1.5 KiB", 3 << 30: "3 GiB", math.MaxInt64: "8 EiB"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	long := make([]int, 40)
+	for i := range long {
+		long[i] = 2 * i
+	}
+	if got, want := formatRanks(long), "0,2,4,6,8,10,12,14,...,78 (40 ranks)"; got != want {
+		t.Errorf("formatRanks = %q, want %q", got, want)
+	}
+}
+
+// pairBundle is two ranks with a template each; a test breaks one.
+func pairBundle() *Bundle {
+	g := grp(2, 1, 1, 1)
+	tmpl := Program{
+		Buffers: []Buffer{
+			{Name: "w", DType: ir.BF16, Elems: 1024, Parent: -1},
+			{Name: "w.shard", DType: ir.BF16, Elems: 512, Parent: 0, Part: g},
+			{Name: "y", DType: ir.BF16, Elems: 1024, Parent: -1},
+		},
+		Streams: [NumStreams][]Instr{
+			Compute:    {wait(0), kern(ir.MatMul, 2, 0, 0), record(1)},
+			CommGather: {coll(AllGather, 1, 0, g, 2048), record(0)},
+			CommReduce: {wait(1), coll(ReduceScatter, 2, 1, g, 1024)},
+		},
+		Events: 2,
+	}
+	clone := func(p Program) Program {
+		for s := range p.Streams {
+			p.Streams[s] = slices.Clone(p.Streams[s])
+		}
+		return p
+	}
+	return &Bundle{
+		Model: "pair", Topo: Topology{GPUsPerNode: 2, Nodes: 1}, Plan: "2x1/2x1/2x1", Micro: 1,
+		Templates:    []Program{clone(tmpl), clone(tmpl)},
+		RankTemplate: []int32{0, 1},
+	}
+}
+
+func TestMatch(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		break_ func(p0, p1 *Program)
+		want   []string
+		rank   int
+	}{
+		{"ok", func(p0, p1 *Program) {}, nil, 0},
+		{"bytes differ", func(p0, p1 *Program) { p1.Streams[CommReduce][1].Bytes = 2048 }, []string{
+			"group 2x1 (ranks 0,1): ranks 0, 1: rank 1 comm.reduce 1: ",
+			"collective 0 of this group on comm.reduce is reduce_scatter b2 -> b1 group 2x1 (ranks 0,1) 2 KiB bf16",
+			"but on rank 0 it is comm.reduce 1: reduce_scatter b2 -> b1 group 2x1 (ranks 0,1) 1 KiB bf16",
+		}, 1},
+		{"dtype differs", func(p0, p1 *Program) { p1.Streams[CommReduce][1].DType = ir.F32 }, []string{"1 KiB f32", "1 KiB bf16"}, 1},
+		{"missing on one rank", func(p0, p1 *Program) { p1.Streams[CommReduce] = p1.Streams[CommReduce][:1] }, []string{
+			"group 2x1 (ranks 0,1): ranks 0, 1: rank 0 comm.reduce 1: collective 0 of this group on comm.reduce is reduce_scatter",
+			"but rank 1 issues only 0 there",
+		}, 0},
+		{"extra on one rank", func(p0, p1 *Program) {
+			p1.Streams[CommGather] = append(p1.Streams[CommGather], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
+		}, []string{"rank 1 comm.gather 2: collective 1 of this group on comm.gather is all_gather", "but rank 0 issues only 1 there"}, 1},
+		{"wrong order", func(p0, p1 *Program) {
+			for _, p := range []*Program{p0, p1} {
+				p.Streams[CommGather] = append(p.Streams[CommGather], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 4096))
+			}
+			s := p1.Streams[CommGather]
+			s[0], s[2] = s[2], s[0]
+		}, []string{"rank 1 comm.gather 0: collective 0 of this group on comm.gather is all_gather b1 -> b0 group 2x1 (ranks 0,1) 4 KiB bf16, but on rank 0 it is comm.gather 0: all_gather b1 -> b0 group 2x1 (ranks 0,1) 2 KiB bf16"}, 1},
+		{"wrong stream", func(p0, p1 *Program) {
+			p1.Streams[CommGather] = p1.Streams[CommGather][1:]
+			p1.Streams[CommReduce] = append(p1.Streams[CommReduce], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
+		}, []string{"rank 0 comm.gather 0: collective 0 of this group on comm.gather is all_gather", "but rank 1 issues only 0 there"}, 0},
+		{"wait without record", func(p0, p1 *Program) { p0.Streams[CommGather] = p0.Streams[CommGather][:1] }, []string{
+			"rank 0 compute 0: wait e0: event e0 is never recorded on this rank",
+		}, 0},
+		{"double record", func(p0, p1 *Program) { p0.Streams[Compute] = append(p0.Streams[Compute], record(0)) }, []string{
+			"rank 0 comm.gather 1: record e0: event e0 is recorded twice, first at compute 3",
+		}, 0},
+		{"deadlock", func(p0, p1 *Program) {
+			// The gather stream waits for compute, which waits for it.
+			p1.Streams[CommGather] = append([]Instr{wait(1)}, p1.Streams[CommGather]...)
+		}, []string{
+			"rank 1 compute 0: wait e0: deadlock: compute 0 (wait e0) waits for comm.gather 2 (record e0), " +
+				"comm.gather 0 (wait e1) waits for compute 2 (record e1), comm.reduce 0 (wait e1) waits for compute 2 (record e1)",
+		}, 1},
+		{"wait before own record", func(p0, p1 *Program) {
+			p0.Streams[Compute] = []Instr{wait(0), wait(1), kern(ir.MatMul, 2, 0, 0), record(1)}
+		}, []string{"rank 0 compute 1: wait e1: deadlock: compute 1 (wait e1) waits for compute 3 (record e1)"}, 0},
+	} {
+		b := pairBundle()
+		c.break_(&b.Templates[0], &b.Templates[1])
+		err := Match(b)
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		var me *MatchError
+		if !errors.As(err, &me) {
+			t.Errorf("%s: %v is not a MatchError", c.name, err)
+			continue
+		}
+		if me.Rank != c.rank {
+			t.Errorf("%s: error on rank %d, want %d", c.name, me.Rank, c.rank)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q\ndoes not say %q", c.name, err, w)
+			}
+		}
+	}
+}
+
+// TestValidate covers what Decode catches before Validate sees it.
+func TestValidate(t *testing.T) {
+	b := tinyBundle()
+	b.Templates[0].Streams[Compute][2].Kern = 200
+	if err := Validate(b); err == nil || err.Error() != "template 0: compute 2: unknown kernel 200" {
+		t.Errorf("kernel 200: %v", err)
+	}
+}
+
+func TestMatchInvalid(t *testing.T) {
+	b := pairBundle()
+	b.Templates[1].Streams[Compute][0].Event = 5
+	err := Match(b)
+	var me *MatchError
+	if err == nil || errors.As(err, &me) || !strings.Contains(err.Error(), "template 1: compute 0: wait: event e5 out of range") {
+		t.Errorf("Match of an invalid bundle: %v", err)
+	}
+}
+
+// nodeBundle runs one template per node of 2 nodes x 4 GPUs. Inside a
+// node, the templates' collectives may differ; on groups spanning nodes
+// they must not.
+func nodeBundle(cross0, cross1 int64) *Bundle {
+	tmpl := func(local, cross int64) Program {
+		return Program{
+			Buffers: []Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}},
+			Streams: [NumStreams][]Instr{CommReduce: {
+				coll(AllReduce, 0, 0, grp(4, 1, 1, 1), local),
+				coll(AllReduce, 0, 0, grp(4, 2, 4, 1), cross),
+			}},
+		}
+	}
+	return &Bundle{
+		Model: "nodes", Topo: Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 1,
+		Templates:    []Program{tmpl(100, cross0), tmpl(200, cross1)},
+		RankTemplate: []int32{0, 0, 0, 0, 1, 1, 1, 1},
+	}
+}
+
+func TestMatchTemplates(t *testing.T) {
+	if err := Match(nodeBundle(64, 64)); err != nil {
+		t.Errorf("templates agreeing on every group: %v", err)
+	}
+	err := Match(nodeBundle(64, 128))
+	want := "group 4x2/4x1 (ranks 0,4): ranks 0, 4: rank 4 comm.reduce 1: collective 0 of this group on comm.reduce is all_reduce b0 -> b0 group 4x2/4x1 (ranks 0,4) 128 B bf16, but on rank 0 it is comm.reduce 1: all_reduce b0 -> b0 group 4x2/4x1 (ranks 0,4) 64 B bf16"
+	if err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	// A template no rank runs is not matched against anything.
+	b := nodeBundle(64, 64)
+	b.Templates = append(b.Templates, Program{Streams: [NumStreams][]Instr{Compute: {wait(0)}}, Events: 1})
+	if err := Match(b); err != nil {
+		t.Errorf("unused template: %v", err)
+	}
+}
+
+// FuzzDecode feeds Decode arbitrary bytes, as they are and resealed with
+// a valid header and checksum (without which nearly every mutation would
+// stop at the checksum). Decode must not panic, whatever it accepts must
+// re-encode to the same bytes, and Match and Disasm must handle it.
+// Crashers found by `go test -fuzz` are kept in testdata/fuzz/FuzzDecode.
+func FuzzDecode(f *testing.F) {
+	for _, b := range sampleBundles() {
+		data := Encode(b)
+		f.Add(data)
+		for _, n := range []int{0, 8, headerSize, headerSize + 5, len(data) / 2, len(data) - 1} {
+			f.Add(data[:n])
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, in := range [][]byte{data, reseal(payloadOf(data))} {
+			b, err := Decode(in)
+			if err != nil {
+				if !errors.Is(err, ErrNotPlan) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("error wraps no sentinel: %v", err)
+				}
+				continue
+			}
+			if again := Encode(b); !bytes.Equal(again, in) {
+				t.Fatalf("re-encoding differs:\n%x\n%x", in, again)
+			}
+			Match(b)
+			if err := Disasm(io.Discard, b, b.Topo.Ranks()-1); err != nil {
+				t.Fatalf("Disasm of a decoded bundle: %v", err)
+			}
+		}
+	})
+}
+
+// BenchmarkMatch is 16384 ranks (2048 nodes x 8 GPUs) running two
+// templates, alternating by node, that agree on every group.
+func BenchmarkMatch(b *testing.B) {
+	topo := Topology{GPUsPerNode: 8, Nodes: 2048}
+	var streams [NumStreams][]Instr
+	for i := range 200 {
+		streams[CommGather] = append(streams[CommGather], coll(AllGather, 0, 0, grp(8, 1, 1, 1), int64(i)))
+		streams[CommReduce] = append(streams[CommReduce], coll(ReduceScatter, 0, 0, grp(8, 2048, 1, 1), int64(i)))
+	}
+	p0 := Program{Buffers: []Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}}, Streams: streams}
+	// p1 differs on the node-local groups, which makes Match visit
+	// every rank.
+	p1 := p0
+	p1.Streams[CommGather] = slices.Clone(p1.Streams[CommGather])
+	for i := range p1.Streams[CommGather] {
+		p1.Streams[CommGather][i].Bytes++
+	}
+	bundle := &Bundle{Topo: topo, Templates: []Program{p0, p1}, RankTemplate: make([]int32, topo.Ranks())}
+	for r := range bundle.RankTemplate {
+		bundle.RankTemplate[r] = int32(r / 8 % 2)
+	}
+	for b.Loop() {
+		if err := Match(bundle); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package codegen
+
+// Disassembly: a rank's program as text, one instruction a line, for
+// people and golden tests. A template is rank-relative; the disassembly
+// is not: it resolves groups to member ranks and views to part indices for
+// the rank shown, since that is what a person debugging rank 5 asks.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Disasm prints rank's program.
+func Disasm(w io.Writer, b *Bundle, rank int) error {
+	return DisasmAll(w, b, []int{rank})
+}
+
+// DisasmAll prints the programs of ranks, in the order given, separated
+// by blank lines; nil ranks means every rank.
+func DisasmAll(w io.Writer, b *Bundle, ranks []int) error {
+	if err := Validate(b); err != nil {
+		return err
+	}
+	if ranks == nil {
+		ranks = make([]int, b.Topo.Ranks())
+		for r := range ranks {
+			ranks[r] = r
+		}
+	}
+	var buf bytes.Buffer
+	for i, r := range ranks {
+		if r < 0 || r >= b.Topo.Ranks() {
+			return fmt.Errorf("rank %d out of range (%d ranks)", r, b.Topo.Ranks())
+		}
+		if i > 0 {
+			buf.WriteByte('\n')
+		}
+		disasm(&buf, b, r)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func disasm(w *bytes.Buffer, b *Bundle, rank int) {
+	t := b.Topo
+	p := b.Template(rank)
+	fmt.Fprintf(w, "model     %s\n", b.Model)
+	fmt.Fprintf(w, "plan      %s\n", b.Plan)
+	fmt.Fprintf(w, "topology  %s x %s = %s\n", plural(t.Nodes, "node"), plural(t.GPUsPerNode, "GPU"), plural(t.Ranks(), "rank"))
+	fmt.Fprintf(w, "micro     %s\n", plural(b.Micro, "micro-batch"))
+	fmt.Fprintf(w, "rank      %d (node %d, gpu %d)\n", rank, rank/t.GPUsPerNode, rank%t.GPUsPerNode)
+	fmt.Fprintf(w, "template  %d of %d\n", templateIndex(b, rank), len(b.Templates))
+	fmt.Fprintf(w, "events    %d\n", p.Events)
+
+	fmt.Fprintf(w, "buffers   %d\n", len(p.Buffers))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for i, buf := range p.Buffers {
+		fmt.Fprintf(tw, "  b%d\t%s\t%v\t%d\t%s", i, quoteName(buf.Name), buf.DType, buf.Elems, formatBytes(buf.Bytes()))
+		if buf.IsView() {
+			fmt.Fprintf(tw, "\tview of %s part %v -> index %d",
+				quoteName(p.Buffers[buf.Parent].Name), buf.Part, buf.Part.Index(t, rank))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+
+	pr := printer{t: t, rank: rank}
+	for s := range p.Streams {
+		fmt.Fprintf(w, "stream    %s, %d instructions\n", StreamName(s), len(p.Streams[s]))
+		for i := range p.Streams[s] {
+			fmt.Fprintf(w, "%-11s %4d  %s\n", StreamName(s), i, pr.instr(&p.Streams[s][i]))
+		}
+	}
+}
+
+func templateIndex(b *Bundle, rank int) int {
+	if len(b.RankTemplate) == 0 {
+		return 0
+	}
+	return int(b.RankTemplate[rank])
+}
+
+// printer prints instructions as rank sees them. It remembers each
+// group's member list: a program names few groups many times, and a group
+// can hold thousands of ranks.
+type printer struct {
+	t      Topology
+	rank   int
+	groups map[Group]string
+}
+
+// instrText is one instruction as rank sees it, for Match's errors.
+func instrText(t Topology, rank int, in *Instr) string {
+	pr := printer{t: t, rank: rank}
+	return pr.instr(in)
+}
+
+func (pr *printer) instr(in *Instr) string {
+	var b strings.Builder
+	switch in.Op {
+	case Alloc, Free:
+		fmt.Fprintf(&b, "%v b%d", in.Op, in.Buf)
+	case Kernel:
+		fmt.Fprintf(&b, "kernel %v", in.Kern)
+		for i, a := range in.Args {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " b%d", a)
+		}
+		fmt.Fprintf(&b, " -> b%d", in.Out)
+		if len(in.Attrs) > 0 {
+			b.WriteString(" {")
+			for i, a := range in.Attrs {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(a.Name)
+				b.WriteByte('=')
+				b.WriteString(a.Val.String())
+			}
+			b.WriteByte('}')
+		}
+	case Collective:
+		fmt.Fprintf(&b, "%v b%d -> b%d group %s %s %v",
+			in.Coll, in.In, in.Out, pr.group(in.Group), formatBytes(in.Bytes), in.DType)
+	case Record, Wait:
+		fmt.Fprintf(&b, "%v e%d", in.Op, in.Event)
+	default:
+		b.WriteString(in.Op.String())
+	}
+	switch {
+	case in.Stage >= 0 && in.Micro >= 0:
+		fmt.Fprintf(&b, "  [stage %d mb%d]", in.Stage, in.Micro)
+	case in.Stage >= 0:
+		fmt.Fprintf(&b, "  [stage %d]", in.Stage)
+	case in.Micro >= 0:
+		fmt.Fprintf(&b, "  [mb%d]", in.Micro)
+	}
+	if in.Pos.IsValid() || in.Pos.File != "" {
+		fmt.Fprintf(&b, " @%v", in.Pos)
+	}
+	if in.Comment != "" {
+		b.WriteString("  ; ")
+		b.WriteString(oneLine(in.Comment))
+	}
+	return b.String()
+}
+
+// group is a group's shape and, for the rank, its members.
+func (pr *printer) group(g Group) string {
+	if s, ok := pr.groups[g]; ok {
+		return s
+	}
+	s := fmt.Sprintf("%v (ranks %s)", g, formatRanks(g.Ranks(pr.t, pr.rank)))
+	if pr.groups == nil {
+		pr.groups = map[Group]string{}
+	}
+	pr.groups[g] = s
+	return s
+}
+
+// formatRanks lists ranks, eliding the middle of long lists so that a
+// 16384-rank group stays one readable line.
+func formatRanks(ranks []int) string {
+	const head = 8
+	var b strings.Builder
+	for i, r := range ranks {
+		if len(ranks) > 2*head && i == head {
+			fmt.Fprintf(&b, ",...,%d (%d ranks)", ranks[len(ranks)-1], len(ranks))
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(r))
+	}
+	return b.String()
+}
+
+// formatBytes is n in B, KiB, MiB, ... with at most two decimals, trailing
+// zeros dropped.
+func formatBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	units := [...]string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v := float64(n) / 1024
+	u := 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " " + units[u]
+}
+
+// quoteName shows a buffer name as is when it is a plain word, quoted
+// otherwise, so that an empty or spaced name cannot shift the columns.
+func quoteName(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, c := range s {
+		if c <= ' ' || c == '"' || c > '~' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	if strings.HasSuffix(what, "h") {
+		return fmt.Sprintf("%d %ses", n, what)
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func oneLine(s string) string {
+	if strings.ContainsAny(s, "\n\r") {
+		return strconv.Quote(s)
+	}
+	return s
+}

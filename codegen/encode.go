@@ -1,0 +1,663 @@
+package codegen
+
+// The plan bundle on disk:
+//
+//	"AMSPPLAN"            8 bytes, magic
+//	version               uint32 little-endian (FormatVersion)
+//	payload length        uint64 little-endian
+//	payload               see below
+//	SHA-256               32 bytes, of everything before it
+//
+// The payload lists every Bundle field in declaration order. Integers are
+// varints (zig-zag for signed), small enums one byte, floats their IEEE
+// bits as a fixed uint64, strings and slices a uvarint count first;
+// kernels are stored by name, the other enums by number, so renumbering
+// an opcode, collective, dtype or attribute type, or changing NumStreams,
+// needs a new FormatVersion (TestEncodeDeterministic pins a hash). An
+// encoding is canonical: Decode refuses over-long varints and bools other
+// than 0 and 1, so whatever decodes re-encodes to the same bytes and equal
+// bundles always hash equally. Empty slices decode as nil.
+//
+// Decode trusts nothing it reads: counts are checked against the bytes left
+// before anything is allocated, and the decoded bundle must pass Validate,
+// so the runtime and Disasm can index buffers, events and templates without
+// further checks.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"amspc/ir"
+)
+
+// FormatVersion is the bundle layout this compiler writes and reads. Bump
+// it on any change to the payload encoding.
+const FormatVersion = 1
+
+const (
+	magic      = "AMSPPLAN"
+	headerSize = len(magic) + 4 + 8
+	sumSize    = sha256.Size
+)
+
+// MaxRanks bounds a bundle's rank count, so that a forged topology cannot
+// make Match or the runtime loop for ever.
+const MaxRanks = 1 << 20
+
+// Decode's errors wrap one of these; errors.Is tells them apart.
+var (
+	ErrNotPlan   = errors.New("not a plan bundle")
+	ErrVersion   = errors.New("unsupported plan format version")
+	ErrTruncated = errors.New("truncated plan bundle")
+	ErrCorrupt   = errors.New("corrupt plan bundle")
+)
+
+// Encode returns the bundle's canonical bytes. It does not validate; call
+// Validate (or Match) first, or use WriteFile, which does.
+func Encode(b *Bundle) []byte {
+	var e encoder
+	e.buf = make([]byte, headerSize, 4096)
+	copy(e.buf, magic)
+	binary.LittleEndian.PutUint32(e.buf[len(magic):], FormatVersion)
+	e.bundle(b)
+	binary.LittleEndian.PutUint64(e.buf[len(magic)+4:], uint64(len(e.buf)-headerSize))
+	sum := sha256.Sum256(e.buf)
+	return append(e.buf, sum[:]...)
+}
+
+// Decode parses and validates a bundle written by Encode.
+func Decode(data []byte) (*Bundle, error) {
+	if len(data) < headerSize {
+		if bytes.HasPrefix([]byte(magic), data[:min(len(data), len(magic))]) {
+			return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrTruncated, len(data), headerSize)
+		}
+		return nil, fmt.Errorf("%w: does not start with %q", ErrNotPlan, magic)
+	}
+	if string(data[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: does not start with %q", ErrNotPlan, magic)
+	}
+	if v := binary.LittleEndian.Uint32(data[len(magic):]); v != FormatVersion {
+		return nil, fmt.Errorf("%w: the bundle has format version %d, this compiler reads version %d", ErrVersion, v, FormatVersion)
+	}
+	n := binary.LittleEndian.Uint64(data[len(magic)+4:])
+	have := uint64(len(data) - headerSize)
+	switch {
+	case n > have || have-n < sumSize:
+		return nil, fmt.Errorf("%w: %d bytes, the header announces %d-byte payload and checksum", ErrTruncated, len(data), uint64(headerSize)+n+sumSize)
+	case have-n > sumSize:
+		return nil, fmt.Errorf("%w: %d bytes after the checksum", ErrCorrupt, have-n-sumSize)
+	}
+	end := headerSize + int(n)
+	if sum := sha256.Sum256(data[:end]); !bytes.Equal(sum[:], data[end:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch (stored %x, computed %x)", ErrCorrupt, data[end:end+8], sum[:8])
+	}
+	d := decoder{buf: data[headerSize:end]}
+	b := d.bundle()
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: payload byte %d: %v", ErrCorrupt, d.at, d.err)
+	}
+	if d.off != len(d.buf) {
+		return nil, fmt.Errorf("%w: %d unread payload bytes", ErrCorrupt, len(d.buf)-d.off)
+	}
+	if err := Validate(b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return b, nil
+}
+
+// WriteFile validates b and writes its encoding to path atomically: a
+// reader sees the old file or the whole new one, never a partial plan.
+func WriteFile(path string, b *Bundle) (err error) {
+	if err := Validate(b); err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	data := Encode(b)
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// Make the rename itself durable. Not every system can sync a
+	// directory; the file is in place either way.
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// ReadFile reads and decodes the bundle at path.
+func ReadFile(path string) (*Bundle, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return b, nil
+}
+
+type encoder struct{ buf []byte }
+
+func (e *encoder) u(v uint64)   { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *encoder) i(v int64)    { e.buf = binary.AppendVarint(e.buf, v) }
+func (e *encoder) byte(v uint8) { e.buf = append(e.buf, v) }
+func (e *encoder) str(s string) { e.u(uint64(len(s))); e.buf = append(e.buf, s...) }
+func (e *encoder) f64(v float64) {
+	e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(v))
+}
+func (e *encoder) bool(v bool) {
+	if v {
+		e.byte(1)
+	} else {
+		e.byte(0)
+	}
+}
+
+func (e *encoder) group(g Group) {
+	e.i(int64(g.Outer.S0))
+	e.i(int64(g.Outer.S1))
+	e.i(int64(g.Inner.S0))
+	e.i(int64(g.Inner.S1))
+}
+
+func (e *encoder) bundle(b *Bundle) {
+	e.str(b.Model)
+	e.i(int64(b.Topo.GPUsPerNode))
+	e.i(int64(b.Topo.Nodes))
+	e.str(b.Plan)
+	e.i(int64(b.Micro))
+	e.u(uint64(len(b.Templates)))
+	for i := range b.Templates {
+		e.program(&b.Templates[i])
+	}
+	e.u(uint64(len(b.RankTemplate)))
+	for _, t := range b.RankTemplate {
+		e.i(int64(t))
+	}
+}
+
+func (e *encoder) program(p *Program) {
+	e.u(uint64(len(p.Buffers)))
+	for _, buf := range p.Buffers {
+		e.str(buf.Name)
+		e.byte(uint8(buf.DType))
+		e.i(buf.Elems)
+		e.i(int64(buf.Parent))
+		e.group(buf.Part)
+	}
+	for s := range p.Streams {
+		e.u(uint64(len(p.Streams[s])))
+		for i := range p.Streams[s] {
+			e.instr(&p.Streams[s][i])
+		}
+	}
+	e.i(int64(p.Events))
+}
+
+func (e *encoder) instr(in *Instr) {
+	e.byte(uint8(in.Op))
+	e.i(int64(in.Buf))
+	// A kernel is stored by name: ir numbers its ops in table order,
+	// and a new op must not change what an old plan runs.
+	if in.Kern == ir.InvalidOp {
+		e.str("")
+	} else {
+		e.str(in.Kern.String())
+	}
+	e.u(uint64(len(in.Args)))
+	for _, a := range in.Args {
+		e.i(int64(a))
+	}
+	e.i(int64(in.Out))
+	e.u(uint64(len(in.Attrs)))
+	for _, a := range in.Attrs {
+		e.str(a.Name)
+		e.byte(uint8(a.Val.Type))
+		e.i(a.Val.Int)
+		e.f64(a.Val.Float)
+		e.bool(a.Val.Bool)
+	}
+	e.byte(uint8(in.Coll))
+	e.group(in.Group)
+	e.i(in.Bytes)
+	e.byte(uint8(in.DType))
+	e.i(int64(in.In))
+	e.i(int64(in.Event))
+	e.i(int64(in.Stage))
+	e.i(int64(in.Micro))
+	e.str(in.Pos.File)
+	e.i(int64(in.Pos.Line))
+	e.i(int64(in.Pos.Col))
+	e.str(in.Comment)
+}
+
+// decoder reads the payload. The first error sticks: later reads return
+// zero values, so the decoding functions need no error plumbing, and
+// counts read after an error are 0, so nothing further is allocated.
+type decoder struct {
+	buf     []byte
+	off, at int // at: where the first error was found
+	err     error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(format, args...)
+		d.at = d.off
+	}
+}
+
+func (d *decoder) left() int { return len(d.buf) - d.off }
+
+func (d *decoder) u() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf[d.off:])
+	switch {
+	case n == 0:
+		d.fail("payload ends inside a number")
+		return 0
+	case n < 0 || n != uvarintLen(v):
+		d.fail("malformed number")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) i() int64 {
+	// Zig-zag, read as the unsigned varint it is, so canonicality is the
+	// unsigned rule.
+	ux := d.u()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func (d *decoder) i32(what string) int32 {
+	v := d.i()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.fail("%s %d out of range", what, v)
+		return 0
+	}
+	return int32(v)
+}
+
+func (d *decoder) int(what string) int {
+	v := d.i()
+	if int64(int(v)) != v {
+		d.fail("%s %d out of range", what, v)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) byte() uint8 {
+	if d.err != nil {
+		return 0
+	}
+	if d.left() < 1 {
+		d.fail("payload ends early")
+		return 0
+	}
+	d.off++
+	return d.buf[d.off-1]
+}
+
+func (d *decoder) bool() bool {
+	switch v := d.byte(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("bool byte %d is neither 0 nor 1", v)
+		return false
+	}
+}
+
+func (d *decoder) f64() float64 {
+	if d.err != nil {
+		return 0
+	}
+	if d.left() < 8 {
+		d.fail("payload ends inside a float")
+		return 0
+	}
+	d.off += 8
+	return math.Float64frombits(binary.LittleEndian.Uint64(d.buf[d.off-8:]))
+}
+
+func (d *decoder) str() string {
+	n := d.count("string", 1)
+	if n == 0 {
+		return ""
+	}
+	d.off += n
+	return string(d.buf[d.off-n : d.off])
+}
+
+// count reads a length and checks that n elements of at least minSize
+// encoded bytes each fit in what is left, so a forged count cannot make
+// Decode allocate more than a small multiple of its input.
+func (d *decoder) count(what string, minSize int) int {
+	n := d.u()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(d.left()/minSize) {
+		d.fail("%s count %d exceeds the %d bytes left", what, n, d.left())
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) group() Group {
+	var g Group
+	g.Outer.S0 = d.int("group factor")
+	g.Outer.S1 = d.int("group factor")
+	g.Inner.S0 = d.int("group factor")
+	g.Inner.S1 = d.int("group factor")
+	return g
+}
+
+// Minimum encoded sizes, for count.
+const (
+	minBuffer  = 1 + 1 + 1 + 1 + 4
+	minProgram = NumStreams + 1 + 1
+	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1
+	minAttr    = 1 + 1 + 1 + 8 + 1
+)
+
+func (d *decoder) bundle() *Bundle {
+	b := &Bundle{}
+	b.Model = d.str()
+	b.Topo.GPUsPerNode = d.int("GPUs per node")
+	b.Topo.Nodes = d.int("node count")
+	b.Plan = d.str()
+	b.Micro = d.int("micro-batch count")
+	if n := d.count("template", minProgram); n > 0 {
+		b.Templates = make([]Program, n)
+		for i := range b.Templates {
+			d.program(&b.Templates[i])
+		}
+	}
+	if n := d.count("rank", 1); n > 0 {
+		b.RankTemplate = make([]int32, n)
+		for i := range b.RankTemplate {
+			b.RankTemplate[i] = d.i32("template index")
+		}
+	}
+	return b
+}
+
+func (d *decoder) program(p *Program) {
+	if n := d.count("buffer", minBuffer); n > 0 {
+		p.Buffers = make([]Buffer, n)
+		for i := range p.Buffers {
+			buf := &p.Buffers[i]
+			buf.Name = d.str()
+			buf.DType = ir.DType(d.byte())
+			buf.Elems = d.i()
+			buf.Parent = d.i32("parent")
+			buf.Part = d.group()
+		}
+	}
+	for s := range p.Streams {
+		if n := d.count("instruction", minInstr); n > 0 {
+			p.Streams[s] = make([]Instr, n)
+			for i := range p.Streams[s] {
+				d.instr(&p.Streams[s][i])
+			}
+		}
+	}
+	p.Events = d.int("event count")
+}
+
+func (d *decoder) instr(in *Instr) {
+	in.Op = OpCode(d.byte())
+	in.Buf = d.i32("buffer")
+	if name := d.str(); name != "" {
+		k, ok := ir.LookupOp(name)
+		if !ok {
+			d.fail("unknown kernel %q", name)
+		}
+		in.Kern = k
+	}
+	if n := d.count("argument", 1); n > 0 {
+		in.Args = make([]int32, n)
+		for i := range in.Args {
+			in.Args[i] = d.i32("buffer")
+		}
+	}
+	in.Out = d.i32("buffer")
+	if n := d.count("attribute", minAttr); n > 0 {
+		in.Attrs = make([]ir.Attr, n)
+		for i := range in.Attrs {
+			a := &in.Attrs[i]
+			a.Name = d.str()
+			a.Val.Type = ir.AttrType(d.byte())
+			a.Val.Int = d.i()
+			a.Val.Float = d.f64()
+			a.Val.Bool = d.bool()
+		}
+	}
+	in.Coll = Coll(d.byte())
+	in.Group = d.group()
+	in.Bytes = d.i()
+	in.DType = ir.DType(d.byte())
+	in.In = d.i32("buffer")
+	in.Event = d.i32("event")
+	in.Stage = d.i32("stage")
+	in.Micro = d.i32("micro-batch")
+	in.Pos.File = d.str()
+	in.Pos.Line = d.int("line")
+	in.Pos.Col = d.int("column")
+	in.Comment = d.str()
+}
+
+// Validate checks that a bundle is self-consistent, so that every index in
+// it can be followed without a bounds check: the topology is non-empty
+// and at most MaxRanks, every rank has a template, every buffer id, event
+// id, opcode, collective, dtype and group is in range, groups tile the
+// topology, and a view is a part of an earlier buffer that fits in it.
+// Decode refuses what Validate rejects; Match and Disasm run it first.
+func Validate(b *Bundle) error {
+	t := b.Topo
+	if t.GPUsPerNode < 1 || t.Nodes < 1 || t.GPUsPerNode > MaxRanks || t.Nodes > MaxRanks/t.GPUsPerNode {
+		return fmt.Errorf("topology %d nodes x %d GPUs: need 1 to %d ranks", t.Nodes, t.GPUsPerNode, MaxRanks)
+	}
+	if len(b.Templates) == 0 {
+		return errors.New("no templates")
+	}
+	if n := len(b.RankTemplate); n != 0 && n != t.Ranks() {
+		return fmt.Errorf("%d rank template entries for %d ranks", n, t.Ranks())
+	}
+	for r, ti := range b.RankTemplate {
+		if ti < 0 || int(ti) >= len(b.Templates) {
+			return fmt.Errorf("rank %d runs template %d, there are %d", r, ti, len(b.Templates))
+		}
+	}
+	for ti := range b.Templates {
+		if err := validateProgram(t, &b.Templates[ti]); err != nil {
+			return fmt.Errorf("template %d: %v", ti, err)
+		}
+	}
+	return nil
+}
+
+func validateProgram(t Topology, p *Program) error {
+	nbuf := int32(len(p.Buffers))
+	if len(p.Buffers) > math.MaxInt32 {
+		return fmt.Errorf("%d buffers", len(p.Buffers))
+	}
+	for i, buf := range p.Buffers {
+		switch {
+		case buf.DType.Size() == 0:
+			return fmt.Errorf("buffer b%d %q: unknown dtype %v", i, buf.Name, buf.DType)
+		case buf.Elems < 0:
+			return fmt.Errorf("buffer b%d %q: %d elements", i, buf.Name, buf.Elems)
+		case buf.Elems > math.MaxInt64/8:
+			return fmt.Errorf("buffer b%d %q: %d elements overflow a byte count", i, buf.Name, buf.Elems)
+		case buf.Parent < -1 || buf.Parent >= int32(i):
+			return fmt.Errorf("buffer b%d %q: parent b%d is not an earlier buffer", i, buf.Name, buf.Parent)
+		}
+		if !buf.IsView() {
+			continue
+		}
+		if err := validateGroup(t, buf.Part); err != nil {
+			return fmt.Errorf("view b%d %q: part %v", i, buf.Name, err)
+		}
+		if parent := p.Buffers[buf.Parent]; buf.Elems > parent.Elems/int64(buf.Part.Size()) {
+			return fmt.Errorf("view b%d %q: %d parts of %d elements do not fit in b%d %q of %d",
+				i, buf.Name, buf.Part.Size(), buf.Elems, buf.Parent, parent.Name, parent.Elems)
+		}
+	}
+	ninstr := 0
+	for s := range p.Streams {
+		ninstr += len(p.Streams[s])
+	}
+	// Every event is recorded once, so there are no more events than
+	// instructions; the bound keeps per-event tables small.
+	if p.Events < 0 || p.Events > ninstr {
+		return fmt.Errorf("%d events for %d instructions", p.Events, ninstr)
+	}
+	bufOK := func(id int32) bool { return id >= 0 && id < nbuf }
+	for s := range p.Streams {
+		for i := range p.Streams[s] {
+			in := &p.Streams[s][i]
+			if err := validateInstr(t, in, bufOK, p.Events); err != nil {
+				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
+			}
+		}
+	}
+	return nil
+}
+
+func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, events int) error {
+	// Fields an opcode does not use must still hold known values, so that
+	// printing them can never surprise.
+	switch {
+	case in.Op >= numOpCodes:
+		return fmt.Errorf("unknown opcode %d", in.Op)
+	case in.Kern != ir.InvalidOp && !knownOp[in.Kern]:
+		return fmt.Errorf("unknown kernel %d", in.Kern)
+	case in.Coll >= numColls:
+		return fmt.Errorf("unknown collective %d", in.Coll)
+	case in.DType != ir.InvalidDType && in.DType.Size() == 0:
+		return fmt.Errorf("unknown dtype %d", in.DType)
+	}
+	for _, a := range in.Attrs {
+		if a.Val.Type > ir.AttrBool {
+			return fmt.Errorf("attribute %q: unknown type %d", a.Name, a.Val.Type)
+		}
+	}
+	switch in.Op {
+	case Alloc, Free:
+		if !bufOK(in.Buf) {
+			return fmt.Errorf("%v: buffer b%d out of range", in.Op, in.Buf)
+		}
+	case Kernel:
+		if !knownOp[in.Kern] {
+			return fmt.Errorf("kernel without an op")
+		}
+		for _, a := range in.Args {
+			if !bufOK(a) {
+				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
+			}
+		}
+		if !bufOK(in.Out) {
+			return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, in.Out)
+		}
+	case Collective:
+		switch {
+		case !bufOK(in.In) || !bufOK(in.Out):
+			return fmt.Errorf("%v: buffer b%d -> b%d out of range", in.Coll, in.In, in.Out)
+		case in.Bytes < 0:
+			return fmt.Errorf("%v: %d bytes", in.Coll, in.Bytes)
+		case in.DType.Size() == 0:
+			return fmt.Errorf("%v: no dtype", in.Coll)
+		}
+		if err := validateGroup(t, in.Group); err != nil {
+			return fmt.Errorf("%v: %v", in.Coll, err)
+		}
+	case Record, Wait:
+		if in.Event < 0 || int(in.Event) >= events {
+			return fmt.Errorf("%v: event e%d out of range (%d events)", in.Op, in.Event, events)
+		}
+	}
+	return nil
+}
+
+// validateGroup checks that g's blocks tile the topology and its Inner
+// blocks tile Outer, the conditions under which Group.Ranks and
+// Group.Index agree and every rank is in exactly one group.
+func validateGroup(t Topology, g Group) error {
+	o, in := g.Outer, g.Inner
+	switch {
+	case o.S0 < 1 || o.S1 < 1 || in.S0 < 1 || in.S1 < 1:
+		return fmt.Errorf("group %v/%v has an empty factor", o, in)
+	case t.GPUsPerNode%o.S0 != 0 || t.Nodes%o.S1 != 0:
+		return fmt.Errorf("group %v does not tile %d nodes x %d GPUs", o, t.Nodes, t.GPUsPerNode)
+	case o.S0%in.S0 != 0 || o.S1%in.S1 != 0:
+		return fmt.Errorf("group %v/%v: inner factor does not tile the outer", o, in)
+	}
+	return nil
+}
+
+// knownOp[k] says whether k is a kernel of the IR's op table.
+var knownOp = func() (known [256]bool) {
+	for k := range known {
+		if kind := ir.OpKind(k); kind != ir.InvalidOp {
+			if l, ok := ir.LookupOp(kind.String()); ok && l == kind {
+				known[k] = true
+			}
+		}
+	}
+	return known
+}()
