@@ -106,6 +106,10 @@ type Buffer struct {
 	// (Part 1x1: at Offset on every rank).
 	Offset int64
 	Part   Group
+	// Shape is the tensor's shape when the buffer holds one (an
+	// activation, an input, a param or gradient view); kernels read their
+	// dimensions from it. Flat shards have none.
+	Shape []int64
 }
 
 // IsView reports whether b is a view of another buffer.
@@ -207,6 +211,17 @@ type Program struct {
 	Streams [NumStreams][]Instr
 	Events  int
 	Layouts []Layout
+	// Inputs are the buffers a Load fills, and with what.
+	Inputs []Input
+}
+
+// Input says what a Load puts in an input buffer: the micro-batch's
+// token windows (NUMERICS.md), either the first seq_len tokens of each
+// window (Shift 0: the model's inputs) or the last seq_len (Shift 1: the
+// targets).
+type Input struct {
+	Buf   int32
+	Shift int32
 }
 
 // Machine is what the plan was costed for, so a bundle can be traced and

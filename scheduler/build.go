@@ -294,6 +294,17 @@ func (b *builder) buffers() {
 	}
 	for _, v := range g.ByRole(ir.Input) {
 		b.buf[v] = b.newBuf(v.Name, v.DType, v.Shape.NumElements())
+		// An input read as cross_entropy's targets is the shifted window.
+		shift := int32(0)
+		for _, u := range g.Uses()[v] {
+			if u.Kind == ir.CrossEntropy && u.Args[1] == v {
+				shift = 1
+			}
+		}
+		b.prog.Inputs = append(b.prog.Inputs, codegen.Input{Buf: b.buf[v], Shift: shift})
+	}
+	for v, id := range b.buf {
+		b.prog.Buffers[id].Shape = append([]int64(nil), v.Shape...)
 	}
 }
 

@@ -64,6 +64,10 @@ func TestEveryTripleBuilds(t *testing.T) {
 		if err := wellFormed(prog); err != nil {
 			t.Errorf("%v: %v", f, err)
 		}
+		b := &codegen.Bundle{Model: "tiny", Topo: codegen.Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 2, Templates: []codegen.Program{*prog}}
+		if err := codegen.Match(b); err != nil {
+			t.Errorf("%v: collective matching: %v", f, err)
+		}
 	}
 }
 
