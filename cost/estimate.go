@@ -132,7 +132,12 @@ type Estimate struct {
 	// The AMSP paper's objective and its terms (sec. IV-C).
 	PaperComm, Tp, Tg, Tos0, Tos1 float64
 	TokensPerSPerGPU, MFU         float64
-	Feasible                      bool
+	// Simulated says the times come from the scheduler's simulated
+	// timeline rather than the analytic model; AnalyticStep keeps the
+	// analytic step time either way.
+	Simulated    bool
+	AnalyticStep float64
+	Feasible  bool
 	Why                           string // when infeasible
 }
 

@@ -68,4 +68,5 @@ func (m *Model) timeline(e *Estimate, comms []stageComm, scale float64) {
 		e.Exposed += exposed(c, win[i], M)
 	}
 	e.Step = e.Compute + e.Exposed
+	e.AnalyticStep = e.Step
 }

@@ -7,6 +7,7 @@ import (
 
 	"amspc/cost"
 	"amspc/ir"
+	"amspc/scheduler"
 )
 
 // Objective is what the search minimises.
@@ -47,6 +48,12 @@ type Options struct {
 	Config    cost.Config
 	// BaselineK is the group size of MiCS, HSDP and ZeRO++ (0: a node).
 	BaselineK int
+	// Simulate re-costs, with the step objective, the best candidates
+	// (SimulateTop of them, by the analytic model), the baselines and the
+	// shard section's plan on the scheduler's simulated timeline of their
+	// real instruction streams, and ranks by that.
+	Simulate    bool
+	SimulateTop int
 }
 
 // Result is a search's outcome.
@@ -133,6 +140,35 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		e := m.Evaluate(cost.Uniform(b.Name, b.Factors, rc, mb))
 		res.Baselines = append(res.Baselines, e)
 	}
+	if opts.Simulate && opts.Objective == Step {
+		top := opts.SimulateTop
+		if top <= 0 {
+			top = 8
+		}
+		var pool []*cost.Estimate
+		for _, e := range all {
+			if len(pool) >= top || !e.Feasible {
+				break
+			}
+			pool = append(pool, e)
+		}
+		if err := simulate(job, m, append(append([]*cost.Estimate{}, pool...), res.Baselines...)); err != nil {
+			return nil, err
+		}
+		// Rank the simulated pool by its simulated steps; candidates
+		// outside it keep their analytic estimates and are not compared.
+		sort.SliceStable(pool, func(i, j int) bool { return opts.Objective.better(pool[i], pool[j]) })
+		res.Top = nil
+		for _, e := range pool {
+			if len(res.Top) >= opts.Top || !e.Feasible {
+				break
+			}
+			res.Top = append(res.Top, e)
+		}
+		if len(pool) > 0 && pool[0].Feasible {
+			res.Chosen = pool[0]
+		}
+	}
 	if opts.PerGroup && opts.Objective == Step {
 		mr, err := SolveMILP(m, job, space)
 		if err != nil {
@@ -140,7 +176,20 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		}
 		res.MILP = mr
 		res.Candidates += mr.Columns
-		if mr.Best != nil && mr.Best.Feasible && (res.Chosen == nil || mr.Best.Step < res.Chosen.Step*(1-1e-9)) {
+		if mr.Best != nil && opts.Simulate {
+			if err := simulate(job, m, []*cost.Estimate{mr.Best}); err != nil {
+				return nil, err
+			}
+		}
+		// Compare like with like: simulated with simulated, else the
+		// analytic steps of both.
+		better := func(a, b *cost.Estimate) bool {
+			if a.Simulated == b.Simulated {
+				return a.Step < b.Step*(1-1e-9)
+			}
+			return a.AnalyticStep < b.AnalyticStep*(1-1e-9)
+		}
+		if mr.Best != nil && mr.Best.Feasible && (res.Chosen == nil || better(mr.Best, res.Chosen)) {
 			res.Chosen = mr.Best
 		}
 	}
@@ -148,9 +197,40 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
 		e := m.Evaluate(cost.Uniform("shard "+sh.Label(), f, rc, mb))
 		res.Fixed = e
+		if opts.Simulate && opts.Objective == Step {
+			if err := simulate(job, m, []*cost.Estimate{e}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	res.SolveTime = time.Since(start)
 	return res, nil
+}
+
+// simulate replaces the estimates' step times with the scheduler's
+// simulated timeline (compute, exposed communication, step).
+func simulate(job *ir.Job, m *cost.Model, es []*cost.Estimate) error {
+	plans := make([]cost.Plan, len(es))
+	for i, e := range es {
+		plans[i] = e.Plan
+	}
+	tls, errs, err := scheduler.Predict(job, m, plans)
+	if err != nil {
+		return err
+	}
+	for i, e := range es {
+		if errs[i] != nil || tls[i] == nil {
+			continue // keeps the analytic estimate
+		}
+		tl := tls[i]
+		e.Step, e.Compute, e.Exposed = tl.Step, tl.Compute, tl.Exposed
+		e.Simulated = true
+		flops := m.Stats.TrainFlopsPerToken() * float64(job.Train.TokensPerStep())
+		gpus := float64(m.DP.Size())
+		e.TokensPerSPerGPU = float64(job.Train.TokensPerStep()) / e.Step / gpus
+		e.MFU = flops / (e.Step * gpus * job.Cluster.GPU.PeakFLOPS)
+	}
+	return nil
 }
 
 // Explain says in a few lines why the chosen plan won: what binds, and
@@ -176,10 +256,15 @@ func (r *Result) Explain() []string {
 			break
 		}
 	}
+	// Compare like with like: simulated steps, or both analytic.
+	score := func(e *cost.Estimate) float64 { return r.Objective.Score(e) }
+	if ru != nil && ru.Simulated != c.Simulated && r.Objective == Step {
+		score = func(e *cost.Estimate) float64 { return e.AnalyticStep }
+	}
 	if ru != nil {
-		d := r.Objective.Score(ru) - r.Objective.Score(c)
+		d := score(ru) - score(c)
 		out = append(out, fmt.Sprintf("runner-up %s is %s slower (%+.1f%%): %s exposed communication vs %s",
-			ru.Plan.Name, seconds(d), 100*d/r.Objective.Score(c), seconds(ru.Exposed), seconds(c.Exposed)))
+			ru.Plan.Name, seconds(d), 100*d/score(c), seconds(ru.Exposed), seconds(c.Exposed)))
 	}
 	if r.Fixed != nil {
 		d := r.Objective.Score(r.Fixed) - r.Objective.Score(c)

@@ -74,6 +74,9 @@ type builder struct {
 	// pFreed[i] is the event recorded when stage i's gathered params were
 	// last freed: the next gather of the stage waits for it.
 	pFreed []int32
+	// final[i] is recorded when stage i's gradient is fully reduced (the
+	// optimizer waits for it), -1 when no all-reduce runs.
+	final []int32
 }
 
 func (b *builder) addBuf(buf codegen.Buffer) int32 {
@@ -129,8 +132,9 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 	}
 	b.buffers()
 	b.pFreed = make([]int32, len(b.stages))
+	b.final = make([]int32, len(b.stages))
 	for i := range b.pFreed {
-		b.pFreed[i] = -1
+		b.pFreed[i], b.final[i] = -1, -1
 	}
 	b.step()
 	return b.prog, nil
@@ -314,22 +318,16 @@ type use struct{ order int }
 // step emits the whole step.
 func (b *builder) step() {
 	// The spread of last step's updates opens the step, in layer order,
-	// so each stage's forward waits only for its own parameters.
-	spread := make([]int32, len(b.stages))
+	// each stage's just before its first gather, so each stage's forward
+	// waits only for its own parameters.
+	spread := make([]bool, len(b.stages))
 	for i, st := range b.stages {
-		spread[i] = -1
-		if st.f.OS.Size() > st.f.P.Size() {
-			b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather,
-				Group: group(st.f.OS, st.f.P), In: st.pOS, Out: st.pShard, DType: b.prog.Buffers[st.pShard].DType,
-				Bytes: b.prog.Buffers[st.pShard].Bytes(), Stage: int32(i), Micro: -1, Comment: "spread updated params"})
-			spread[i] = b.event()
-			b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: spread[i], Stage: int32(i), Micro: -1})
-		}
+		spread[i] = st.f.OS.Size() > st.f.P.Size()
 	}
 	for m := 0; m < b.M; m++ {
 		b.microBatch(m, spread)
 		for i := range spread {
-			spread[i] = -1 // waited once
+			spread[i] = false // done once per step
 		}
 	}
 	b.optimizer()
@@ -373,7 +371,19 @@ func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
 		Attrs: op.Attrs, Stage: int32(stageIdx), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)})
 }
 
-func (b *builder) microBatch(m int, spread []int32) {
+// spreadStage all-gathers stage i's updated os-slices over its replicas
+// and returns the event compute waits for.
+func (b *builder) spreadStage(i int) int32 {
+	st := b.stages[i]
+	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather,
+		Group: group(st.f.OS, st.f.P), In: st.pOS, Out: st.pShard, DType: b.prog.Buffers[st.pShard].DType,
+		Bytes: b.prog.Buffers[st.pShard].Bytes(), Stage: int32(i), Micro: -1, Comment: "spread updated params"})
+	ev := b.event()
+	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: ev, Stage: int32(i), Micro: -1})
+	return ev
+}
+
+func (b *builder) microBatch(m int, spread []bool) {
 	last := b.lastUses()
 	order := 0
 	freeDead := func(v *ir.Value, stageIdx int) {
@@ -396,10 +406,11 @@ func (b *builder) microBatch(m int, spread []int32) {
 	// stage i, which bounds the live gathered stages.
 	freed := make([]int32, len(b.stages))
 	for i, st := range b.stages {
-		gathered := b.gather(i, st, m, freed, false)
-		if spread[i] >= 0 {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: spread[i], Stage: int32(i), Micro: int32(m)})
+		if spread[i] {
+			ev := b.spreadStage(i)
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: ev, Stage: int32(i), Micro: int32(m)})
 		}
+		gathered := b.gather(i, st, m, freed, false)
 		if gathered >= 0 {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
 		}
@@ -413,6 +424,7 @@ func (b *builder) microBatch(m int, spread []int32) {
 	for k := range freed {
 		freed[k] = -1
 	}
+	pending, pendingEv := -1, int32(-1)
 	for j := len(b.stages) - 1; j >= 0; j-- {
 		st := b.stages[j]
 		gathered := b.gather(j, st, m, freed, true)
@@ -425,7 +437,16 @@ func (b *builder) microBatch(m int, spread []int32) {
 			freeDead(v, j)
 		}
 		b.release(j, st, m, freed, false)
-		b.reduce(j, st, m)
+		synced := b.reduce(j, st, m)
+		// The result is used one stage later, so the reduction overlaps
+		// the next stage's backward instead of stalling compute.
+		if pending >= 0 {
+			b.finish(pending, b.stages[pending], m, pendingEv)
+		}
+		pending, pendingEv = j, synced
+	}
+	if pending >= 0 {
+		b.finish(pending, b.stages[pending], m, pendingEv)
 	}
 	// Values nothing reads (the loss, for one) die with the micro-batch.
 	var rest []int
@@ -493,8 +514,9 @@ func (b *builder) release(i int, st *stage, m int, freed []int32, forward bool) 
 	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: freed[i], Stage: int32(i), Micro: int32(m)})
 }
 
-// reduce synchronises stage j's gradient of micro-batch m.
-func (b *builder) reduce(j int, st *stage, m int) {
+// reduce issues the synchronisation of stage j's gradient of micro-batch
+// m on the reduce stream and returns the event recorded when it is done.
+func (b *builder) reduce(j int, st *stage, m int) int32 {
 	f := st.f
 	done := b.event()
 	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: done, Stage: int32(j), Micro: int32(m)})
@@ -515,9 +537,17 @@ func (b *builder) reduce(j int, st *stage, m int) {
 	}
 	synced := b.event()
 	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: synced, Stage: int32(j), Micro: int32(m)})
-	// The result is used by the accumulation, on compute, right away for
-	// the accumulator; the last micro-batch folds the accumulator in and
-	// all-reduces over the replicas before the optimizer.
+	return synced
+}
+
+// finish uses stage j's synchronised gradient on compute: accumulates it,
+// or in the last micro-batch folds the accumulator in and starts the
+// all-reduce over the data-parallel replicas, which the optimizer waits
+// for.
+func (b *builder) finish(j int, st *stage, m int, synced int32) {
+	f := st.f
+	pc := b.prog.Buffers[st.gPC]
+	lastMB := m == b.M-1
 	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: synced, Stage: int32(j), Micro: int32(m)})
 	sel := st.gSel
 	switch {
@@ -541,7 +571,7 @@ func (b *builder) reduce(j int, st *stage, m int) {
 			Comment: "data-parallel replicas"})
 		final := b.event()
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(j), Micro: int32(m)})
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: final, Stage: int32(j), Micro: int32(m)})
+		b.final[j] = final
 	}
 	if !lastMB && f.P.Size() > 1 {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
@@ -558,6 +588,9 @@ func (b *builder) optimizer() {
 	for i, st := range b.stages {
 		if len(st.layout.Params) == 0 {
 			continue
+		}
+		if b.final[i] >= 0 {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: b.final[i], Stage: int32(i), Micro: -1})
 		}
 		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Out: st.m,

@@ -1,4 +1,4 @@
-package scheduler
+package scheduler_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
+	. "amspc/scheduler"
 )
 
 func loadTiny(t testing.TB) *ir.Job {

@@ -1,4 +1,4 @@
-package scheduler
+package scheduler_test
 
 import (
 	"fmt"

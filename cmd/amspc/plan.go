@@ -24,6 +24,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	top := fs.Int("top", 3, "also show the `K` best candidates")
 	shard := fs.String("shard", "", "cost this `PLAN` instead of the file's shard section: a preset (zero3, mics(8), ...) or {params=.., grads=.., optim=..}")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
+	simulate := fs.Bool("simulate", true, "with --objective step, re-cost the best candidates and the baselines on the simulated timeline of their compiled instruction streams")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] [--cluster FILE] [--train FILE] FILE")
@@ -63,7 +64,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg})
+	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
 		return exitUser
@@ -120,6 +121,8 @@ type estimateJSON struct {
 	Compute      float64 `json:"compute_time_s"`
 	Step         float64 `json:"step_time_s"`
 	PaperComm    float64 `json:"paper_comm_s"`
+	Simulated    bool    `json:"simulated"`
+	AnalyticStep float64 `json:"analytic_step_time_s"`
 	TokensPerSec float64 `json:"tokens_per_s_per_gpu"`
 	MFU          float64 `json:"mfu"`
 	Feasible     bool    `json:"feasible"`
@@ -134,6 +137,7 @@ func toEstimateJSON(e *cost.Estimate) *estimateJSON {
 	out := &estimateJSON{Name: p.Name, factorsJSON: toFactorsJSON(p.Groups[cost.Blocks]),
 		Recompute: p.Recompute.String(), MicroBatch: p.MicroBatch, MicroBatches: e.M,
 		CommTime: e.CommTime, Exposed: e.Exposed, Compute: e.Compute, Step: e.Step, PaperComm: e.PaperComm,
+		Simulated: e.Simulated, AnalyticStep: e.AnalyticStep,
 		TokensPerSec: e.TokensPerSPerGPU, MFU: e.MFU, Feasible: e.Feasible, Why: e.Why}
 	if !p.IsUniform() {
 		out.Groups = map[string]factorsJSON{}
@@ -207,7 +211,7 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result) {
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.1f%%\t",
 			label, sp, f.G, f.OS, e.M, gib(e.Mem.Total), gib(e.Mem.Params), gib(e.Mem.Grads), gib(e.Mem.Optim),
 			gib(e.Mem.Activations), gib(e.Mem.Buffers), gb(e.CommIntra), gb(e.CommInter),
-			dur(e.CommTime), dur(e.Exposed), dur(e.Compute), dur(objectiveValue(r, e)), e.TokensPerSPerGPU, 100*e.MFU)
+			dur(e.CommTime), dur(e.Exposed), dur(e.Compute), stepText(r, e), e.TokensPerSPerGPU, 100*e.MFU)
 		if !e.Feasible {
 			fmt.Fprintf(tw, "  %s", e.Why)
 		}
@@ -231,6 +235,8 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result) {
 	tw.Flush()
 	if r.Objective == planner.Paper {
 		fmt.Fprintln(w, "(step column: the paper's T_comm = T_p + T_g + T_os0 + T_os1)")
+	} else {
+		fmt.Fprintln(w, "(* step from the simulated timeline of the plan's compiled instruction streams; others from the analytic model)")
 	}
 	if ch := r.Chosen; ch != nil {
 		fmt.Fprintf(w, "chosen: %s", ch.Plan.Name)
@@ -267,6 +273,16 @@ func shortBytes(b float64) string {
 }
 
 func objectiveValue(r *planner.Result, e *cost.Estimate) float64 { return r.Objective.Score(e) }
+
+// stepText is the step column: the objective's value, starred when it
+// comes from the simulated timeline.
+func stepText(r *planner.Result, e *cost.Estimate) string {
+	s := dur(objectiveValue(r, e))
+	if e.Simulated && r.Objective == planner.Step {
+		s += "*"
+	}
+	return s
+}
 
 // dur formats seconds: "1.23 s", "45.6 ms", "789 µs".
 func dur(s float64) string {
