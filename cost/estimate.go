@@ -137,8 +137,8 @@ type Estimate struct {
 	// analytic step time either way.
 	Simulated    bool
 	AnalyticStep float64
-	Feasible  bool
-	Why                           string // when infeasible
+	Feasible     bool
+	Why          string // when infeasible
 }
 
 // stageComm is the communication attached to one stage.
