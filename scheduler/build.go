@@ -196,7 +196,7 @@ func (b *builder) split(plan cost.Plan) error {
 				if a.Role == ir.Param && b.stageOf[a] == nil {
 					b.stageOf[a] = st
 					st.layout.Params = append(st.layout.Params, codegen.Slot{Name: a.Name,
-						Offset: 0, Elems: a.Shape.NumElements(), Decay: len(a.Shape) >= 2})
+						Offset: 0, Elems: a.Shape.NumElements(), Decay: len(a.Shape) >= 2, Init: a.Init})
 				}
 			}
 		}
@@ -280,6 +280,8 @@ func (b *builder) buffers() {
 			p := g.Lookup(slot.Name)
 			b.buf[p] = b.view(slot.Name, st.pFull, slot.Elems, slot.Offset, codegen.Group{})
 		}
+		st.layout.PShard, st.layout.OSShard = group(f.P, one), group(f.OS, f.P)
+		st.layout.P, st.layout.Master, st.layout.M, st.layout.V = st.pShard, st.master, st.m, st.v
 		b.prog.Layouts = append(b.prog.Layouts, st.layout)
 	}
 	for _, st := range b.stages {
@@ -503,7 +505,7 @@ func (b *builder) release(i int, st *stage, m int, freed []int32, forward bool) 
 		return
 	}
 	if forward && st.pSec >= 0 {
-		sec := b.view("P.full."+st.name+"[sec]", st.pFull, b.prog.Buffers[st.pSec].Elems, 0, group(st.f.P, st.f.Secondary))
+		sec := b.view("P.full."+st.name+"[sec]", st.pFull, b.prog.Buffers[st.pSec].Elems, 0, group(st.f.Secondary, one))
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Out: st.pSec,
 			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pSec].DType))}, Stage: int32(i), Micro: int32(m),
 			Comment: "keep the secondary shard (hpZ)"})

@@ -1,0 +1,48 @@
+package kernels
+
+import "math"
+
+// AdamW applies one torch.optim.AdamW step (t = step, counting from 1) to
+// parameters p with moments m and v and gradient g:
+//
+//	p *= 1 - lr*wd                      (only when decay)
+//	m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
+//	p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+//
+// Each element is updated in float64 and stored back as float32 (the
+// master copy; a bf16 run rounds it with RoundBF16 afterwards).
+func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decay bool) {
+	n := len(p)
+	m, v, g = m[:n], v[:n], g[:n]
+	if step < 1 {
+		panic("kernels: AdamW: step counts from 1")
+	}
+	t := float64(step)
+	stepSize := lr / (1 - math.Pow(beta1, t))
+	bc2 := math.Sqrt(1 - math.Pow(beta2, t))
+	keep := 1.0
+	if decay {
+		keep = 1 - lr*weightDecay
+	}
+	parallelFor(n, 20, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := float64(g[i])
+			mi := beta1*float64(m[i]) + (1-beta1)*gi
+			vi := beta2*float64(v[i]) + (1-beta2)*gi*gi
+			m[i], v[i] = float32(mi), float32(vi)
+			p[i] = float32(float64(p[i])*keep - stepSize*mi/(math.Sqrt(vi)/bc2+eps))
+		}
+	})
+}
+
+// RoundBF16 rounds x to the nearest bfloat16 value, ties to even, and
+// returns it as a float32 (low 16 bits zero). Overflow rounds to infinity
+// as IEEE rounding does; a NaN stays a (quiet) NaN.
+func RoundBF16(x float32) float32 {
+	b := math.Float32bits(x)
+	if b&0x7fffffff > 0x7f800000 { // NaN: keep sign, force a mantissa bit that survives
+		return math.Float32frombits((b | 0x00400000) &^ 0xffff)
+	}
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}

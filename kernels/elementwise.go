@@ -1,0 +1,187 @@
+package kernels
+
+import "math"
+
+// Elementwise kernels. Their transcendental parts are evaluated in float64
+// and rounded once; all of them split work by contiguous index ranges.
+
+// SiLU computes out = x * sigmoid(x).
+func SiLU(out, x []float32) {
+	out = out[:len(x)]
+	parallelFor(len(x), 20, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			out[lo+i] = float32(float64(v) / (1 + math.Exp(-float64(v))))
+		}
+	})
+}
+
+// SiLUGrad computes dx = dy * s * (1 + x*(1-s)), s = sigmoid(x).
+func SiLUGrad(dx, x, dy []float32) {
+	dx, dy = dx[:len(x)], dy[:len(x)]
+	parallelFor(len(x), 20, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			x := float64(v)
+			s := 1 / (1 + math.Exp(-x))
+			dx[lo+i] = float32(float64(dy[lo+i]) * s * (1 + x*(1-s)))
+		}
+	})
+}
+
+// GELU computes the exact form out = x/2 * (1 + erf(x/sqrt 2)).
+func GELU(out, x []float32) {
+	out = out[:len(x)]
+	parallelFor(len(x), 20, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			x := float64(v)
+			out[lo+i] = float32(0.5 * x * (1 + math.Erf(x/math.Sqrt2)))
+		}
+	})
+}
+
+// GELUGrad computes dx = dy * (Phi(x) + x*phi(x)), Phi and phi the standard
+// normal CDF and density.
+func GELUGrad(dx, x, dy []float32) {
+	dx, dy = dx[:len(x)], dy[:len(x)]
+	const invSqrt2Pi = 0.3989422804014327
+	parallelFor(len(x), 30, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			x := float64(v)
+			cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
+			pdf := invSqrt2Pi * math.Exp(-0.5*x*x)
+			dx[lo+i] = float32(float64(dy[lo+i]) * (cdf + x*pdf))
+		}
+	})
+}
+
+// broadcast reports whether b is a last-dim operand repeated over the rows
+// of a, and panics when the lengths fit neither rule.
+func broadcast(what string, a, b []float32) bool {
+	switch {
+	case len(b) == len(a):
+		return false
+	case len(b) > 0 && len(b) < len(a) && len(a)%len(b) == 0:
+		return true
+	}
+	panic("kernels: " + what + ": operand lengths differ and do not broadcast")
+}
+
+// Add computes out = a + b; b is either as long as a or a last-dim vector
+// broadcast over the rows of a.
+func Add(out, a, b []float32) {
+	out = out[:len(a)]
+	if !broadcast("Add", a, b) {
+		b = b[:len(a)]
+		parallelFor(len(a), 1, func(lo, hi int) {
+			for i, v := range a[lo:hi] {
+				out[lo+i] = v + b[lo+i]
+			}
+		})
+		return
+	}
+	d := len(b)
+	parallelFor(len(a)/d, d, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ar, or := a[r*d:(r+1)*d], out[r*d:(r+1)*d]
+			for j, v := range ar {
+				or[j] = v + b[j]
+			}
+		}
+	})
+}
+
+// AddGradBroadcast sums dy over rows into db (d = len(db)): the gradient of
+// a broadcast right operand of +. For equal shapes both gradients are dy
+// itself and no kernel is needed.
+func AddGradBroadcast(db, dy []float32) {
+	d := len(db)
+	if d == 0 || len(dy)%d != 0 {
+		panic("kernels: AddGradBroadcast: len(dy) is not a multiple of len(db)")
+	}
+	reduceRows(db, nil, len(dy)/d, d, func(r, j0 int, acc, _ *[colBlock]float64) {
+		row := dy[r*d+j0 : r*d+min(j0+colBlock, d)]
+		for j, v := range row {
+			acc[j] += float64(v)
+		}
+	})
+}
+
+// Mul computes out = a * b with Add's broadcast rule.
+func Mul(out, a, b []float32) {
+	out = out[:len(a)]
+	if !broadcast("Mul", a, b) {
+		b = b[:len(a)]
+		parallelFor(len(a), 1, func(lo, hi int) {
+			for i, v := range a[lo:hi] {
+				out[lo+i] = v * b[lo+i]
+			}
+		})
+		return
+	}
+	d := len(b)
+	parallelFor(len(a)/d, d, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ar, or := a[r*d:(r+1)*d], out[r*d:(r+1)*d]
+			for j, v := range ar {
+				or[j] = v * b[j]
+			}
+		}
+	})
+}
+
+// MulGrad computes da = dy * b and db = dy * a, summed over rows when b is
+// broadcast (in float64, by column blocks). A nil da or db is skipped (an
+// operand that needs no gradient).
+func MulGrad(da, db, a, b, dy []float32) {
+	bc := broadcast("MulGrad", a, b)
+	dy = dy[:len(a)]
+	d := len(b)
+	switch {
+	case da == nil:
+	case bc:
+		da = da[:len(a)]
+		parallelFor(len(a)/d, d, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				dar, dyr := da[r*d:(r+1)*d], dy[r*d:(r+1)*d]
+				for j, v := range b {
+					dar[j] = dyr[j] * v
+				}
+			}
+		})
+	default:
+		da = da[:len(a)]
+		parallelFor(len(a), 1, func(lo, hi int) {
+			for i, v := range b[lo:hi] {
+				da[lo+i] = dy[lo+i] * v
+			}
+		})
+	}
+	switch {
+	case db == nil:
+	case !bc:
+		db = db[:len(a)]
+		parallelFor(len(a), 1, func(lo, hi int) {
+			for i, v := range a[lo:hi] {
+				db[lo+i] = dy[lo+i] * v
+			}
+		})
+	default:
+		reduceRows(db[:d], nil, len(a)/d, d, func(r, j0 int, acc, _ *[colBlock]float64) {
+			ar := a[r*d+j0 : r*d+min(j0+colBlock, d)]
+			dyr := dy[r*d+j0:]
+			for j, v := range ar {
+				acc[j] += float64(dyr[j] * v)
+			}
+		})
+	}
+}
+
+// AddInPlace computes dst += src (gradient accumulation across
+// micro-batches).
+func AddInPlace(dst, src []float32) {
+	src = src[:len(dst)]
+	parallelFor(len(dst), 1, func(lo, hi int) {
+		for i, v := range src[lo:hi] {
+			dst[lo+i] += v
+		}
+	})
+}

@@ -1,0 +1,412 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+// Every op: the fp32 forward against the float64 reference (tight), and
+// the fp32 backward against central differences of the reference.
+
+const (
+	fwdTol = 1e-5
+	bwdTol = 1e-4
+)
+
+func TestEmbed(t *testing.T) {
+	rng := newRand(10)
+	vocab, d := 7, 5
+	ids := []int32{3, 0, 6, 3, 3, 1} // repeated ids exercise the scatter-add
+	table, table64 := randVec(rng, vocab*d)
+	out := make([]float32, len(ids)*d)
+	if err := Embed(out, ids, table, vocab, d); err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "embed", out, refEmbed(ids, table64, d), 0)
+	dy, r := randVec(rng, len(ids)*d)
+	dt := make([]float32, vocab*d)
+	fill(dt, 9)
+	EmbedGrad(dt, ids, dy, vocab, d)
+	g := numGrads(func(in [][]float64) []float64 { return refEmbed(ids, in[0], d) }, [][]float64{table64}, r)
+	checkClose(t, "embed dtable", dt, g[0], bwdTol)
+}
+
+func TestEmbedBadID(t *testing.T) {
+	table := make([]float32, 4*2)
+	out := make([]float32, 3*2)
+	for _, c := range []struct {
+		ids  []int32
+		want string
+	}{
+		{[]int32{0, 4, 1}, "id 4 at position 1 is outside [0, 4)"},
+		{[]int32{0, 1, -1}, "id -1 at position 2 is outside [0, 4)"},
+	} {
+		err := Embed(out, c.ids, table, 4, 2)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Embed(%v) = %v, want error containing %q", c.ids, err, c.want)
+		}
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	rng := newRand(11)
+	rows, d := 6, 70 // d straddles the 64-column reduction block
+	eps := float32(1e-5)
+	x, x64 := randVec(rng, rows*d)
+	w, w64 := randVec(rng, d)
+	out := make([]float32, rows*d)
+	RMSNorm(out, x, w, rows, d, eps)
+	f := func(in [][]float64) []float64 { return refRMSNorm(in[0], in[1], d, float64(eps)) }
+	checkClose(t, "rmsnorm", out, f([][]float64{x64, w64}), fwdTol)
+	dy, r := randVec(rng, rows*d)
+	dx, dw := make([]float32, rows*d), make([]float32, d)
+	fill(dw, 9)
+	RMSNormGrad(dx, dw, x, w, dy, rows, d, eps)
+	g := numGrads(f, [][]float64{x64, w64}, r)
+	checkClose(t, "rmsnorm dx", dx, g[0], bwdTol)
+	checkClose(t, "rmsnorm dw", dw, g[1], bwdTol)
+}
+
+func TestLayerNorm(t *testing.T) {
+	rng := newRand(12)
+	rows, d := 6, 70
+	eps := float32(1e-5)
+	x, x64 := randVec(rng, rows*d)
+	for i := range x { // an offset makes the mean matter
+		x[i] += 0.5
+		x64[i] += 0.5
+	}
+	w, w64 := randVec(rng, d)
+	b, b64 := randVec(rng, d)
+	out := make([]float32, rows*d)
+	LayerNorm(out, x, w, b, rows, d, eps)
+	f := func(in [][]float64) []float64 { return refLayerNorm(in[0], in[1], in[2], d, float64(eps)) }
+	checkClose(t, "layernorm", out, f([][]float64{x64, w64, b64}), fwdTol)
+	dy, r := randVec(rng, rows*d)
+	dx, dw, db := make([]float32, rows*d), make([]float32, d), make([]float32, d)
+	fill(db, 9)
+	LayerNormGrad(dx, dw, db, x, w, dy, rows, d, eps)
+	g := numGrads(f, [][]float64{x64, w64, b64}, r)
+	checkClose(t, "layernorm dx", dx, g[0], bwdTol)
+	checkClose(t, "layernorm dw", dw, g[1], bwdTol)
+	checkClose(t, "layernorm db", db, g[2], bwdTol)
+}
+
+func TestRoPE(t *testing.T) {
+	rng := newRand(13)
+	// seq 6 covers position 0 (identity), odd and even positions; three
+	// heads check the per-head pairing.
+	batch, seq, heads, hd := 2, 6, 3, 8
+	theta := 10000.0
+	n := batch * seq * heads * hd
+	x, x64 := randVec(rng, n)
+	out := make([]float32, n)
+	RoPE(out, x, batch, seq, heads, hd, theta)
+	f := func(in [][]float64) []float64 { return refRoPE(in[0], batch, seq, heads, hd, theta) }
+	checkClose(t, "rope", out, f([][]float64{x64}), fwdTol)
+	for i := range heads * hd { // position 0 of batch 0 is not rotated
+		if out[i] != x[i] {
+			t.Fatalf("rope moved position 0: out[%d] = %v, x = %v", i, out[i], x[i])
+		}
+	}
+	// A hand-computed pair: position 1, head 0, i = 1 turns by
+	// theta^(-2/8) = 0.1 radians.
+	base := 1 * heads * hd
+	c, s := math.Cos(0.1), math.Sin(0.1)
+	want := float64(x[base+1])*c - float64(x[base+5])*s
+	if math.Abs(float64(out[base+1])-want) > 1e-6 {
+		t.Errorf("rope pos 1 i 1 = %v, want %v", out[base+1], want)
+	}
+	dy, r := randVec(rng, n)
+	dx := make([]float32, n)
+	RoPEGrad(dx, dy, batch, seq, heads, hd, theta)
+	g := numGrads(f, [][]float64{x64}, r)
+	checkClose(t, "rope dx", dx, g[0], bwdTol)
+	// In place is allowed.
+	RoPE(x, x, batch, seq, heads, hd, theta)
+	sameBits(t, "rope in place", x, out)
+}
+
+func TestAttention(t *testing.T) {
+	for _, c := range []struct {
+		heads, kvHeads int
+		causal         bool
+	}{{4, 2, true}, {4, 2, false}, {4, 4, true}, {4, 4, false}, {4, 1, true}} {
+		t.Run(fmt.Sprintf("heads%d_kv%d_causal%v", c.heads, c.kvHeads, c.causal), func(t *testing.T) {
+			rng := newRand(14)
+			batch, seq, hd := 2, 5, 6
+			nq, nkv := batch*seq*c.heads*hd, batch*seq*c.kvHeads*hd
+			q, q64 := randVec(rng, nq)
+			k, k64 := randVec(rng, nkv)
+			v, v64 := randVec(rng, nkv)
+			out := make([]float32, nq)
+			lse := make([]float32, batch*c.heads*seq)
+			Attention(out, lse, q, k, v, batch, seq, c.heads, c.kvHeads, hd, c.causal)
+			f := func(in [][]float64) []float64 {
+				o, _ := refAttention(in[0], in[1], in[2], batch, seq, c.heads, c.kvHeads, hd, c.causal)
+				return o
+			}
+			refOut, refLSE := refAttention(q64, k64, v64, batch, seq, c.heads, c.kvHeads, hd, c.causal)
+			checkClose(t, "attention out", out, refOut, fwdTol)
+			checkClose(t, "attention lse", lse, refLSE, fwdTol)
+			dout, r := randVec(rng, nq)
+			dq, dk, dv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
+			fill(dk, 9)
+			fill(dv, 9)
+			AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout, batch, seq, c.heads, c.kvHeads, hd, c.causal)
+			g := numGrads(f, [][]float64{q64, k64, v64}, r)
+			checkClose(t, "attention dq", dq, g[0], bwdTol)
+			checkClose(t, "attention dk", dk, g[1], bwdTol)
+			checkClose(t, "attention dv", dv, g[2], bwdTol)
+		})
+	}
+}
+
+func TestActivations(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fwd  func(out, x []float32)
+		bwd  func(dx, x, dy []float32)
+		ref  func([]float64) []float64
+	}{
+		{"silu", SiLU, SiLUGrad, refSiLU},
+		{"gelu", GELU, GELUGrad, refGELU},
+	} {
+		rng := newRand(15)
+		x, x64 := randVec(rng, 200)
+		for i := range x { // widen the range to reach both tails
+			x[i] *= 3
+			x64[i] *= 3
+		}
+		out := make([]float32, len(x))
+		c.fwd(out, x)
+		f := func(in [][]float64) []float64 { return c.ref(in[0]) }
+		checkClose(t, c.name, out, f([][]float64{x64}), fwdTol)
+		dy, r := randVec(rng, len(x))
+		dx := make([]float32, len(x))
+		c.bwd(dx, x, dy)
+		g := numGrads(f, [][]float64{x64}, r)
+		checkClose(t, c.name+" dx", dx, g[0], bwdTol)
+	}
+}
+
+func TestAddMul(t *testing.T) {
+	rows, d := 5, 67
+	for _, bcast := range []bool{false, true} {
+		rng := newRand(16)
+		a, a64 := randVec(rng, rows*d)
+		nb := rows * d
+		if bcast {
+			nb = d
+		}
+		b, b64 := randVec(rng, nb)
+		dy, r := randVec(rng, rows*d)
+		name := fmt.Sprintf("broadcast=%v", bcast)
+
+		out := make([]float32, rows*d)
+		Add(out, a, b)
+		addRef := func(in [][]float64) []float64 {
+			return refBinary(in[0], in[1], func(x, y float64) float64 { return x + y })
+		}
+		checkClose(t, "add "+name, out, addRef([][]float64{a64, b64}), fwdTol)
+		g := numGrads(addRef, [][]float64{a64, b64}, r)
+		checkClose(t, "add da "+name, dy, g[0], bwdTol) // da is dy itself
+		if bcast {
+			db := make([]float32, d)
+			fill(db, 9)
+			AddGradBroadcast(db, dy)
+			checkClose(t, "add db "+name, db, g[1], bwdTol)
+		} else {
+			checkClose(t, "add db "+name, dy, g[1], bwdTol)
+		}
+
+		Mul(out, a, b)
+		mulRef := func(in [][]float64) []float64 {
+			return refBinary(in[0], in[1], func(x, y float64) float64 { return x * y })
+		}
+		checkClose(t, "mul "+name, out, mulRef([][]float64{a64, b64}), fwdTol)
+		da, db := make([]float32, rows*d), make([]float32, nb)
+		fill(db, 9)
+		MulGrad(da, db, a, b, dy)
+		g = numGrads(mulRef, [][]float64{a64, b64}, r)
+		checkClose(t, "mul da "+name, da, g[0], bwdTol)
+		checkClose(t, "mul db "+name, db, g[1], bwdTol)
+		MulGrad(nil, db, a, b, dy) // a nil gradient is skipped
+		checkClose(t, "mul db only "+name, db, g[1], bwdTol)
+	}
+}
+
+func TestCrossEntropy(t *testing.T) {
+	rng := newRand(17)
+	rows, vocab := 70, 11 // two partial-sum chunks
+	logits, l64 := randVec(rng, rows*vocab)
+	targets := make([]int32, rows)
+	for i := range targets {
+		targets[i] = int32(rng.IntN(vocab))
+	}
+	loss, err := CrossEntropy(logits, targets, rows, vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := refCrossEntropy(l64, targets, rows, vocab); math.Abs(loss-want) > 1e-6*want {
+		t.Errorf("loss %v, want %v", loss, want)
+	}
+	const scale = 0.37
+	dl := make([]float32, rows*vocab)
+	CrossEntropyGrad(dl, logits, targets, rows, vocab, scale)
+	f := func(in [][]float64) []float64 { return []float64{refCrossEntropy(in[0], targets, rows, vocab)} }
+	g := numGrads(f, [][]float64{l64}, []float64{scale})
+	checkClose(t, "cross_entropy dlogits", dl, g[0], bwdTol)
+}
+
+func TestCrossEntropyBadTarget(t *testing.T) {
+	logits := make([]float32, 3*4)
+	_, err := CrossEntropy(logits, []int32{0, 3, 4}, 3, 4)
+	if want := "target 4 at position 2 is outside [0, 4)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+}
+
+// TestAdamW follows torch.optim.AdamW's single-tensor loop in float64 for
+// three steps with changing gradients.
+func TestAdamW(t *testing.T) {
+	const lr, b1, b2, eps, wd = 1e-2, 0.9, 0.95, 1e-8, 0.1
+	for _, decay := range []bool{false, true} {
+		rng := newRand(18)
+		n := 50
+		p, p64 := randVec(rng, n)
+		m, v := make([]float32, n), make([]float32, n)
+		m64, v64 := make([]float64, n), make([]float64, n)
+		for step := 1; step <= 3; step++ {
+			g, g64 := randVec(rng, n)
+			AdamW(p, m, v, g, step, lr, b1, b2, eps, wd, decay)
+			for i := range p64 {
+				if decay {
+					p64[i] *= 1 - lr*wd
+				}
+				m64[i] = b1*m64[i] + (1-b1)*g64[i]
+				v64[i] = b2*v64[i] + (1-b2)*g64[i]*g64[i]
+				bc1 := 1 - math.Pow(b1, float64(step))
+				bc2 := 1 - math.Pow(b2, float64(step))
+				denom := math.Sqrt(v64[i])/math.Sqrt(bc2) + eps
+				p64[i] -= lr / bc1 * m64[i] / denom
+			}
+			name := fmt.Sprintf("adamw decay=%v step %d", decay, step)
+			checkClose(t, name+" p", p, p64, 1e-6)
+			checkClose(t, name+" m", m, m64, 1e-6)
+			checkClose(t, name+" v", v, v64, 1e-6)
+		}
+	}
+}
+
+func TestRoundBF16(t *testing.T) {
+	f := math.Float32frombits
+	for _, c := range []struct {
+		in, want uint32
+	}{
+		{0x3f800000, 0x3f800000}, // 1.0 exact
+		{0x3f808000, 0x3f800000}, // 1 + 2^-8: tie, even below
+		{0x3f818000, 0x3f820000}, // 1 + 3*2^-8: tie, even above
+		{0x3f808001, 0x3f810000}, // just above the tie
+		{0x3f807fff, 0x3f800000}, // just below the tie
+		{0xbf818000, 0xbf820000}, // negative tie
+		{0xbf80c000, 0xbf810000}, // negative, above half
+		{0x7f7f7fff, 0x7f7f0000}, // large, rounds down
+		{0x7f7fffff, 0x7f800000}, // max float32 rounds up to +Inf
+		{0x7f800000, 0x7f800000}, // +Inf
+		{0xff800000, 0xff800000}, // -Inf
+		{0x00018000, 0x00020000}, // subnormal tie, odd: up
+		{0x00008000, 0x00000000}, // subnormal tie, even: down
+		{0x80000000, 0x80000000}, // -0
+	} {
+		if got := math.Float32bits(RoundBF16(f(c.in))); got != c.want {
+			t.Errorf("RoundBF16(%#08x = %g) = %#08x, want %#08x", c.in, f(c.in), got, c.want)
+		}
+	}
+	for _, nan := range []uint32{0x7fc00000, 0x7f800001, 0xff800001, 0x7fffffff} {
+		got := RoundBF16(f(nan))
+		if got == got || math.Float32bits(got)&0xffff != 0 {
+			t.Errorf("RoundBF16(NaN %#08x) = %#08x, want a NaN with low bits zero", nan, math.Float32bits(got))
+		}
+	}
+}
+
+// TestParallelDeterminism: the row- and column-split kernels give the same
+// bits for any worker count (big enough inputs to split).
+func TestParallelDeterminism(t *testing.T) {
+	rng := newRand(19)
+	rows, d := 512, 200
+	x, _ := randVec(rng, rows*d)
+	w, _ := randVec(rng, d)
+	dy, _ := randVec(rng, rows*d)
+	run := func() [][]float32 {
+		dx, dw := make([]float32, rows*d), make([]float32, d)
+		RMSNormGrad(dx, dw, x, w, dy, rows, d, 1e-5)
+		db := make([]float32, d)
+		AddGradBroadcast(db, dy)
+		seq, heads, hd := 64, 4, 50
+		q, k, v := x[:seq*heads*hd], x[seq*heads*hd:2*seq*heads*hd], dy[:seq*heads*hd]
+		out, lse := make([]float32, seq*heads*hd), make([]float32, heads*seq)
+		Attention(out, lse, q, k, v, 1, seq, heads, heads, hd, true)
+		dq, dk, dv := make([]float32, len(q)), make([]float32, len(q)), make([]float32, len(q))
+		AttentionGrad(dq, dk, dv, q, k, v, out, lse, dy[len(q):2*len(q)], 1, seq, heads, heads, hd, true)
+		return [][]float32{dx, dw, db, out, lse, dq, dk, dv}
+	}
+	ref := withProcs(1, run)
+	for _, procs := range []int{2, 3, 4} {
+		got := withProcs(procs, run)
+		for i := range ref {
+			sameBits(t, fmt.Sprintf("output %d GOMAXPROCS=%d", i, procs), got[i], ref[i])
+		}
+	}
+}
+
+// BenchmarkAttention times one causal forward and backward at a small
+// training shape (batch 1, seq 512, 8 heads of 64); GFLOP/s counts the
+// full s x s score matrix, as the op table does.
+func BenchmarkAttention(b *testing.B) {
+	const batch, seq, heads, hd = 1, 512, 8, 64
+	n := batch * seq * heads * hd
+	rng := newRand(20)
+	q, _ := randVec(rng, n)
+	k, _ := randVec(rng, n)
+	v, _ := randVec(rng, n)
+	dout, _ := randVec(rng, n)
+	out, lse := make([]float32, n), make([]float32, batch*heads*seq)
+	dq, dk, dv := make([]float32, n), make([]float32, n), make([]float32, n)
+	flops := 4.0 * batch * seq * seq * heads * hd
+	b.Run("fwd", func(b *testing.B) {
+		for b.Loop() {
+			Attention(out, lse, q, k, v, batch, seq, heads, heads, hd, true)
+		}
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("bwd", func(b *testing.B) {
+		for b.Loop() {
+			AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout, batch, seq, heads, heads, hd, true)
+		}
+		b.ReportMetric(2*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
+
+// TestParallelForCoversOnce: every index is handed out exactly once, for
+// any worker count and size.
+func TestParallelForCoversOnce(t *testing.T) {
+	for _, workers := range []int{1, 2, 3, 8} {
+		for _, n := range []int{1, 5, 63, 1000} {
+			hits := make([]int32, n)
+			parallelForWorkers(workers, n, minParallelWork, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					hits[i]++ // ranges are disjoint, so no race
+				}
+			})
+			for i, h := range hits {
+				if h != 1 {
+					t.Fatalf("workers %d n %d: index %d handed out %d times", workers, n, i, h)
+				}
+			}
+		}
+	}
+}

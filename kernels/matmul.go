@@ -1,0 +1,230 @@
+package kernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Blocking (GotoBLAS style). Each output element is accumulated in float32
+// starting from 0 and adding a[i,p]*b[p,j] for p = 0, 1, ..., k-1: the k
+// panels run in order and a register tile is loaded from C before each
+// panel, so no blocking choice or worker count changes a single bit.
+//
+// n is blocked only at the register level (nr-column strips, one hot in
+// L1 while it meets every A strip of the block): at scalar speed a B panel
+// streamed from L3 is about 150 MB/s of demand per core, so an L2 block
+// of n would save nothing measurable.
+//
+// The micro-kernel is 2x4: eight accumulators, two a and four b values
+// nearly fit amd64's sixteen float registers (Go schedules the eight
+// products before the adds, so two temporaries still spill); 4x4, 4x3 and
+// 1x8 spill more and measured 1.1-1.7x slower at GOAMD64=v1.
+const (
+	mr = 2   // rows of the register tile
+	nr = 4   // columns of the register tile
+	kc = 256 // k panel: a 2x256 A strip and a 256x4 B strip (6 KB) live in L1
+	mc = 64  // rows per work unit: the packed 64x256 A block (64 KB) lives in L2
+)
+
+// view addresses a matrix inside a flat buffer: element (i, j) is
+// data[i*rs + j*cs], so one packing routine serves a, a^T, b and b^T.
+type view struct {
+	data   []float32
+	rs, cs int
+}
+
+// MatMul computes out[m,n] = a[m,k] @ b[k,n] (row-major).
+func MatMul(out, a, b []float32, m, k, n int) {
+	checkLen("MatMul out", out, m*n)
+	checkLen("MatMul a", a, m*k)
+	checkLen("MatMul b", b, k*n)
+	gemm(runtime.GOMAXPROCS(0), out, view{a, k, 1}, view{b, n, 1}, m, k, n)
+}
+
+// MatMulGradA computes da[m,k] = dy[m,n] @ b[k,n]^T.
+func MatMulGradA(da, dy, b []float32, m, k, n int) {
+	checkLen("MatMulGradA da", da, m*k)
+	checkLen("MatMulGradA dy", dy, m*n)
+	checkLen("MatMulGradA b", b, k*n)
+	gemm(runtime.GOMAXPROCS(0), da, view{dy, n, 1}, view{b, 1, n}, m, n, k)
+}
+
+// MatMulGradB computes db[k,n] = a[m,k]^T @ dy[m,n], the sum over the m
+// rows in row order.
+func MatMulGradB(db, a, dy []float32, m, k, n int) {
+	checkLen("MatMulGradB db", db, k*n)
+	checkLen("MatMulGradB a", a, m*k)
+	checkLen("MatMulGradB dy", dy, m*n)
+	gemm(runtime.GOMAXPROCS(0), db, view{a, 1, k}, view{dy, n, 1}, k, m, n)
+}
+
+func checkLen(what string, s []float32, n int) {
+	if len(s) < n {
+		panic("kernels: " + what + ": buffer too short")
+	}
+}
+
+// gemm overwrites c[m,n] (row-major, contiguous) with A[m,k] @ B[k,n].
+// B is packed once, shared read-only; then workers take mc-row blocks of C
+// (or parts of them, see chunks) from a counter, each owned by one worker
+// start to end.
+func gemm(workers int, c []float32, a, b view, m, k, n int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	c = c[:m*n]
+	if k == 0 {
+		clear(c)
+		return
+	}
+	nStrips := (n + nr - 1) / nr
+	pbp := getF32(nStrips * k * nr)
+	defer putF32(pbp)
+	pb := *pbp
+	// Packing B is k*n work against 2*m*k*n for the product; split it by
+	// strips when it is big.
+	parallelForWorkers(workers, nStrips, k*nr, func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			packB(pb[s*k*nr:(s+1)*k*nr], b, k, s*nr, min(nr, n-s*nr))
+		}
+	})
+
+	blocks := (m + mc - 1) / mc
+	if m*k*n < minParallelWork*8 {
+		workers = 1
+	}
+	// Few row blocks (small m, or a small k in MatMulGradB) leave workers
+	// idle; then column ranges of at least 16 strips split the blocks too.
+	// Units still own disjoint parts of C, so the bits do not change.
+	chunks := 1
+	if workers > 1 && blocks < 4*workers {
+		chunks = max(1, min((4*workers+blocks-1)/blocks, nStrips/16))
+	}
+	units := blocks * chunks
+	workers = min(workers, units)
+	var next atomic.Int64
+	work := func() {
+		pap := getF32(mc * kc)
+		defer putF32(pap)
+		for {
+			u := int(next.Add(1)) - 1
+			if u >= units {
+				return
+			}
+			blk, ch := u/chunks, u%chunks
+			i0 := blk * mc
+			gemmBlock(c, a, pb, *pap, i0, min(mc, m-i0), k, n, nStrips*ch/chunks, nStrips*(ch+1)/chunks)
+		}
+	}
+	if workers <= 1 {
+		work()
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+}
+
+// gemmBlock computes rows [i0, i0+rows) of C in the column strips
+// [s0, s1).
+func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int) {
+	var tile [mr * nr]float32
+	for p0 := 0; p0 < k; p0 += kc {
+		kb := min(kc, k-p0)
+		rStrips := (rows + mr - 1) / mr
+		for r := 0; r < rStrips; r++ {
+			packA(pa[r*kb*mr:(r+1)*kb*mr], a, i0+r*mr, min(mr, rows-r*mr), p0, kb)
+		}
+		for s := s0; s < s1; s++ {
+			j0 := s * nr
+			nj := min(nr, n-j0)
+			bs := pb[(s*k+p0)*nr : (s*k+p0+kb)*nr]
+			for r := 0; r < rStrips; r++ {
+				ri := i0 + r*mr
+				ni := min(mr, i0+rows-ri)
+				// Load the tile (zero on the first panel), run the
+				// panel, store back: exactly the naive k order.
+				if p0 == 0 {
+					tile = [mr * nr]float32{}
+				} else {
+					for ii := 0; ii < ni; ii++ {
+						copy(tile[ii*nr:ii*nr+nj], c[(ri+ii)*n+j0:])
+					}
+				}
+				kernel2x4(pa[r*kb*mr:(r+1)*kb*mr], bs, &tile)
+				for ii := 0; ii < ni; ii++ {
+					copy(c[(ri+ii)*n+j0:(ri+ii)*n+j0+nj], tile[ii*nr:])
+				}
+			}
+		}
+	}
+}
+
+// packA copies A[i0:i0+ni, p0:p0+kb] into dst as kb groups of mr values
+// (row i0+ii of step p at dst[p*mr+ii]); rows past ni are zero.
+func packA(dst []float32, a view, i0, ni, p0, kb int) {
+	if ni < mr {
+		clear(dst)
+	}
+	for ii := 0; ii < ni; ii++ {
+		src := a.data[(i0+ii)*a.rs+p0*a.cs:]
+		if a.cs == 1 {
+			src = src[:kb]
+			for p, v := range src {
+				dst[p*mr+ii] = v
+			}
+		} else {
+			for p := 0; p < kb; p++ {
+				dst[p*mr+ii] = src[p*a.cs]
+			}
+		}
+	}
+}
+
+// packB copies B[0:k, j0:j0+nj] into dst as k groups of nr values;
+// columns past nj are zero.
+func packB(dst []float32, b view, k, j0, nj int) {
+	if nj < nr {
+		clear(dst)
+	}
+	if b.cs == 1 && nj == nr {
+		for p := 0; p < k; p++ {
+			copy(dst[p*nr:p*nr+nr], b.data[p*b.rs+j0:])
+		}
+		return
+	}
+	for jj := 0; jj < nj; jj++ {
+		src := b.data[(j0+jj)*b.cs:]
+		for p := 0; p < k; p++ {
+			dst[p*nr+jj] = src[p*b.rs]
+		}
+	}
+}
+
+// kernel2x4 adds the product of a packed 2-row A strip and a packed 4-column
+// B strip into the tile t. The reslicing loop keeps bounds checks out of
+// the body; its shape was chosen by measurement (see BenchmarkMatMul).
+func kernel2x4(a, b []float32, t *[mr * nr]float32) {
+	c00, c01, c02, c03 := t[0], t[1], t[2], t[3]
+	c10, c11, c12, c13 := t[4], t[5], t[6], t[7]
+	for len(a) >= 2 && len(b) >= 4 {
+		a0, a1 := a[0], a[1]
+		b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		a = a[2:]
+		b = b[4:]
+	}
+	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
+	t[4], t[5], t[6], t[7] = c10, c11, c12, c13
+}

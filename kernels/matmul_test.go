@@ -1,0 +1,235 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// Shapes straddle the block sizes (mr=2, nr=4, kc=256, mc=64) so edge
+// tiles, partial k panels, several row blocks and (20x200x302: one row
+// block, split by columns) column chunks are all exercised.
+var matmulShapes = [][3]int{
+	{1, 1, 1}, {3, 5, 7}, {7, 13, 9}, {17, 33, 6}, {65, 257, 11}, {130, 300, 37}, {5, 600, 3}, {20, 200, 302},
+}
+
+func TestMatMulForward(t *testing.T) {
+	rng := newRand(1)
+	for _, s := range matmulShapes {
+		m, k, n := s[0], s[1], s[2]
+		a, a64 := randVec(rng, m*k)
+		b, b64 := randVec(rng, k*n)
+		out := make([]float32, m*n)
+		MatMul(out, a, b, m, k, n)
+		checkClose(t, fmt.Sprintf("matmul %v", s), out, refMatMul(a64, b64, m, k, n), 1e-5)
+	}
+}
+
+func TestMatMulGrad(t *testing.T) {
+	rng := newRand(2)
+	for _, s := range matmulShapes {
+		m, k, n := s[0], s[1], s[2]
+		if m*k*n > 100000 {
+			continue // finite differences are quadratic; the forward test covers blocking
+		}
+		a, a64 := randVec(rng, m*k)
+		b, b64 := randVec(rng, k*n)
+		dy, r := randVec(rng, m*n)
+		da := make([]float32, m*k)
+		db := make([]float32, k*n)
+		fill(da, 7) // backward overwrites
+		fill(db, 7)
+		MatMulGradA(da, dy, b, m, k, n)
+		MatMulGradB(db, a, dy, m, k, n)
+		f := func(in [][]float64) []float64 { return refMatMul(in[0], in[1], m, k, n) }
+		g := numGrads(f, [][]float64{a64, b64}, r)
+		checkClose(t, fmt.Sprintf("matmul %v da", s), da, g[0], 1e-4)
+		checkClose(t, fmt.Sprintf("matmul %v db", s), db, g[1], 1e-4)
+	}
+}
+
+// TestMatMulExactOrder: each output is the float32 sum in plain k order,
+// so MatMul agrees bit for bit with a naive loop (when the build does not
+// fuse multiply-adds: amd64 at GOAMD64 v1 or v2).
+func TestMatMulExactOrder(t *testing.T) {
+	if fmaFused() {
+		t.Skip("this build fuses multiply-adds, which the naive loop forbids")
+	}
+	rng := newRand(3)
+	m, k, n := 67, 600, 19
+	a, _ := randVec(rng, m*k)
+	b, _ := randVec(rng, k*n)
+	out := make([]float32, m*n)
+	MatMul(out, a, b, m, k, n)
+	naive := make([]float32, m*n)
+	for i := range m {
+		for j := range n {
+			var s float32
+			for p := range k {
+				s += float32(a[i*k+p] * b[p*n+j]) // conversion forbids fusion
+			}
+			naive[i*n+j] = s
+		}
+	}
+	for i := range out {
+		if math.Float32bits(out[i]) != math.Float32bits(naive[i]) {
+			t.Fatalf("out[%d] = %v, naive %v", i, out[i], naive[i])
+		}
+	}
+}
+
+// fmaFused reports whether this build fuses x*y+z (which makes exact
+// comparisons with the naive loop meaningless).
+func fmaFused() bool {
+	x, y, z := fmaProbe()
+	return x*y+z != float32(x*y)+z
+}
+
+//go:noinline
+func fmaProbe() (float32, float32, float32) {
+	x := float32(1) + 1.0/(1<<12)
+	return x, x, -(1 + 2.0/(1<<12))
+}
+
+// TestMatMulDeterministic: bits do not depend on the worker count or on
+// GOMAXPROCS, for all three products.
+func TestMatMulDeterministic(t *testing.T) {
+	// The second shape has one row block, so its units are column chunks.
+	for _, sh := range [][3]int{{300, 530, 70}, {10, 300, 200}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		rng := newRand(4)
+		a, _ := randVec(rng, m*k)
+		b, _ := randVec(rng, k*n)
+		dy, _ := randVec(rng, m*n)
+		type prod struct {
+			name   string
+			size   int
+			run    func(workers int, out []float32)
+			public func(out []float32)
+		}
+		prods := []prod{
+			{"matmul", m * n, func(w int, o []float32) { gemm(w, o, view{a, k, 1}, view{b, n, 1}, m, k, n) },
+				func(o []float32) { MatMul(o, a, b, m, k, n) }},
+			{"grad_a", m * k, func(w int, o []float32) { gemm(w, o, view{dy, n, 1}, view{b, 1, n}, m, n, k) },
+				func(o []float32) { MatMulGradA(o, dy, b, m, k, n) }},
+			{"grad_b", k * n, func(w int, o []float32) { gemm(w, o, view{a, 1, k}, view{dy, n, 1}, k, m, n) },
+				func(o []float32) { MatMulGradB(o, a, dy, m, k, n) }},
+		}
+		for _, p := range prods {
+			ref := make([]float32, p.size)
+			p.run(1, ref)
+			for _, w := range []int{2, 3, 4, 7} {
+				got := make([]float32, p.size)
+				p.run(w, got)
+				sameBits(t, fmt.Sprintf("%v %s workers=%d", sh, p.name, w), got, ref)
+			}
+			for _, procs := range []int{1, 2, 4} {
+				got := make([]float32, p.size)
+				withProcs(procs, func() int { p.public(got); return 0 })
+				sameBits(t, fmt.Sprintf("%v %s GOMAXPROCS=%d", sh, p.name, procs), got, ref)
+			}
+		}
+	}
+}
+
+func sameBits(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: element %d = %v, want %v (bits differ)", name, i, got[i], want[i])
+		}
+	}
+}
+
+func BenchmarkMatMul(b *testing.B) {
+	for _, s := range [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512, 2048}} {
+		m, k, n := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
+			rng := newRand(5)
+			x, _ := randVec(rng, m*k)
+			y, _ := randVec(rng, k*n)
+			out := make([]float32, m*n)
+			for b.Loop() {
+				MatMul(out, x, y, m, k, n)
+			}
+			b.ReportMetric(2*float64(m)*float64(k)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkMatMulGrad measures the two backward products at 1024 cubed.
+func BenchmarkMatMulGrad(b *testing.B) {
+	const m, k, n = 1024, 1024, 1024
+	rng := newRand(6)
+	x, _ := randVec(rng, m*k)
+	y, _ := randVec(rng, k*n)
+	dy, _ := randVec(rng, m*n)
+	out := make([]float32, 1024*1024)
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"A", func() { MatMulGradA(out, dy, y, m, k, n) }},
+		{"B", func() { MatMulGradB(out, x, dy, m, k, n) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.f()
+			}
+			b.ReportMetric(2*float64(m)*float64(k)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkPeakFMA measures the machine's scalar float32 multiply-add peak
+// as Go compiles it: twelve independent accumulator chains per goroutine,
+// one goroutine per GOMAXPROCS. MatMul's GFLOP/s is meaningful against
+// this, not against the vector peak of the hardware.
+func BenchmarkPeakFMA(b *testing.B) {
+	const iters = 1 << 14
+	workers := runtime.GOMAXPROCS(0)
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				x := [12]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, float32(w)}
+				peakLoop(&x, iters, 0.999, 0.001)
+			})
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(workers)*iters*12*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// peakLoop's multiplier and addend arrive as arguments and its accumulators
+// differ, so the compiler can neither fold nor merge the chains.
+//
+//go:noinline
+func peakLoop(x *[12]float32, n int, m, c float32) {
+	x0, x1, x2, x3, x4, x5 := x[0], x[1], x[2], x[3], x[4], x[5]
+	x6, x7, x8, x9, x10, x11 := x[6], x[7], x[8], x[9], x[10], x[11]
+	for range n {
+		x0 = x0*m + c
+		x1 = x1*m + c
+		x2 = x2*m + c
+		x3 = x3*m + c
+		x4 = x4*m + c
+		x5 = x5*m + c
+		x6 = x6*m + c
+		x7 = x7*m + c
+		x8 = x8*m + c
+		x9 = x9*m + c
+		x10 = x10*m + c
+		x11 = x11*m + c
+	}
+	x[0], x[1], x[2], x[3], x[4], x[5] = x0, x1, x2, x3, x4, x5
+	x[6], x[7], x[8], x[9], x[10], x[11] = x6, x7, x8, x9, x10, x11
+}
+
+func withProcs[T any](procs int, f func() T) T {
+	old := runtime.GOMAXPROCS(procs)
+	defer runtime.GOMAXPROCS(old)
+	return f()
+}

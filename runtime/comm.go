@@ -1,0 +1,210 @@
+package runtime
+
+// Collectives.
+//
+// Comm is how the executor runs a codegen.Collective instruction: every
+// member of a group calls the same collective with the same member list
+// (codegen.Group.Ranks, identical on every member) and the same sizes.
+// A group instance is (stream, member list); on one instance the k-th
+// call of each member meets the k-th call of every other member, so the
+// two comm streams of a rank, and different groups on one stream, never
+// wait on each other.
+//
+// Reduction order. A sum is a left fold in group order, element by
+// element, in float32:
+//
+//	s[k] = ((x_0[k] + x_1[k]) + x_2[k]) + ... + x_{n-1}[k]
+//
+// where x_i is the buffer of the i-th member of g. Each element is summed
+// by exactly one goroutine and the result copied to every member that
+// receives it, so a sum is bitwise the same on every member and in every
+// run, whatever the scheduling. Training must match a single-rank run
+// within a tolerance (NUMERICS.md), but bitwise reproducibility of one
+// plan is what makes a failing run debuggable; any backend must keep this
+// order (a ring or tree order would change the bits).
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"amspc/codegen"
+)
+
+// Comm performs collectives among the ranks of a group. Buffers are
+// float32 (the CPU backend computes in fp32; bf16 values are stored as
+// float32). g is the ordered member list and must contain Rank(); stream
+// keeps independent call sequences apart (codegen.CommGather,
+// codegen.CommReduce). A Comm may be used from several goroutines at
+// once, one per stream.
+type Comm interface {
+	Rank() int
+	// AllGather sets out to the concatenation of every member's in, in
+	// group order: len(out) = len(g)*len(in). in is either disjoint from
+	// out or exactly out's own part (in-place).
+	AllGather(stream int, g []int, in, out []float32) error
+	// ReduceScatter sets out to member i's part of the elementwise sum
+	// of every member's in: len(in) = len(g)*len(out). out is either
+	// disjoint from in or exactly in's own part (in-place).
+	ReduceScatter(stream int, g []int, in, out []float32) error
+	// AllReduce sums buf over the group in place.
+	AllReduce(stream int, g []int, buf []float32) error
+	// Broadcast copies root's buf to every member; root is a rank in g.
+	Broadcast(stream int, g []int, root int, buf []float32) error
+	// Abort makes every pending and future call on every rank return an
+	// error wrapping ErrCommAborted and err. The first Abort wins.
+	Abort(err error)
+}
+
+var (
+	// ErrCommAborted is wrapped by every error after Abort.
+	ErrCommAborted = errors.New("comm aborted")
+	// ErrCommMismatch is wrapped when the members of a group issue
+	// different calls (kind, sizes or root) at the same sequence number.
+	ErrCommMismatch = errors.New("collective mismatch")
+	// ErrCommInvalid is wrapped when a call is malformed (sizes that do
+	// not fit the group, a root or rank outside it, bad aliasing).
+	ErrCommInvalid = errors.New("invalid collective")
+)
+
+// CommError is the error of one collective call on one rank.
+type CommError struct {
+	Rank   int // the rank whose call failed
+	Stream int
+	Group  []int
+	Seq    uint64 // the call's number on (Stream, Group), from 0
+	Call   string // e.g. all_reduce(1024)
+	Err    error
+}
+
+func (e *CommError) Error() string {
+	return fmt.Sprintf("rank %d: %s on stream %d group %v call %d: %v",
+		e.Rank, e.Call, e.Stream, e.Group, e.Seq, e.Err)
+}
+
+func (e *CommError) Unwrap() error { return e.Err }
+
+// commCall is one member's side of a collective. AllReduce and Broadcast
+// use out as the buffer and leave in nil.
+type commCall struct {
+	rank int
+	kind codegen.Coll
+	root int
+	in   []float32
+	out  []float32
+}
+
+func (c *commCall) String() string {
+	switch c.kind {
+	case codegen.AllGather, codegen.ReduceScatter:
+		return fmt.Sprintf("%s(in %d, out %d)", c.kind, len(c.in), len(c.out))
+	case codegen.Broadcast:
+		return fmt.Sprintf("%s(%d, root %d)", c.kind, len(c.out), c.root)
+	}
+	return fmt.Sprintf("%s(%d)", c.kind, len(c.out))
+}
+
+// matches reports whether two members' calls can meet.
+func (c *commCall) matches(d *commCall) bool {
+	return c.kind == d.kind && len(c.in) == len(d.in) && len(c.out) == len(d.out) && c.root == d.root
+}
+
+// commIndex validates g (ranks in [0,n), no repeats, rank a member) and
+// returns rank's position in it. A bad g cannot rendezvous, so its error
+// is the caller's alone.
+func commIndex(g []int, n, rank int) (int, error) {
+	if len(g) == 0 {
+		return -1, fmt.Errorf("%w: empty group", ErrCommInvalid)
+	}
+	seen := make([]bool, n)
+	idx := -1
+	for i, r := range g {
+		if r < 0 || r >= n {
+			return -1, fmt.Errorf("%w: rank %d out of range [0,%d)", ErrCommInvalid, r, n)
+		}
+		if seen[r] {
+			return -1, fmt.Errorf("%w: rank %d repeated", ErrCommInvalid, r)
+		}
+		seen[r] = true
+		if r == rank {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return -1, fmt.Errorf("%w: rank %d not a member", ErrCommInvalid, rank)
+	}
+	return idx, nil
+}
+
+// check validates c's sizes, root and aliasing for a group of n with c
+// at index idx. Unlike commIndex's errors, these poison the rendezvous
+// so that every member fails rather than hangs.
+func (c *commCall) check(g []int, idx int) error {
+	n := len(g)
+	switch c.kind {
+	case codegen.AllGather:
+		m := len(c.in)
+		if len(c.out) != n*m {
+			return fmt.Errorf("%w: rank %d called %s: len(out) must be %d x %d = %d", ErrCommInvalid, c.rank, c, n, m, n*m)
+		}
+		if commOverlap(c.in, c.out) && !commSame(c.in, c.out[idx*m:(idx+1)*m]) {
+			return fmt.Errorf("%w: rank %d called %s: in overlaps out but is not its part %d", ErrCommInvalid, c.rank, c, idx)
+		}
+	case codegen.ReduceScatter:
+		m := len(c.out)
+		if len(c.in) != n*m {
+			return fmt.Errorf("%w: rank %d called %s: len(in) must be %d x %d = %d", ErrCommInvalid, c.rank, c, n, m, n*m)
+		}
+		if commOverlap(c.in, c.out) && !commSame(c.out, c.in[idx*m:(idx+1)*m]) {
+			return fmt.Errorf("%w: rank %d called %s: out overlaps in but is not its part %d", ErrCommInvalid, c.rank, c, idx)
+		}
+	case codegen.Broadcast:
+		for _, r := range g {
+			if r == c.root {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: rank %d called %s: root not in group", ErrCommInvalid, c.rank, c)
+	}
+	return nil
+}
+
+// commOverlap reports whether a and b share memory.
+func commOverlap(a, b []float32) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b))*4 && pb < pa+uintptr(len(a))*4
+}
+
+// commSame reports whether a and b are the same memory.
+func commSame(a, b []float32) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// commChunk bounds the scratch of a fold: small enough to stay in cache
+// while every member's slice streams through it.
+const commChunk = 4096
+
+// commFold sets every dst[k] to the left fold in order of parts[i][k]
+// (the documented reduction order). All slices have the same length; a
+// dst may be one of the parts, since a chunk is read in full before it is
+// written.
+func commFold(dsts, parts [][]float32) {
+	n := len(parts[0])
+	sum := make([]float32, min(n, commChunk))
+	for lo := 0; lo < n; lo += commChunk {
+		s := sum[:min(n-lo, commChunk)]
+		copy(s, parts[0][lo:])
+		for _, p := range parts[1:] {
+			p = p[lo : lo+len(s)]
+			for k, x := range p {
+				s[k] += x
+			}
+		}
+		for _, d := range dsts {
+			copy(d[lo:lo+len(s)], s)
+		}
+	}
+}

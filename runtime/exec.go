@@ -1,0 +1,246 @@
+// Package runtime executes plan bundles: every rank runs its instruction
+// streams (compute and two communication streams, concurrently, ordered
+// only by the plan's events) on a kernel backend and a Comm for
+// collectives. The CPU backend (package kernels) computes in fp32; ranks
+// are goroutines of one process (LocalWorld).
+//
+// In: a codegen.Bundle, data and a seed. Out: trained parameters, the loss
+// of every step, and measurements (time per instruction, peak bytes per
+// rank). The runtime reads plans, never models: it imports neither passes
+// nor frontend.
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"amspc/codegen"
+	"amspc/ir"
+)
+
+// rank is one rank's execution state.
+type rank struct {
+	b    *codegen.Bundle
+	p    *codegen.Program
+	r    int
+	comm Comm
+	topo codegen.Topology
+
+	mu   sync.Mutex
+	f32  [][]float32 // storage of non-view buffers; nil when not allocated
+	i32  [][]int32
+	live int64 // bytes allocated now
+	peak int64
+
+	step   int   // 1-based optimizer step
+	micro  int   // for loads: the data a Load fills comes from data
+	data   *Data // shared by all ranks
+	losses []float64
+	events []chan struct{}
+}
+
+func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
+	p := b.Template(r)
+	k := &rank{b: b, p: p, r: r, comm: comm, topo: b.Topo, data: data,
+		f32: make([][]float32, len(p.Buffers)), i32: make([][]int32, len(p.Buffers))}
+	// Buffers no instruction allocates are the persistent shards.
+	trans := map[int32]bool{}
+	for s := range p.Streams {
+		for _, in := range p.Streams[s] {
+			if in.Op == codegen.Alloc {
+				trans[in.Buf] = true
+			}
+		}
+	}
+	for id, buf := range p.Buffers {
+		if !buf.IsView() && !trans[int32(id)] {
+			k.alloc(int32(id))
+		}
+	}
+	return k
+}
+
+func (k *rank) alloc(id int32) {
+	buf := k.p.Buffers[id]
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if buf.DType == ir.I32 {
+		k.i32[id] = make([]int32, buf.Elems)
+	} else {
+		k.f32[id] = make([]float32, buf.Elems)
+	}
+	k.live += buf.Bytes()
+	k.peak = max(k.peak, k.live)
+}
+
+func (k *rank) free(id int32) {
+	buf := k.p.Buffers[id]
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.f32[id], k.i32[id] = nil, nil
+	k.live -= buf.Bytes()
+}
+
+// offset is where view id starts in its root buffer, and the root.
+func (k *rank) offset(id int32) (int32, int64) {
+	var off int64
+	for {
+		buf := k.p.Buffers[id]
+		if !buf.IsView() {
+			return id, off
+		}
+		off += buf.Offset + int64(buf.Part.Index(k.topo, k.r))*buf.Elems
+		id = buf.Parent
+	}
+}
+
+// f returns buffer id's float storage (a view resolves to its part).
+func (k *rank) f(id int32) []float32 {
+	root, off := k.offset(id)
+	k.mu.Lock()
+	s := k.f32[root]
+	k.mu.Unlock()
+	if s == nil {
+		panic(fmt.Sprintf("buffer %s is not allocated", k.p.Buffers[root].Name))
+	}
+	return s[off : off+k.p.Buffers[id].Elems]
+}
+
+func (k *rank) ints(id int32) []int32 {
+	root, off := k.offset(id)
+	k.mu.Lock()
+	s := k.i32[root]
+	k.mu.Unlock()
+	if s == nil {
+		panic(fmt.Sprintf("buffer %s is not allocated", k.p.Buffers[root].Name))
+	}
+	return s[off : off+k.p.Buffers[id].Elems]
+}
+
+// ErrStopped is returned by the ranks that stop because another failed.
+var ErrStopped = errors.New("stopped because another rank failed")
+
+// runStep runs one step of this rank's program: three goroutines, one per
+// stream. A failure aborts the Comm, so every rank stops.
+func (k *rank) runStep(abort <-chan struct{}) error {
+	k.events = make([]chan struct{}, k.p.Events)
+	for i := range k.events {
+		k.events[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, codegen.NumStreams)
+	var failed atomic.Bool
+	for s := 0; s < codegen.NumStreams; s++ {
+		wg.Add(1)
+		go func(s int) {
+			defer wg.Done()
+			errs[s] = k.runStream(s, abort, &failed)
+			if errs[s] != nil {
+				failed.Store(true)
+				k.comm.Abort(errs[s])
+			}
+		}(s)
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err error) {
+	ins := k.p.Streams[s]
+	var cur *codegen.Instr
+	defer func() {
+		if r := recover(); r != nil {
+			err = k.fail(s, cur, fmt.Errorf("%v", r))
+		}
+	}()
+	for i := range ins {
+		in := &ins[i]
+		cur = in
+		switch in.Op {
+		case codegen.Alloc:
+			k.alloc(in.Buf)
+		case codegen.Free:
+			k.free(in.Buf)
+		case codegen.Record:
+			close(k.events[in.Event])
+		case codegen.Wait:
+			select {
+			case <-k.events[in.Event]:
+			case <-abort:
+				return ErrStopped
+			}
+		case codegen.Load:
+			if err := k.load(in); err != nil {
+				return k.fail(s, in, err)
+			}
+		case codegen.Kernel:
+			if err := k.kernel(in); err != nil {
+				return k.fail(s, in, err)
+			}
+		case codegen.Collective:
+			if err := k.collective(s, in); err != nil {
+				if failed.Load() || errors.Is(err, ErrCommAborted) {
+					return ErrStopped
+				}
+				return k.fail(s, in, err)
+			}
+		}
+	}
+	return nil
+}
+
+// fail wraps an error with where it happened: rank, stream, op and the
+// source position of the op, so a NaN or a bad id names its origin.
+func (k *rank) fail(s int, in *codegen.Instr, err error) error {
+	if in == nil {
+		return fmt.Errorf("rank %d %s: %v", k.r, codegen.StreamName(s), err)
+	}
+	what := in.Op.String()
+	if in.Op == codegen.Kernel {
+		what = in.Kern.String()
+	}
+	where := ""
+	if in.Pos.IsValid() {
+		where = " at " + in.Pos.String()
+	}
+	return fmt.Errorf("rank %d %s: %s%s: %v", k.r, codegen.StreamName(s), what, where, err)
+}
+
+func (k *rank) collective(s int, in *codegen.Instr) error {
+	g := in.Group.Ranks(k.topo, k.r)
+	switch in.Coll {
+	case codegen.AllGather:
+		return k.comm.AllGather(s, g, k.f(in.In), k.f(in.Out))
+	case codegen.ReduceScatter:
+		return k.comm.ReduceScatter(s, g, k.f(in.In), k.f(in.Out))
+	case codegen.AllReduce:
+		buf := k.f(in.Out)
+		if in.In != in.Out {
+			copy(buf, k.f(in.In))
+		}
+		return k.comm.AllReduce(s, g, buf)
+	case codegen.Broadcast:
+		return k.comm.Broadcast(s, g, g[0], k.f(in.Out))
+	}
+	return fmt.Errorf("unknown collective %v", in.Coll)
+}
+
+// checkFinite stops the run at the first NaN or Inf a kernel produces.
+func checkFinite(out []float32) error {
+	for i, x := range out {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("produced %v at element %d", x, i)
+		}
+	}
+	return nil
+}
+
+

@@ -1,0 +1,207 @@
+package runtime
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"amspc/codegen"
+	"amspc/ir"
+)
+
+// Data is a token stream cut into windows of SeqLen+1 tokens with stride
+// SeqLen (NUMERICS.md): window j covers tokens [j*SeqLen, j*SeqLen+SeqLen];
+// its first SeqLen tokens are inputs, its last SeqLen targets. Step t uses
+// windows [t*B, (t+1)*B) of the global batch B (wrapping around at the end
+// of the stream); micro-batch m of data-parallel rank r gets windows
+// (m*dp + r)*mb ... + mb - 1.
+type Data struct {
+	Tokens     []int32
+	SeqLen     int
+	MicroBatch int // sequences per rank per micro-batch
+	Global     int // sequences per step
+}
+
+// Windows is the number of whole windows in the stream.
+func (d *Data) Windows() int {
+	if len(d.Tokens) < d.SeqLen+1 {
+		return 0
+	}
+	return (len(d.Tokens) - 1) / d.SeqLen
+}
+
+// fill writes micro-batch m of rank r at step t (0-based) into dst:
+// MicroBatch windows of SeqLen tokens, shifted by shift (0 inputs, 1
+// targets).
+func (d *Data) fill(dst []int32, t, m, dp, r, shift int) {
+	n := d.Windows()
+	for i := 0; i < d.MicroBatch; i++ {
+		w := (t*d.Global + (m*dp+r)*d.MicroBatch + i) % n
+		copy(dst[i*d.SeqLen:(i+1)*d.SeqLen], d.Tokens[w*d.SeqLen+shift:w*d.SeqLen+shift+d.SeqLen])
+	}
+}
+
+func (k *rank) load(in *codegen.Instr) error {
+	for _, inp := range k.p.Inputs {
+		if inp.Buf == in.Buf {
+			dst := k.ints(in.Buf)
+			if len(dst) != k.data.MicroBatch*k.data.SeqLen {
+				return fmt.Errorf("input %s holds %d tokens, the data gives %d x %d", k.p.Buffers[in.Buf].Name, len(dst), k.data.MicroBatch, k.data.SeqLen)
+			}
+			k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
+			return nil
+		}
+	}
+	return fmt.Errorf("load of %s, which is not an input", k.p.Buffers[in.Buf].Name)
+}
+
+// InitParam fills a param's initial values: ones, zeros, or normal(0, std)
+// from a PCG generator seeded with (seed, FNV-1a of the param's name), so
+// the values depend only on the seed and the name, never on the plan or
+// the rank count. Normals come from Box-Muller in float64, rounded to
+// float32.
+func InitParam(dst []float32, init ir.Init, seed uint64, name string) {
+	switch init.Kind {
+	case ir.InitOnes:
+		for i := range dst {
+			dst[i] = 1
+		}
+		return
+	case ir.InitZeros:
+		clear(dst)
+		return
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	for i := 0; i < len(dst); i += 2 {
+		u1 := 1 - rng.Float64() // (0, 1]
+		u2 := rng.Float64()
+		r := math.Sqrt(-2 * math.Log(u1))
+		dst[i] = float32(init.Std * r * math.Cos(2*math.Pi*u2))
+		if i+1 < len(dst) {
+			dst[i+1] = float32(init.Std * r * math.Sin(2*math.Pi*u2))
+		}
+	}
+}
+
+// initShards fills a rank's persistent shards from the full initial
+// params: P's shard, the fp32 master's os-slice; m and v stay zero.
+func (k *rank) initShards(seed uint64) {
+	for _, lay := range k.p.Layouts {
+		flat := make([]float32, lay.Padded)
+		for _, s := range lay.Params {
+			InitParam(flat[s.Offset:s.Offset+s.Elems], s.Init, seed, s.Name)
+		}
+		sp := int64(lay.PShard.Size())
+		chunk := lay.Padded / sp
+		pOff := int64(lay.PShard.Index(k.topo, k.r)) * chunk
+		copy(k.f(lay.P), flat[pOff:pOff+chunk])
+		if lay.Master >= 0 {
+			os := k.f(lay.Master)
+			oOff := pOff + int64(lay.OSShard.Index(k.topo, k.r))*int64(len(os))
+			copy(os, flat[oOff:oOff+int64(len(os))])
+			// P holds the rounding of the master (bf16 plans).
+			if k.p.Buffers[lay.P].DType == ir.BF16 {
+				p := k.f(lay.P)
+				for i := range p {
+					p[i] = roundBF16(p[i])
+				}
+			}
+		}
+	}
+}
+
+// Run executes steps of a bundle on ranks that are goroutines of this
+// process and returns the loss of every step: the mean over every token
+// of the global batch.
+type Run struct {
+	Bundle *codegen.Bundle
+	Data   *Data
+	Seed   uint64
+	ranks  []*rank
+	world  *LocalWorld
+	step   int
+}
+
+// Start prepares every rank: buffers, initial params.
+func (r *Run) Start() error {
+	b := r.Bundle
+	for _, p := range b.Templates {
+		for _, buf := range p.Buffers {
+			if buf.DType == ir.BF16 || buf.DType == ir.F16 {
+				return fmt.Errorf("the CPU backend trains in fp32 only; %s is %v (precision = fp32 in the train section)", buf.Name, buf.DType)
+			}
+		}
+	}
+	if r.Data.Windows() < 1 {
+		return fmt.Errorf("the data has %d tokens, fewer than one window of %d", len(r.Data.Tokens), r.Data.SeqLen+1)
+	}
+	n := b.Topo.Ranks()
+	r.world = NewLocalWorld(n)
+	r.ranks = make([]*rank, n)
+	for i := range r.ranks {
+		r.ranks[i] = newRank(b, i, r.world.Comm(i), r.Data)
+		r.ranks[i].initShards(r.Seed)
+	}
+	return nil
+}
+
+// Step runs one training step on every rank and returns its loss.
+func (r *Run) Step() (float64, error) {
+	r.step++
+	var wg sync.WaitGroup
+	errs := make([]error, len(r.ranks))
+	for i, k := range r.ranks {
+		k.step = r.step
+		k.losses = k.losses[:0]
+		wg.Add(1)
+		go func(i int, k *rank) {
+			defer wg.Done()
+			errs[i] = k.runStep(r.world.Done())
+		}(i, k)
+	}
+	wg.Wait()
+	// Report the first real failure, not the ranks it stopped.
+	for _, err := range errs {
+		if err != nil && err != ErrStopped {
+			return 0, err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	// The step's loss: the mean of every micro-batch mean on every rank
+	// (each covers the same number of tokens), summed in rank order.
+	var sum float64
+	var count int
+	for _, k := range r.ranks {
+		for _, l := range k.losses {
+			sum += l
+			count++
+		}
+	}
+	return sum / float64(count), nil
+}
+
+// PeakBytes is each rank's largest live buffer total so far.
+func (r *Run) PeakBytes() []int64 {
+	out := make([]int64, len(r.ranks))
+	for i, k := range r.ranks {
+		out[i] = k.peak
+	}
+	return out
+}
+
+func roundBF16(x float32) float32 {
+	b := math.Float32bits(x)
+	if b&0x7f800000 == 0x7f800000 {
+		return x
+	}
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}
