@@ -242,5 +242,3 @@ func checkFinite(out []float32) error {
 	}
 	return nil
 }
-
-
