@@ -195,6 +195,12 @@ type Layout struct {
 	Stage  string
 	Padded int64 // the flat length, padded to divide evenly into shards
 	Params []Slot
+	// Where a rank's shards sit in the flat buffer: its P shard is part
+	// PShard.Index of PShard.Size() parts; its OS shard is part
+	// OSShard.Index of its P shard, split in OSShard.Size() parts.
+	PShard, OSShard Group
+	// The persistent buffers holding the shards (-1 when absent).
+	P, Master, M, V int32
 }
 
 // Slot is one param in a Layout.
@@ -202,6 +208,7 @@ type Slot struct {
 	Name          string
 	Offset, Elems int64
 	Decay         bool
+	Init          ir.Init
 }
 
 // Program is one rank template: buffers and one instruction list per
