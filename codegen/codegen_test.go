@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"amspc/internal/golden"
 	"amspc/ir"
@@ -62,6 +63,9 @@ func fattr(name string, v float64) ir.Attr {
 func tinyBundle() *Bundle {
 	matmul := at(kern(ir.MatMul, 3, 2, 0), 0, 0)
 	matmul.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
+	matmul.Flops = 2 * 32 * 64 * 64
+	load := ins(Load)
+	load.Buf, load.Micro = 2, 0
 	grad := at(kern(ir.MatMulGradB, 4, 2, 3), 0, 0)
 	grad.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
 	grad.Comment = "dW1"
@@ -75,21 +79,24 @@ func tinyBundle() *Bundle {
 		Topo:  Topology{GPUsPerNode: 4, Nodes: 2},
 		Plan:  "4x1/4x1/4x2",
 		Micro: 2,
+		Machine: Machine{PeakFLOPS: 312e12, Efficiency: 0.55, IntraBW: 150e9, InterBW: 22.5e9,
+			IntraLatency: 2e-6, InterLatency: 8e-6, MemoryBytes: 80 << 30},
 		Templates: []Program{{
 			Buffers: []Buffer{
 				{Name: "w1", DType: ir.BF16, Elems: 4096, Parent: -1},
 				{Name: "w1.shard", DType: ir.BF16, Elems: 1024, Parent: 0, Part: grp(4, 1, 1, 1)},
-				{Name: "x", DType: ir.BF16, Elems: 2048, Parent: -1},
-				{Name: "y", DType: ir.BF16, Elems: 2048, Parent: -1},
+				{Name: "x", DType: ir.BF16, Elems: 2048, Parent: -1, Shape: []int64{32, 64}},
+				{Name: "y", DType: ir.BF16, Elems: 2048, Parent: -1, Shape: []int64{32, 64}},
 				{Name: "g1", DType: ir.BF16, Elems: 4096, Parent: -1},
 				{Name: "g1.shard", DType: ir.BF16, Elems: 1024, Parent: 4, Part: grp(4, 1, 1, 1)},
 				{Name: "g1.os", DType: ir.BF16, Elems: 512, Parent: 5, Part: grp(4, 2, 4, 1)},
 				{Name: "w1.master", DType: ir.F32, Elems: 512, Parent: -1},
 				{Name: "w1.m", DType: ir.F32, Elems: 512, Parent: -1},
+				{Name: "layers.0.w1", DType: ir.BF16, Elems: 4000, Parent: 0, Offset: 64, Part: grp(1, 1, 1, 1), Shape: []int64{40, 100}},
 			},
 			Streams: [NumStreams][]Instr{
 				Compute: {
-					wait(0), alloc(3), matmul, alloc(4), grad, record(1), free(0), free(3),
+					load, wait(0), alloc(3), matmul, alloc(4), grad, record(1), free(0), free(3),
 					wait(2), update, free(4),
 				},
 				CommGather: {alloc(0), gather, record(0)},
@@ -101,6 +108,16 @@ func tinyBundle() *Bundle {
 				},
 			},
 			Events: 3,
+			Layouts: []Layout{{
+				Stage: "layers.0", Padded: 4096,
+				Params: []Slot{
+					{Name: "layers.0.norm", Offset: 0, Elems: 64, Init: ir.Init{Kind: ir.InitOnes}},
+					{Name: "layers.0.w1", Offset: 64, Elems: 4000, Decay: true, Init: ir.DefaultInit},
+				},
+				PShard: grp(4, 1, 1, 1), OSShard: grp(4, 2, 4, 1),
+				P: 1, Master: 7, M: 8, V: -1,
+			}},
+			Inputs: []Input{{Buf: 2, Shift: 0}},
 		}},
 	}
 }
@@ -187,6 +204,59 @@ func TestFloatAttrsBitExact(t *testing.T) {
 	}
 }
 
+// TestEncodeCoversEveryField fails when a type reachable from Bundle
+// gains, loses or renames a field: Encode, Decode, Validate and Disasm
+// must learn of it, then this list (and FormatVersion, if plans were
+// already written).
+func TestEncodeCoversEveryField(t *testing.T) {
+	known := map[reflect.Type]string{
+		reflect.TypeFor[Bundle]():     "Model Topo Plan Micro Machine Templates RankTemplate",
+		reflect.TypeFor[Topology]():   "GPUsPerNode Nodes",
+		reflect.TypeFor[Machine]():    "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes",
+		reflect.TypeFor[Program]():    "Buffers Streams Events Layouts Inputs",
+		reflect.TypeFor[Buffer]():     "Name DType Elems Parent Offset Part Shape",
+		reflect.TypeFor[Group]():      "Outer Inner",
+		reflect.TypeFor[ir.Factor]():  "S0 S1",
+		reflect.TypeFor[Instr]():      "Op Buf Kern Args Out Attrs Coll Group Bytes DType In Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[ir.Attr]():    "Name Val",
+		reflect.TypeFor[ir.AttrVal](): "Type Int Float Bool",
+		reflect.TypeFor[ir.Pos]():     "File Line Col",
+		reflect.TypeFor[Layout]():     "Stage Padded Params PShard OSShard P Master M V",
+		reflect.TypeFor[Slot]():       "Name Offset Elems Decay Init",
+		reflect.TypeFor[ir.Init]():    "Kind Std Of",
+		reflect.TypeFor[Input]():      "Buf Shift",
+	}
+	seen := map[reflect.Type]bool{}
+	var walk func(typ reflect.Type)
+	walk = func(typ reflect.Type) {
+		switch typ.Kind() {
+		case reflect.Slice, reflect.Array, reflect.Pointer:
+			walk(typ.Elem())
+			return
+		case reflect.Struct:
+		default:
+			return
+		}
+		if seen[typ] {
+			return
+		}
+		seen[typ] = true
+		var names []string
+		for f := range typ.Fields() {
+			names = append(names, f.Name)
+			walk(f.Type)
+		}
+		want, ok := known[typ]
+		switch {
+		case !ok:
+			t.Errorf("%v (fields %s) is not encoded", typ, strings.Join(names, " "))
+		case strings.Join(names, " ") != want:
+			t.Errorf("%v has fields %s; the encoding knows %s", typ, strings.Join(names, " "), want)
+		}
+	}
+	walk(reflect.TypeFor[Bundle]())
+}
+
 // reseal wraps a payload in a valid header and checksum, so that tests
 // (and the fuzzer) reach the payload decoder.
 func reseal(payload []byte) []byte {
@@ -241,6 +311,10 @@ func TestDecodeRefuses(t *testing.T) {
 	e.i(2)
 	e.str("p")
 	e.i(1)
+	for range 6 {
+		e.f64(1)
+	}
+	e.i(0)
 	e.u(1 << 40)
 	cases = append(cases, tc{"huge template count", reseal(e.buf), ErrCorrupt, "template count 1099511627776 exceeds"})
 	cases = append(cases, tc{"payload cut short", reseal(payloadOf(data)[:40]), ErrCorrupt, "payload"})
@@ -255,23 +329,34 @@ func TestDecodeRefuses(t *testing.T) {
 		cases = append(cases, tc{name, Encode(b), ErrCorrupt, msg})
 	}
 	p := func(b *Bundle) *Program { return &b.Templates[0] }
-	mutate("buffer out of range", "compute 1: alloc: buffer b9 out of range", func(b *Bundle) { p(b).Streams[Compute][1].Buf = 9 })
-	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Args[0] = -1 })
+	mutate("buffer out of range", "compute 2: alloc: buffer b19 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Buf = 19 })
+	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Args[0] = -1 })
 	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[CommGather][1].Out = 20 })
-	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][1].Op = 17 })
-	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][2].Kern = 200 })
-	mutate("kernel without op", "compute 2: kernel without an op", func(b *Bundle) { p(b).Streams[Compute][2].Kern = ir.InvalidOp })
-	mutate("unknown attribute type", `attribute "lr": unknown type 3`, func(b *Bundle) { p(b).Streams[Compute][9].Attrs[0].Val.Type = 3 })
+	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][2].Op = 17 })
+	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][3].Kern = 200 })
+	mutate("kernel without op", "compute 3: kernel without an op", func(b *Bundle) { p(b).Streams[Compute][3].Kern = ir.InvalidOp })
+	mutate("unknown attribute type", `attribute "lr": unknown type 3`, func(b *Bundle) { p(b).Streams[Compute][10].Attrs[0].Val.Type = 3 })
 	mutate("unknown collective", "unknown collective 9", func(b *Bundle) { p(b).Streams[CommGather][1].Coll = 9 })
 	mutate("unknown dtype", `buffer b2 "x": unknown dtype dtype(7)`, func(b *Bundle) { p(b).Buffers[2].DType = 7 })
 	mutate("collective dtype", "all_gather: no dtype", func(b *Bundle) { p(b).Streams[CommGather][1].DType = ir.InvalidDType })
 	mutate("parent out of range", `buffer b1 "w1.shard": parent b99 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[1].Parent = 99 })
 	mutate("parent later", `buffer b5 "g1.shard": parent b6 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 6 })
 	mutate("parent self", `parent b5 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 5 })
-	mutate("view too big", "4 parts of 2048 elements do not fit in b0", func(b *Bundle) { p(b).Buffers[1].Elems = 2048 })
+	mutate("view too big", "4 parts of 2048 elements at offset 0 do not fit in b0", func(b *Bundle) { p(b).Buffers[1].Elems = 2048 })
+	mutate("view offset too big", `view b9 "layers.0.w1": 1 parts of 4000 elements at offset 97 do not fit in b0 "w1" of 4096`, func(b *Bundle) { p(b).Buffers[9].Offset = 97 })
+	mutate("negative view offset", "at offset -1 do not fit", func(b *Bundle) { p(b).Buffers[9].Offset = -1 })
+	mutate("shape", `buffer b2 "x": shape [32,65] does not hold 2048 elements`, func(b *Bundle) { p(b).Buffers[2].Shape[1] = 65 })
+	mutate("layout", `layout "layers.0": param "layers.0.w1" at 64 of 4033 elements does not fit in 4096`, func(b *Bundle) { p(b).Layouts[0].Params[1].Elems = 4033 })
+	mutate("init kind", `param "layers.0.w1": unknown init kind 9`, func(b *Bundle) { p(b).Layouts[0].Params[1].Init.Kind = 9 })
+	mutate("layout shard", `layout "layers.0": shard group 3x1 does not tile`, func(b *Bundle) { p(b).Layouts[0].OSShard = grp(3, 1, 1, 1) })
+	mutate("layout buffer", `layout "layers.0": buffer b10 out of range`, func(b *Bundle) { p(b).Layouts[0].V = 10 })
+	mutate("input out of range", "input b30 out of range", func(b *Bundle) { p(b).Inputs[0].Buf = 30 })
+	mutate("input twice", "input b2 listed twice", func(b *Bundle) { p(b).Inputs = append(p(b).Inputs, Input{Buf: 2, Shift: 1}) })
+	mutate("input shift", "input b2: shift 2 is neither 0 nor 1", func(b *Bundle) { p(b).Inputs[0].Shift = 2 })
+	mutate("load of non-input", "compute 0: load: b3 is not an input", func(b *Bundle) { p(b).Streams[Compute][0].Buf = 3 })
 	mutate("bad group", "group 3x1 does not tile 2 nodes x 4 GPUs", func(b *Bundle) { p(b).Streams[CommGather][1].Group = grp(3, 1, 1, 1) })
 	mutate("zero group", "has an empty factor", func(b *Bundle) { p(b).Streams[CommGather][1].Group = Group{} })
-	mutate("event out of range", "wait: event e3 out of range (3 events)", func(b *Bundle) { p(b).Streams[Compute][0].Event = 3 })
+	mutate("event out of range", "wait: event e3 out of range (3 events)", func(b *Bundle) { p(b).Streams[Compute][1].Event = 3 })
 	mutate("rank template out of range", "rank 7 runs template 1, there are 1", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0, 0, 0, 0, 0, 1} })
 	mutate("rank template length", "3 rank template entries for 8 ranks", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0} })
 	mutate("no templates", "no templates", func(b *Bundle) { b.Templates = nil })
@@ -552,8 +637,8 @@ func TestMatch(t *testing.T) {
 // TestValidate covers what Decode catches before Validate sees it.
 func TestValidate(t *testing.T) {
 	b := tinyBundle()
-	b.Templates[0].Streams[Compute][2].Kern = 200
-	if err := Validate(b); err == nil || err.Error() != "template 0: compute 2: unknown kernel 200" {
+	b.Templates[0].Streams[Compute][3].Kern = 200
+	if err := Validate(b); err == nil || err.Error() != "template 0: compute 3: unknown kernel 200" {
 		t.Errorf("kernel 200: %v", err)
 	}
 }
@@ -619,6 +704,13 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// Not a benchmark: a hang detector, with room for a slow machine.
+		start := time.Now()
+		defer func() {
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %v", d)
+			}
+		}()
 		for _, in := range [][]byte{data, reseal(payloadOf(data))} {
 			b, err := Decode(in)
 			if err != nil {

@@ -9,9 +9,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"amspc/ir"
 )
 
 // Disasm prints rank's program.
@@ -51,22 +54,73 @@ func disasm(w *bytes.Buffer, b *Bundle, rank int) {
 	fmt.Fprintf(w, "model     %s\n", b.Model)
 	fmt.Fprintf(w, "plan      %s\n", b.Plan)
 	fmt.Fprintf(w, "topology  %s x %s = %s\n", plural(t.Nodes, "node"), plural(t.GPUsPerNode, "GPU"), plural(t.Ranks(), "rank"))
+	m := &b.Machine
+	fmt.Fprintf(w, "machine   %s peak x %s, intra %s, inter %s, latency %s / %s, memory %s\n",
+		formatSI(m.PeakFLOPS, "FLOP/s"), ir.FormatFloat(m.Efficiency), formatSI(m.IntraBW, "B/s"), formatSI(m.InterBW, "B/s"),
+		formatSI(m.IntraLatency, "s"), formatSI(m.InterLatency, "s"), formatBytes(m.MemoryBytes))
 	fmt.Fprintf(w, "micro     %s\n", plural(b.Micro, "micro-batch"))
 	fmt.Fprintf(w, "rank      %d (node %d, gpu %d)\n", rank, rank/t.GPUsPerNode, rank%t.GPUsPerNode)
 	fmt.Fprintf(w, "template  %d of %d\n", templateIndex(b, rank), len(b.Templates))
 	fmt.Fprintf(w, "events    %d\n", p.Events)
+	w.WriteString("inputs   ")
+	for i, in := range p.Inputs {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		fmt.Fprintf(w, " b%d shift %d", in.Buf, in.Shift)
+	}
+	if len(p.Inputs) == 0 {
+		w.WriteString(" none")
+	}
+	w.WriteByte('\n')
 
 	fmt.Fprintf(w, "buffers   %d\n", len(p.Buffers))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, buf := range p.Buffers {
-		fmt.Fprintf(tw, "  b%d\t%s\t%v\t%d\t%s", i, quoteName(buf.Name), buf.DType, buf.Elems, formatBytes(buf.Bytes()))
+		shape := "-"
+		if len(buf.Shape) > 0 {
+			shape = ir.Shape(buf.Shape).String()
+		}
+		fmt.Fprintf(tw, "  b%d\t%s\t%v\t%d\t%s\t%s", i, quoteName(buf.Name), buf.DType, buf.Elems, shape, formatBytes(buf.Bytes()))
 		if buf.IsView() {
-			fmt.Fprintf(tw, "\tview of %s part %v -> index %d",
-				quoteName(p.Buffers[buf.Parent].Name), buf.Part, buf.Part.Index(t, rank))
+			fmt.Fprintf(tw, "\tview of %s", quoteName(p.Buffers[buf.Parent].Name))
+			if buf.Offset != 0 {
+				fmt.Fprintf(tw, " at %d", buf.Offset)
+			}
+			fmt.Fprintf(tw, " part %v -> index %d", buf.Part, buf.Part.Index(t, rank))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+
+	for _, l := range p.Layouts {
+		fmt.Fprintf(w, "layout    %s, %d elements padded, %s", quoteName(l.Stage), l.Padded, plural(len(l.Params), "param"))
+		for _, sh := range [...]struct {
+			name string
+			g    Group
+		}{{"P", l.PShard}, {"OS", l.OSShard}} {
+			if sh.g != (Group{}) {
+				fmt.Fprintf(w, ", %s shard %v -> index %d", sh.name, sh.g, sh.g.Index(t, rank))
+			}
+		}
+		for _, f := range [...]struct {
+			name string
+			id   int32
+		}{{"p", l.P}, {"master", l.Master}, {"m", l.M}, {"v", l.V}} {
+			if f.id >= 0 {
+				fmt.Fprintf(w, ", %s b%d", f.name, f.id)
+			}
+		}
+		w.WriteByte('\n')
+		for _, sl := range l.Params {
+			decay := "no decay"
+			if sl.Decay {
+				decay = "decay"
+			}
+			fmt.Fprintf(tw, "  %s\t@%d\t%d\t%s\t%s\n", quoteName(sl.Name), sl.Offset, sl.Elems, decay, oneLine(sl.Init.String()))
+		}
+		tw.Flush()
+	}
 
 	pr := printer{t: t, rank: rank}
 	for s := range p.Streams {
@@ -102,7 +156,7 @@ func instrText(t Topology, rank int, in *Instr) string {
 func (pr *printer) instr(in *Instr) string {
 	var b strings.Builder
 	switch in.Op {
-	case Alloc, Free:
+	case Alloc, Free, Load:
 		fmt.Fprintf(&b, "%v b%d", in.Op, in.Buf)
 	case Kernel:
 		fmt.Fprintf(&b, "kernel %v", in.Kern)
@@ -180,6 +234,24 @@ func formatRanks(ranks []int) string {
 		b.WriteString(strconv.Itoa(r))
 	}
 	return b.String()
+}
+
+// formatSI is v with an SI prefix and four significant digits.
+func formatSI(v float64, unit string) string {
+	if v == 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return ir.FormatFloat(v) + " " + unit
+	}
+	prefixes := [...]string{"n", "u", "m", "", "k", "M", "G", "T", "P", "E"}
+	i := 3
+	for a := math.Abs(v); a >= 1000 && i < len(prefixes)-1; a /= 1000 {
+		v /= 1000
+		i++
+	}
+	for a := math.Abs(v); a < 1 && i > 0; a *= 1000 {
+		v *= 1000
+		i--
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64) + " " + prefixes[i] + unit
 }
 
 // formatBytes is n in B, KiB, MiB, ... with at most two decimals, trailing

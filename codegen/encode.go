@@ -199,6 +199,11 @@ func (e *encoder) bundle(b *Bundle) {
 	e.i(int64(b.Topo.Nodes))
 	e.str(b.Plan)
 	e.i(int64(b.Micro))
+	m := &b.Machine
+	for _, f := range [...]float64{m.PeakFLOPS, m.Efficiency, m.IntraBW, m.InterBW, m.IntraLatency, m.InterLatency} {
+		e.f64(f)
+	}
+	e.i(m.MemoryBytes)
 	e.u(uint64(len(b.Templates)))
 	for i := range b.Templates {
 		e.program(&b.Templates[i])
@@ -216,7 +221,12 @@ func (e *encoder) program(p *Program) {
 		e.byte(uint8(buf.DType))
 		e.i(buf.Elems)
 		e.i(int64(buf.Parent))
+		e.i(buf.Offset)
 		e.group(buf.Part)
+		e.u(uint64(len(buf.Shape)))
+		for _, d := range buf.Shape {
+			e.i(d)
+		}
 	}
 	for s := range p.Streams {
 		e.u(uint64(len(p.Streams[s])))
@@ -225,6 +235,31 @@ func (e *encoder) program(p *Program) {
 		}
 	}
 	e.i(int64(p.Events))
+	e.u(uint64(len(p.Layouts)))
+	for _, l := range p.Layouts {
+		e.str(l.Stage)
+		e.i(l.Padded)
+		e.u(uint64(len(l.Params)))
+		for _, sl := range l.Params {
+			e.str(sl.Name)
+			e.i(sl.Offset)
+			e.i(sl.Elems)
+			e.bool(sl.Decay)
+			e.byte(uint8(sl.Init.Kind))
+			e.f64(sl.Init.Std)
+			e.str(sl.Init.Of)
+		}
+		e.group(l.PShard)
+		e.group(l.OSShard)
+		for _, id := range [...]int32{l.P, l.Master, l.M, l.V} {
+			e.i(int64(id))
+		}
+	}
+	e.u(uint64(len(p.Inputs)))
+	for _, in := range p.Inputs {
+		e.i(int64(in.Buf))
+		e.i(int64(in.Shift))
+	}
 }
 
 func (e *encoder) instr(in *Instr) {
@@ -256,6 +291,7 @@ func (e *encoder) instr(in *Instr) {
 	e.byte(uint8(in.DType))
 	e.i(int64(in.In))
 	e.i(int64(in.Event))
+	e.f64(in.Flops)
 	e.i(int64(in.Stage))
 	e.i(int64(in.Micro))
 	e.str(in.Pos.File)
@@ -408,10 +444,13 @@ func (d *decoder) group() Group {
 
 // Minimum encoded sizes, for count.
 const (
-	minBuffer  = 1 + 1 + 1 + 1 + 4
-	minProgram = NumStreams + 1 + 1
-	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1
+	minBuffer  = 1 + 1 + 1 + 1 + 1 + 4 + 1
+	minProgram = 1 + NumStreams + 1 + 1 + 1
+	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 3 + 1
 	minAttr    = 1 + 1 + 1 + 8 + 1
+	minLayout  = 1 + 1 + 1 + 4 + 4 + 4
+	minSlot    = 1 + 1 + 1 + 1 + 1 + 8 + 1
+	minInput   = 1 + 1
 )
 
 func (d *decoder) bundle() *Bundle {
@@ -421,6 +460,11 @@ func (d *decoder) bundle() *Bundle {
 	b.Topo.Nodes = d.int("node count")
 	b.Plan = d.str()
 	b.Micro = d.int("micro-batch count")
+	m := &b.Machine
+	for _, f := range [...]*float64{&m.PeakFLOPS, &m.Efficiency, &m.IntraBW, &m.InterBW, &m.IntraLatency, &m.InterLatency} {
+		*f = d.f64()
+	}
+	m.MemoryBytes = d.i()
 	if n := d.count("template", minProgram); n > 0 {
 		b.Templates = make([]Program, n)
 		for i := range b.Templates {
@@ -445,7 +489,14 @@ func (d *decoder) program(p *Program) {
 			buf.DType = ir.DType(d.byte())
 			buf.Elems = d.i()
 			buf.Parent = d.i32("parent")
+			buf.Offset = d.i()
 			buf.Part = d.group()
+			if n := d.count("dimension", 1); n > 0 {
+				buf.Shape = make([]int64, n)
+				for j := range buf.Shape {
+					buf.Shape[j] = d.i()
+				}
+			}
 		}
 	}
 	for s := range p.Streams {
@@ -457,6 +508,39 @@ func (d *decoder) program(p *Program) {
 		}
 	}
 	p.Events = d.int("event count")
+	if n := d.count("layout", minLayout); n > 0 {
+		p.Layouts = make([]Layout, n)
+		for i := range p.Layouts {
+			l := &p.Layouts[i]
+			l.Stage = d.str()
+			l.Padded = d.i()
+			if n := d.count("slot", minSlot); n > 0 {
+				l.Params = make([]Slot, n)
+				for j := range l.Params {
+					sl := &l.Params[j]
+					sl.Name = d.str()
+					sl.Offset = d.i()
+					sl.Elems = d.i()
+					sl.Decay = d.bool()
+					sl.Init.Kind = ir.InitKind(d.byte())
+					sl.Init.Std = d.f64()
+					sl.Init.Of = d.str()
+				}
+			}
+			l.PShard = d.group()
+			l.OSShard = d.group()
+			for _, id := range [...]*int32{&l.P, &l.Master, &l.M, &l.V} {
+				*id = d.i32("buffer")
+			}
+		}
+	}
+	if n := d.count("input", minInput); n > 0 {
+		p.Inputs = make([]Input, n)
+		for i := range p.Inputs {
+			p.Inputs[i].Buf = d.i32("buffer")
+			p.Inputs[i].Shift = d.i32("shift")
+		}
+	}
 }
 
 func (d *decoder) instr(in *Instr) {
@@ -493,6 +577,7 @@ func (d *decoder) instr(in *Instr) {
 	in.DType = ir.DType(d.byte())
 	in.In = d.i32("buffer")
 	in.Event = d.i32("event")
+	in.Flops = d.f64()
 	in.Stage = d.i32("stage")
 	in.Micro = d.i32("micro-batch")
 	in.Pos.File = d.str()
@@ -500,164 +585,3 @@ func (d *decoder) instr(in *Instr) {
 	in.Pos.Col = d.int("column")
 	in.Comment = d.str()
 }
-
-// Validate checks that a bundle is self-consistent, so that every index in
-// it can be followed without a bounds check: the topology is non-empty
-// and at most MaxRanks, every rank has a template, every buffer id, event
-// id, opcode, collective, dtype and group is in range, groups tile the
-// topology, and a view is a part of an earlier buffer that fits in it.
-// Decode refuses what Validate rejects; Match and Disasm run it first.
-func Validate(b *Bundle) error {
-	t := b.Topo
-	if t.GPUsPerNode < 1 || t.Nodes < 1 || t.GPUsPerNode > MaxRanks || t.Nodes > MaxRanks/t.GPUsPerNode {
-		return fmt.Errorf("topology %d nodes x %d GPUs: need 1 to %d ranks", t.Nodes, t.GPUsPerNode, MaxRanks)
-	}
-	if len(b.Templates) == 0 {
-		return errors.New("no templates")
-	}
-	if n := len(b.RankTemplate); n != 0 && n != t.Ranks() {
-		return fmt.Errorf("%d rank template entries for %d ranks", n, t.Ranks())
-	}
-	for r, ti := range b.RankTemplate {
-		if ti < 0 || int(ti) >= len(b.Templates) {
-			return fmt.Errorf("rank %d runs template %d, there are %d", r, ti, len(b.Templates))
-		}
-	}
-	for ti := range b.Templates {
-		if err := validateProgram(t, &b.Templates[ti]); err != nil {
-			return fmt.Errorf("template %d: %v", ti, err)
-		}
-	}
-	return nil
-}
-
-func validateProgram(t Topology, p *Program) error {
-	nbuf := int32(len(p.Buffers))
-	if len(p.Buffers) > math.MaxInt32 {
-		return fmt.Errorf("%d buffers", len(p.Buffers))
-	}
-	for i, buf := range p.Buffers {
-		switch {
-		case buf.DType.Size() == 0:
-			return fmt.Errorf("buffer b%d %q: unknown dtype %v", i, buf.Name, buf.DType)
-		case buf.Elems < 0:
-			return fmt.Errorf("buffer b%d %q: %d elements", i, buf.Name, buf.Elems)
-		case buf.Elems > math.MaxInt64/8:
-			return fmt.Errorf("buffer b%d %q: %d elements overflow a byte count", i, buf.Name, buf.Elems)
-		case buf.Parent < -1 || buf.Parent >= int32(i):
-			return fmt.Errorf("buffer b%d %q: parent b%d is not an earlier buffer", i, buf.Name, buf.Parent)
-		}
-		if !buf.IsView() {
-			continue
-		}
-		if err := validateGroup(t, buf.Part); err != nil {
-			return fmt.Errorf("view b%d %q: part %v", i, buf.Name, err)
-		}
-		if parent := p.Buffers[buf.Parent]; buf.Elems > parent.Elems/int64(buf.Part.Size()) {
-			return fmt.Errorf("view b%d %q: %d parts of %d elements do not fit in b%d %q of %d",
-				i, buf.Name, buf.Part.Size(), buf.Elems, buf.Parent, parent.Name, parent.Elems)
-		}
-	}
-	ninstr := 0
-	for s := range p.Streams {
-		ninstr += len(p.Streams[s])
-	}
-	// Every event is recorded once, so there are no more events than
-	// instructions; the bound keeps per-event tables small.
-	if p.Events < 0 || p.Events > ninstr {
-		return fmt.Errorf("%d events for %d instructions", p.Events, ninstr)
-	}
-	bufOK := func(id int32) bool { return id >= 0 && id < nbuf }
-	for s := range p.Streams {
-		for i := range p.Streams[s] {
-			in := &p.Streams[s][i]
-			if err := validateInstr(t, in, bufOK, p.Events); err != nil {
-				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
-			}
-		}
-	}
-	return nil
-}
-
-func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, events int) error {
-	// Fields an opcode does not use must still hold known values, so that
-	// printing them can never surprise.
-	switch {
-	case in.Op >= numOpCodes:
-		return fmt.Errorf("unknown opcode %d", in.Op)
-	case in.Kern != ir.InvalidOp && !knownOp[in.Kern]:
-		return fmt.Errorf("unknown kernel %d", in.Kern)
-	case in.Coll >= numColls:
-		return fmt.Errorf("unknown collective %d", in.Coll)
-	case in.DType != ir.InvalidDType && in.DType.Size() == 0:
-		return fmt.Errorf("unknown dtype %d", in.DType)
-	}
-	for _, a := range in.Attrs {
-		if a.Val.Type > ir.AttrBool {
-			return fmt.Errorf("attribute %q: unknown type %d", a.Name, a.Val.Type)
-		}
-	}
-	switch in.Op {
-	case Alloc, Free:
-		if !bufOK(in.Buf) {
-			return fmt.Errorf("%v: buffer b%d out of range", in.Op, in.Buf)
-		}
-	case Kernel:
-		if !knownOp[in.Kern] {
-			return fmt.Errorf("kernel without an op")
-		}
-		for _, a := range in.Args {
-			if !bufOK(a) {
-				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
-			}
-		}
-		if !bufOK(in.Out) {
-			return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, in.Out)
-		}
-	case Collective:
-		switch {
-		case !bufOK(in.In) || !bufOK(in.Out):
-			return fmt.Errorf("%v: buffer b%d -> b%d out of range", in.Coll, in.In, in.Out)
-		case in.Bytes < 0:
-			return fmt.Errorf("%v: %d bytes", in.Coll, in.Bytes)
-		case in.DType.Size() == 0:
-			return fmt.Errorf("%v: no dtype", in.Coll)
-		}
-		if err := validateGroup(t, in.Group); err != nil {
-			return fmt.Errorf("%v: %v", in.Coll, err)
-		}
-	case Record, Wait:
-		if in.Event < 0 || int(in.Event) >= events {
-			return fmt.Errorf("%v: event e%d out of range (%d events)", in.Op, in.Event, events)
-		}
-	}
-	return nil
-}
-
-// validateGroup checks that g's blocks tile the topology and its Inner
-// blocks tile Outer, the conditions under which Group.Ranks and
-// Group.Index agree and every rank is in exactly one group.
-func validateGroup(t Topology, g Group) error {
-	o, in := g.Outer, g.Inner
-	switch {
-	case o.S0 < 1 || o.S1 < 1 || in.S0 < 1 || in.S1 < 1:
-		return fmt.Errorf("group %v/%v has an empty factor", o, in)
-	case t.GPUsPerNode%o.S0 != 0 || t.Nodes%o.S1 != 0:
-		return fmt.Errorf("group %v does not tile %d nodes x %d GPUs", o, t.Nodes, t.GPUsPerNode)
-	case o.S0%in.S0 != 0 || o.S1%in.S1 != 0:
-		return fmt.Errorf("group %v/%v: inner factor does not tile the outer", o, in)
-	}
-	return nil
-}
-
-// knownOp[k] says whether k is a kernel of the IR's op table.
-var knownOp = func() (known [256]bool) {
-	for k := range known {
-		if kind := ir.OpKind(k); kind != ir.InvalidOp {
-			if l, ok := ir.LookupOp(kind.String()); ok && l == kind {
-				known[k] = true
-			}
-		}
-	}
-	return known
-}()

@@ -3,7 +3,12 @@ package codegen
 // Match proves, before a bundle is written, what would otherwise show up
 // as a hang on a cluster: every rank of a communication group issues the
 // same collectives in the same order, and each rank's streams, linked by
-// events, run to the end.
+// events, run to the end. A group instance is a shape and its members:
+// collectives on two shapes that happen to name the same ranks are
+// matched separately, which is sound when the runtime keeps one
+// communicator per shape and group (NCCL orders per communicator).
+// Validate, at the end of the file, is the consistency check that Decode,
+// WriteFile, Match and Disasm share.
 //
 // Cost. Let I be the instructions summed over the templates, T the
 // templates, R the ranks and S the distinct group shapes. The per-rank
@@ -24,8 +29,12 @@ package codegen
 // template every rank issues the same order, which rules it out).
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"strings"
+
+	"amspc/ir"
 )
 
 // MatchError is a violation Match found. Group is the group's shape and
@@ -325,3 +334,215 @@ func onStream(seq []pc, s int) []pc {
 	}
 	return seq[lo:hi]
 }
+
+// Validate checks that a bundle is self-consistent, so that every index in
+// it can be followed without a bounds check: the topology is non-empty
+// and at most MaxRanks, every rank has a template, every buffer id, event
+// id, opcode, kernel, collective, dtype and group is in range, groups
+// tile the topology, a view is a part of an earlier buffer that fits in
+// it, shapes hold their buffer's elements, layout slots fit their padded
+// length, and a load fills a listed input. Decode refuses what Validate
+// rejects; WriteFile, Match and Disasm run it first.
+func Validate(b *Bundle) error {
+	t := b.Topo
+	if t.GPUsPerNode < 1 || t.Nodes < 1 || t.GPUsPerNode > MaxRanks || t.Nodes > MaxRanks/t.GPUsPerNode {
+		return fmt.Errorf("topology %d nodes x %d GPUs: need 1 to %d ranks", t.Nodes, t.GPUsPerNode, MaxRanks)
+	}
+	if len(b.Templates) == 0 {
+		return errors.New("no templates")
+	}
+	if n := len(b.RankTemplate); n != 0 && n != t.Ranks() {
+		return fmt.Errorf("%d rank template entries for %d ranks", n, t.Ranks())
+	}
+	for r, ti := range b.RankTemplate {
+		if ti < 0 || int(ti) >= len(b.Templates) {
+			return fmt.Errorf("rank %d runs template %d, there are %d", r, ti, len(b.Templates))
+		}
+	}
+	for ti := range b.Templates {
+		if err := validateProgram(t, &b.Templates[ti]); err != nil {
+			return fmt.Errorf("template %d: %v", ti, err)
+		}
+	}
+	return nil
+}
+
+func validateProgram(t Topology, p *Program) error {
+	nbuf := int32(len(p.Buffers))
+	if len(p.Buffers) > math.MaxInt32 {
+		return fmt.Errorf("%d buffers", len(p.Buffers))
+	}
+	for i, buf := range p.Buffers {
+		switch {
+		case buf.DType.Size() == 0:
+			return fmt.Errorf("buffer b%d %q: unknown dtype %v", i, buf.Name, buf.DType)
+		case buf.Elems < 0:
+			return fmt.Errorf("buffer b%d %q: %d elements", i, buf.Name, buf.Elems)
+		case buf.Elems > math.MaxInt64/8:
+			return fmt.Errorf("buffer b%d %q: %d elements overflow a byte count", i, buf.Name, buf.Elems)
+		case buf.Parent < -1 || buf.Parent >= int32(i):
+			return fmt.Errorf("buffer b%d %q: parent b%d is not an earlier buffer", i, buf.Name, buf.Parent)
+		}
+		if len(buf.Shape) > 0 {
+			if n, ok := ir.Shape(buf.Shape).CheckedNumElements(); !ok || n != buf.Elems {
+				return fmt.Errorf("buffer b%d %q: shape %v does not hold %d elements", i, buf.Name, ir.Shape(buf.Shape), buf.Elems)
+			}
+		}
+		if !buf.IsView() {
+			continue
+		}
+		if err := validateGroup(t, buf.Part); err != nil {
+			return fmt.Errorf("view b%d %q: part %v", i, buf.Name, err)
+		}
+		// The last part ends at Offset + Size x Elems.
+		parent := p.Buffers[buf.Parent]
+		if buf.Offset < 0 || buf.Offset > parent.Elems || buf.Elems > (parent.Elems-buf.Offset)/int64(buf.Part.Size()) {
+			return fmt.Errorf("view b%d %q: %d parts of %d elements at offset %d do not fit in b%d %q of %d",
+				i, buf.Name, buf.Part.Size(), buf.Elems, buf.Offset, buf.Parent, parent.Name, parent.Elems)
+		}
+	}
+	for _, l := range p.Layouts {
+		if l.Padded < 0 {
+			return fmt.Errorf("layout %q: padded length %d", l.Stage, l.Padded)
+		}
+		for _, sl := range l.Params {
+			if sl.Offset < 0 || sl.Elems < 0 || sl.Offset > l.Padded-sl.Elems {
+				return fmt.Errorf("layout %q: param %q at %d of %d elements does not fit in %d", l.Stage, sl.Name, sl.Offset, sl.Elems, l.Padded)
+			}
+			if sl.Init.Kind > ir.InitCopy {
+				return fmt.Errorf("layout %q: param %q: unknown init kind %d", l.Stage, sl.Name, sl.Init.Kind)
+			}
+		}
+		// A zero group means no shard.
+		for _, g := range [...]Group{l.PShard, l.OSShard} {
+			if g != (Group{}) {
+				if err := validateGroup(t, g); err != nil {
+					return fmt.Errorf("layout %q: shard %v", l.Stage, err)
+				}
+			}
+		}
+		for _, id := range [...]int32{l.P, l.Master, l.M, l.V} {
+			if id < -1 || id >= nbuf {
+				return fmt.Errorf("layout %q: buffer b%d out of range", l.Stage, id)
+			}
+		}
+	}
+	isInput := make([]bool, len(p.Buffers))
+	for _, in := range p.Inputs {
+		switch {
+		case in.Buf < 0 || in.Buf >= nbuf:
+			return fmt.Errorf("input b%d out of range", in.Buf)
+		case isInput[in.Buf]:
+			return fmt.Errorf("input b%d listed twice", in.Buf)
+		case in.Shift != 0 && in.Shift != 1:
+			return fmt.Errorf("input b%d: shift %d is neither 0 nor 1", in.Buf, in.Shift)
+		}
+		isInput[in.Buf] = true
+	}
+	ninstr := 0
+	for s := range p.Streams {
+		ninstr += len(p.Streams[s])
+	}
+	// Every event is recorded once, so there are no more events than
+	// instructions; the bound keeps per-event tables small.
+	if p.Events < 0 || p.Events > ninstr {
+		return fmt.Errorf("%d events for %d instructions", p.Events, ninstr)
+	}
+	bufOK := func(id int32) bool { return id >= 0 && id < nbuf }
+	for s := range p.Streams {
+		for i := range p.Streams[s] {
+			in := &p.Streams[s][i]
+			if err := validateInstr(t, in, bufOK, isInput, p.Events); err != nil {
+				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
+			}
+		}
+	}
+	return nil
+}
+
+func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool, events int) error {
+	// Fields an opcode does not use must still hold known values, so that
+	// printing them can never surprise.
+	switch {
+	case in.Op >= numOpCodes:
+		return fmt.Errorf("unknown opcode %d", in.Op)
+	case in.Kern != ir.InvalidOp && !knownOp[in.Kern]:
+		return fmt.Errorf("unknown kernel %d", in.Kern)
+	case in.Coll >= numColls:
+		return fmt.Errorf("unknown collective %d", in.Coll)
+	case in.DType != ir.InvalidDType && in.DType.Size() == 0:
+		return fmt.Errorf("unknown dtype %d", in.DType)
+	}
+	for _, a := range in.Attrs {
+		if a.Val.Type > ir.AttrBool {
+			return fmt.Errorf("attribute %q: unknown type %d", a.Name, a.Val.Type)
+		}
+	}
+	switch in.Op {
+	case Alloc, Free:
+		if !bufOK(in.Buf) {
+			return fmt.Errorf("%v: buffer b%d out of range", in.Op, in.Buf)
+		}
+	case Load:
+		if !bufOK(in.Buf) || !isInput[in.Buf] {
+			return fmt.Errorf("load: b%d is not an input", in.Buf)
+		}
+	case Kernel:
+		if !knownOp[in.Kern] {
+			return fmt.Errorf("kernel without an op")
+		}
+		for _, a := range in.Args {
+			if !bufOK(a) {
+				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
+			}
+		}
+		if !bufOK(in.Out) {
+			return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, in.Out)
+		}
+	case Collective:
+		switch {
+		case !bufOK(in.In) || !bufOK(in.Out):
+			return fmt.Errorf("%v: buffer b%d -> b%d out of range", in.Coll, in.In, in.Out)
+		case in.Bytes < 0:
+			return fmt.Errorf("%v: %d bytes", in.Coll, in.Bytes)
+		case in.DType.Size() == 0:
+			return fmt.Errorf("%v: no dtype", in.Coll)
+		}
+		if err := validateGroup(t, in.Group); err != nil {
+			return fmt.Errorf("%v: %v", in.Coll, err)
+		}
+	case Record, Wait:
+		if in.Event < 0 || int(in.Event) >= events {
+			return fmt.Errorf("%v: event e%d out of range (%d events)", in.Op, in.Event, events)
+		}
+	}
+	return nil
+}
+
+// validateGroup checks that g's blocks tile the topology and its Inner
+// blocks tile Outer, the conditions under which Group.Ranks and
+// Group.Index agree and every rank is in exactly one group.
+func validateGroup(t Topology, g Group) error {
+	o, in := g.Outer, g.Inner
+	switch {
+	case o.S0 < 1 || o.S1 < 1 || in.S0 < 1 || in.S1 < 1:
+		return fmt.Errorf("group %v/%v has an empty factor", o, in)
+	case t.GPUsPerNode%o.S0 != 0 || t.Nodes%o.S1 != 0:
+		return fmt.Errorf("group %v does not tile %d nodes x %d GPUs", o, t.Nodes, t.GPUsPerNode)
+	case o.S0%in.S0 != 0 || o.S1%in.S1 != 0:
+		return fmt.Errorf("group %v/%v: inner factor does not tile the outer", o, in)
+	}
+	return nil
+}
+
+// knownOp[k] says whether k is a kernel of the IR's op table.
+var knownOp = func() (known [256]bool) {
+	for k := range known {
+		if kind := ir.OpKind(k); kind != ir.InvalidOp {
+			if l, ok := ir.LookupOp(kind.String()); ok && l == kind {
+				known[k] = true
+			}
+		}
+	}
+	return known
+}()

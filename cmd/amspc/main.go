@@ -8,6 +8,7 @@
 //	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS] FILE
 //	amspc disasm [--rank N,...] PLAN
 //	amspc trace [-o trace.json] PLAN
+//	amspc run [--steps N] [--data PATH] [--log FILE] FILE
 //	amspc grammar
 //	amspc version
 //
@@ -53,6 +54,7 @@ func init() {
 		{"compile", "compile a training step into a plan bundle of per-rank instruction streams", runCompile},
 		{"disasm", "print ranks' instruction streams from a plan bundle", runDisasm},
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
+		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

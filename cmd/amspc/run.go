@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"amspc"
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/frontend"
+	"amspc/passes"
+	"amspc/runtime"
+	"amspc/scheduler"
+)
+
+// runRun compiles a job and trains it on CPU ranks (goroutines of this
+// process), printing the loss of every step.
+func runRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var lf loadFlags
+	lf.register(fs)
+	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps)")
+	data := fs.String("data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
+	logPath := fs.String("log", "", "append one JSON object per step to `FILE`")
+	shard := fs.String("shard", "", "train under this `PLAN` instead of the file's shard section")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--shard PLAN] [--cluster FILE] [--train FILE] FILE")
+		fs.PrintDefaults()
+	}
+	files, err := parseFlags(fs, args)
+	if err != nil || len(files) != 1 {
+		fs.Usage()
+		return exitUser
+	}
+	if *shard != "" {
+		lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
+	}
+	job, err := lf.load(files[0])
+	if err != nil {
+		return report(stderr, err)
+	}
+	if job.Cluster == nil || job.Train == nil {
+		fmt.Fprintf(stderr, "%s: running needs a cluster and a train section\n", files[0])
+		return exitUser
+	}
+	plan, _, err := choosePlan(job)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+		return exitUser
+	}
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+		return exitUser
+	}
+	s, err := passes.Run(job, passes.Options{})
+	if st := passError(stderr, files[0], err); st != exitOK {
+		return st
+	}
+	c := job.Cluster
+	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
+	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
+	if st := passError(stderr, files[0], err); st != exitOK {
+		return st
+	}
+	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
+		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
+	if err := codegen.Match(bundle); err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
+		return exitInternal
+	}
+	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
+	if err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
+		return exitInternal
+	}
+	tokens, what, err := loadTokens(*data, job.Train.Data)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
+	n := *steps
+	if n <= 0 {
+		n = int(job.Train.Steps)
+	}
+	r := &runtime.Run{Bundle: bundle, Seed: uint64(job.Train.Seed),
+		Data: &runtime.Data{Tokens: tokens, SeqLen: int(job.Train.SeqLen), MicroBatch: int(plan.MicroBatch), Global: int(job.Train.GlobalBatch)}}
+	if err := r.Start(); err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
+	var logw io.Writer
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return exitUser
+		}
+		defer f.Close()
+		logw = f
+	}
+	fmt.Fprintf(stdout, "%s: training %s on %d CPU ranks (%d x %d), plan %s, M = %d, %d steps on %s\n",
+		files[0], job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, bundle.Plan, M, n, what)
+	tokPerStep := float64(job.Train.TokensPerStep())
+	start := time.Now()
+	var stepTimes []float64
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		loss, err := r.Step()
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
+			return exitUser
+		}
+		dt := time.Since(t0).Seconds()
+		stepTimes = append(stepTimes, dt)
+		elapsed := time.Since(start).Seconds()
+		remaining := elapsed / float64(i+1) * float64(n-i-1)
+		fmt.Fprintf(stdout, "step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left\n",
+			i+1, n, loss, tokPerStep/dt, elapsed, remaining)
+		if logw != nil {
+			b, _ := json.Marshal(map[string]any{"step": i + 1, "loss": loss, "tokens_per_s": tokPerStep / dt, "step_time_s": dt})
+			fmt.Fprintf(logw, "%s\n", b)
+		}
+	}
+	var peak int64
+	for _, p := range r.PeakBytes() {
+		peak = max(peak, p)
+	}
+	fmt.Fprintf(stdout, "measured: step %s (median), peak %s per rank; predicted by the plan: step %s, peak %s per rank\n",
+		dur(median(stepTimes)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
+	fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; CPU ranks sharing this machine's cores run slower than their preset says)")
+	return exitOK
+}
+
+// loadTokens reads the training data: a token file of uint16 little-endian
+// tokens (.bin, .tok), any other file as bytes, or the embedded corpus.
+func loadTokens(flagPath, trainPath string) ([]int32, string, error) {
+	path := flagPath
+	if path == "" {
+		path = trainPath
+	}
+	if path == "" {
+		b := amspc.DefaultCorpus()
+		return bytesToTokens(b), fmt.Sprintf("the embedded corpus (%d bytes)", len(b)), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if ext := pathExt(path); ext == ".bin" || ext == ".tok" {
+		if len(b)%2 != 0 {
+			return nil, "", fmt.Errorf("%s: a token file holds 2 bytes per token, but has %d bytes", path, len(b))
+		}
+		out := make([]int32, len(b)/2)
+		for i := range out {
+			out[i] = int32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+		return out, fmt.Sprintf("%s (%d tokens)", path, len(out)), nil
+	}
+	return bytesToTokens(b), fmt.Sprintf("%s (%d bytes)", path, len(b)), nil
+}
+
+func bytesToTokens(b []byte) []int32 {
+	out := make([]int32, len(b))
+	for i, c := range b {
+		out[i] = int32(c)
+	}
+	return out
+}
+
+func pathExt(p string) string {
+	for i := len(p) - 1; i >= 0 && p[i] != '/'; i-- {
+		if p[i] == '.' {
+			return p[i:]
+		}
+	}
+	return ""
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
