@@ -57,43 +57,11 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	if job.Cluster == nil || job.Train == nil {
-		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", files[0])
-		return exitUser
-	}
-	// Choose the plan before the passes extend the graph.
-	plan, est, err := choosePlan(job)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
-		return exitUser
-	}
-	s, err := passes.Run(job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout})
-	if st := passError(stderr, files[0], err); st != exitOK {
+	cj, st := compileJob(files[0], job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, stderr)
+	if st != exitOK {
 		return st
 	}
-	c := job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
-	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
-	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
-	if st := passError(stderr, files[0], err); st != exitOK {
-		return st
-	}
-	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
-		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
-	if err := codegen.Match(bundle); err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
-		return exitInternal
-	}
-	m, err := cost.NewModel(job, cost.DefaultConfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
-		return exitUser
-	}
-	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
-	if err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
-		return exitInternal
-	}
+	bundle, prog, tl, est, c, topo, M := cj.bundle, cj.prog, cj.tl, cj.est, job.Cluster, cj.bundle.Topo, cj.bundle.Micro
 	path := filepath.Join(*out, BundleName)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
@@ -117,6 +85,61 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  planner's analytic estimate: step %s, memory %s\n", dur(est.Step), cost.GiB(est.Mem.Total))
 	}
 	return exitOK
+}
+
+// compiled is a job compiled for its cluster.
+type compiled struct {
+	plan   cost.Plan
+	est    *cost.Estimate // the planner's analytic estimate of the plan
+	model  *cost.Model
+	prog   *codegen.Program
+	bundle *codegen.Bundle
+	tl     *scheduler.Timeline // the predicted timeline
+}
+
+// compileJob chooses the plan, runs the passes, schedules, checks the
+// collectives and predicts the timeline; errors are reported on stderr
+// and turned into an exit status.
+func compileJob(file string, job *ir.Job, opts passes.Options, stderr io.Writer) (*compiled, int) {
+	if job.Cluster == nil || job.Train == nil {
+		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", file)
+		return nil, exitUser
+	}
+	// Plan and cost model read the forward graph, before the passes
+	// extend it.
+	plan, est, err := choosePlan(job)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		return nil, exitUser
+	}
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		return nil, exitUser
+	}
+	s, err := passes.Run(job, opts)
+	if st := passError(stderr, file, err); st != exitOK {
+		return nil, st
+	}
+	c := job.Cluster
+	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
+	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
+	if st := passError(stderr, file, err); st != exitOK {
+		return nil, st
+	}
+	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
+		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
+	if err := codegen.Match(bundle); err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
+		return nil, exitInternal
+	}
+	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
+	if err != nil {
+		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
+		return nil, exitInternal
+	}
+	return &compiled{plan: plan, est: est, model: m, prog: prog, bundle: bundle, tl: tl}, exitOK
 }
 
 // choosePlan takes the shard section's factors, or the planner's choice.

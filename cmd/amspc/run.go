@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"amspc"
-	"amspc/codegen"
 	"amspc/cost"
 	"amspc/frontend"
 	"amspc/passes"
 	"amspc/runtime"
-	"amspc/scheduler"
 )
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
@@ -45,42 +43,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	if job.Cluster == nil || job.Train == nil {
-		fmt.Fprintf(stderr, "%s: running needs a cluster and a train section\n", files[0])
-		return exitUser
-	}
-	plan, _, err := choosePlan(job)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
-		return exitUser
-	}
-	m, err := cost.NewModel(job, cost.DefaultConfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
-		return exitUser
-	}
-	s, err := passes.Run(job, passes.Options{})
-	if st := passError(stderr, files[0], err); st != exitOK {
+	cj, st := compileJob(files[0], job, passes.Options{}, stderr)
+	if st != exitOK {
 		return st
 	}
-	c := job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
-	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
-	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
-	if st := passError(stderr, files[0], err); st != exitOK {
-		return st
-	}
-	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
-		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
-	if err := codegen.Match(bundle); err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
-		return exitInternal
-	}
-	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
-	if err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
-		return exitInternal
-	}
+	plan, bundle, tl, c, topo, M := cj.plan, cj.bundle, cj.tl, job.Cluster, cj.bundle.Topo, cj.bundle.Micro
 	tokens, what, err := loadTokens(*data, job.Train.Data)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
