@@ -17,14 +17,18 @@ import (
 )
 
 // compile builds tiny's bundle for a cluster of nodes x gpus under f.
-func compile(t testing.TB, nodes, gpus int, f cost.Factors) *codegen.Bundle {
+func compile(t testing.TB, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
 	t.Helper()
 	src, err := os.ReadFile("../testdata/models/tiny.amsp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
-	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src}, frontend.Source{Name: "c.amsp", Text: []byte(cl)})
+	srcs := []frontend.Source{{Name: "c.amsp", Text: []byte(cl)}}
+	for i, x := range extra {
+		srcs = append(srcs, frontend.Source{Name: fmt.Sprintf("extra%d.amsp", i), Text: []byte(x)})
+	}
+	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src}, srcs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +41,7 @@ func compile(t testing.TB, nodes, gpus int, f cost.Factors) *codegen.Bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := scheduler.Build(s, cost.Uniform("", f, ir.RecomputeNone, job.Train.MicroBatch), topo, int(M), scheduler.Options{})
+	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M), scheduler.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,4 +102,25 @@ func TestEveryPlanTrainsLikeOneRank(t *testing.T) {
 		}
 	}
 	t.Logf("single-rank losses: %.4f", ref)
+}
+
+// TestRecomputeIsExact: full recompute runs the same kernels on the same
+// values, so the losses are bitwise those of the plan without it.
+func TestRecomputeIsExact(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	full := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = full }`
+	for _, f := range []cost.Factors{
+		{P: F(2, 1), G: F(2, 1), OS: F(4, 2)},
+		{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)},
+		{P: F(1, 1), G: F(1, 1), OS: F(1, 1)},
+	} {
+		want := train(t, compile(t, 2, 4, f), 3)
+		got := train(t, compile(t, 2, 4, f, full), 3)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%v step %d: recompute loss %.17g, without %.17g", f, i, got[i], want[i])
+			}
+		}
+	}
 }

@@ -77,6 +77,61 @@ type builder struct {
 	// final[i] is recorded when stage i's gradient is fully reduced (the
 	// optimizer waits for it), -1 when no all-reduce runs.
 	final []int32
+	// dropped are the block activations full recompute frees after
+	// forward and computes again before the block's backward: all but the
+	// ones later stages read.
+	dropped map[*ir.Value]bool
+}
+
+// markDropped decides what full recompute drops: every value a block
+// computes in forward that no other stage's forward reads.
+func (b *builder) markDropped() {
+	b.dropped = map[*ir.Value]bool{}
+	readElsewhere := map[*ir.Value]bool{}
+	for _, st := range b.stages {
+		for _, v := range st.fwd {
+			for _, a := range v.Def.Args {
+				if b.stageOf[a] != nil && b.stageOf[a] != st {
+					readElsewhere[a] = true
+				}
+			}
+		}
+	}
+	for _, st := range b.stages {
+		if st.group != cost.Blocks {
+			continue
+		}
+		for _, v := range st.fwd {
+			if !readElsewhere[v] {
+				b.dropped[v] = true
+			}
+		}
+	}
+}
+
+// recomputed lists the values stage st computes again before its backward.
+func (b *builder) recomputed(st *stage) []*ir.Value {
+	var out []*ir.Value
+	for _, v := range st.fwd {
+		if b.dropped[v] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// use names one live range of a value: instance 1 is a dropped value's
+// recomputation.
+type use struct {
+	v    *ir.Value
+	inst int
+}
+
+func (b *builder) instance(a *ir.Value, backward bool) use {
+	if backward && b.dropped[a] {
+		return use{a, 1}
+	}
+	return use{a, 0}
 }
 
 func (b *builder) addBuf(buf codegen.Buffer) int32 {
@@ -124,11 +179,11 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 	}
 	b := &builder{s: s, prog: &codegen.Program{}, topo: topo, dp: ir.Factor{S0: topo.GPUsPerNode, S1: topo.Nodes},
 		stageOf: map[*ir.Value]*stage{}, buf: map[*ir.Value]int32{}, M: M, opts: opts, live: map[int32]bool{}}
-	if s.Job.Train.Recompute == ir.RecomputeFull {
-		return nil, &passes.UserError{Pos: s.Job.Train.Pos, Msg: "recompute = full is not supported by the scheduler yet"}
-	}
 	if err := b.split(plan); err != nil {
 		return nil, err
+	}
+	if plan.Recompute == ir.RecomputeFull {
+		b.markDropped()
 	}
 	b.buffers()
 	b.pFreed = make([]int32, len(b.stages))
@@ -314,9 +369,6 @@ func (b *builder) buffers() {
 	}
 }
 
-// use is an instruction-order index: where a value is last read.
-type use struct{ order int }
-
 // step emits the whole step.
 func (b *builder) step() {
 	// The spread of last step's updates opens the step, in layer order,
@@ -338,22 +390,23 @@ func (b *builder) step() {
 // lastUses maps each value read in a micro-batch to the position (in
 // emission order: forward stages, then backward stages reversed) of its
 // last reader.
-func (b *builder) lastUses() map[*ir.Value]int {
-	last := map[*ir.Value]int{}
+func (b *builder) lastUses() map[use]int {
+	last := map[use]int{}
 	i := 0
-	visit := func(vs []*ir.Value) {
+	visit := func(vs []*ir.Value, backward bool) {
 		for _, v := range vs {
 			for _, a := range v.Def.Args {
-				last[a] = i
+				last[b.instance(a, backward)] = i
 			}
 			i++
 		}
 	}
 	for _, st := range b.stages {
-		visit(st.fwd)
+		visit(st.fwd, false)
 	}
 	for j := len(b.stages) - 1; j >= 0; j-- {
-		visit(b.stages[j].bwd)
+		visit(b.recomputed(b.stages[j]), true)
+		visit(b.stages[j].bwd, true)
 	}
 	return last
 }
@@ -388,9 +441,9 @@ func (b *builder) spreadStage(i int) int32 {
 func (b *builder) microBatch(m int, spread []bool) {
 	last := b.lastUses()
 	order := 0
-	freeDead := func(v *ir.Value, stageIdx int) {
+	freeDead := func(v *ir.Value, stageIdx int, backward bool) {
 		for _, a := range v.Def.Args {
-			if last[a] == order && a.Role != ir.Param && a.Role != ir.Input {
+			if last[b.instance(a, backward)] == order && a.Role != ir.Param && a.Role != ir.Input {
 				if id := b.buf[a]; b.live[id] {
 					b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(stageIdx), Micro: int32(m)})
 					delete(b.live, id)
@@ -418,7 +471,14 @@ func (b *builder) microBatch(m int, spread []bool) {
 		}
 		for _, v := range st.fwd {
 			b.kernel(v, i, m)
-			freeDead(v, i)
+			freeDead(v, i, false)
+		}
+		// Full recompute: drop what backward will compute again.
+		for _, v := range b.recomputed(st) {
+			if id := b.buf[v]; b.live[id] {
+				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: int32(m), Comment: "recomputed in backward"})
+				delete(b.live, id)
+			}
 		}
 		b.release(i, st, m, freed, true)
 	}
@@ -433,10 +493,16 @@ func (b *builder) microBatch(m int, spread []bool) {
 		if gathered >= 0 {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(j), Micro: int32(m)})
 		}
+		// Full recompute runs the block's forward again on the parameters
+		// gathered for its backward, which stay for the backward.
+		for _, v := range b.recomputed(st) {
+			b.kernel(v, j, m)
+			freeDead(v, j, true)
+		}
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
 		for _, v := range st.bwd {
 			b.kernel(v, j, m)
-			freeDead(v, j)
+			freeDead(v, j, true)
 		}
 		b.release(j, st, m, freed, false)
 		synced := b.reduce(j, st, m)
