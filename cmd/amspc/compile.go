@@ -124,7 +124,8 @@ func compileJob(file string, job *ir.Job, opts passes.Options, stderr io.Writer)
 	c := job.Cluster
 	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
-	prog, err := scheduler.Build(s, plan, topo, int(M), scheduler.Options{})
+	// The deepest prefetch whose simulated peak fits the GPU's memory.
+	prog, tl, err := scheduler.BuildWithin(s, plan, topo, int(M), m, c.GPU.MemoryBytes, stageNames)
 	if st := passError(stderr, file, err); st != exitOK {
 		return nil, st
 	}
@@ -132,11 +133,6 @@ func compileJob(file string, job *ir.Job, opts passes.Options, stderr io.Writer)
 		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
 	if err := codegen.Match(bundle); err != nil {
 		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
-		return nil, exitInternal
-	}
-	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), stageNames(prog))
-	if err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: simulate: %v\n", err)
 		return nil, exitInternal
 	}
 	return &compiled{plan: plan, est: est, model: m, prog: prog, bundle: bundle, tl: tl}, exitOK
