@@ -41,7 +41,10 @@ func compile(t testing.TB, nodes, gpus int, f cost.Factors, extra ...string) *co
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M), scheduler.Options{})
+	// With the cluster's network, so cross-node all-reduces are lowered
+	// hierarchically where the cost model prefers it.
+	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M),
+		scheduler.Options{Topo: cost.NewTopology(job.Cluster)})
 	if err != nil {
 		t.Fatal(err)
 	}

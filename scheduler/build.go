@@ -44,6 +44,11 @@ type Options struct {
 	// Depth is how many stages' gathered parameters may be live at once
 	// (the stage computing and Depth-1 prefetched); at least 1.
 	Depth int
+	// Topo, when set, lets the scheduler lower an all-reduce across nodes
+	// into reduce-scatter inside the node, all-reduce across nodes on the
+	// node's share and all-gather inside the node, where the cost model
+	// says that is faster.
+	Topo *cost.Topology
 }
 
 // stage is one stage's flat buffers and values.
@@ -589,7 +594,6 @@ func (b *builder) reduce(j int, st *stage, m int) int32 {
 	done := b.event()
 	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: done, Stage: int32(j), Micro: int32(m)})
 	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: done, Stage: int32(j), Micro: int32(m)})
-	pc := b.prog.Buffers[st.gPC]
 	if f.P.Size() > 1 {
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Alloc, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
 		full := b.prog.Buffers[st.gFull]
@@ -599,9 +603,7 @@ func (b *builder) reduce(j int, st *stage, m int) int32 {
 	}
 	lastMB := m == b.M-1
 	if !lastMB && f.G.Size() > f.P.Size() {
-		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: group(f.G, f.P),
-			In: st.gPC, Out: st.gPC, Bytes: pc.Bytes(), DType: pc.DType, Stage: int32(j), Micro: int32(m),
-			Comment: "select and drop"})
+		b.allReduce(st.gPC, group(f.G, f.P), j, m, "select and drop")
 	}
 	synced := b.event()
 	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: synced, Stage: int32(j), Micro: int32(m)})
@@ -614,7 +616,6 @@ func (b *builder) reduce(j int, st *stage, m int) int32 {
 // for.
 func (b *builder) finish(j int, st *stage, m int, synced int32) {
 	f := st.f
-	pc := b.prog.Buffers[st.gPC]
 	lastMB := m == b.M-1
 	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: synced, Stage: int32(j), Micro: int32(m)})
 	sel := st.gSel
@@ -634,9 +635,7 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 		ready := b.event()
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: ready, Stage: int32(j), Micro: int32(m)})
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: ready, Stage: int32(j), Micro: int32(m)})
-		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: group(b.dp, f.P),
-			In: st.gPC, Out: st.gPC, Bytes: pc.Bytes(), DType: pc.DType, Stage: int32(j), Micro: int32(m),
-			Comment: "data-parallel replicas"})
+		b.allReduce(st.gPC, group(b.dp, f.P), j, m, "data-parallel replicas")
 		final := b.event()
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(j), Micro: int32(m)})
 		b.final[j] = final
@@ -646,6 +645,36 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 	}
 	if !lastMB && f.P.Size() <= 1 {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+	}
+}
+
+// allReduce emits an in-place all-reduce of buffer id over g on the
+// reduce stream, hierarchically when that is cheaper: the k ranks of g in
+// a node reduce-scatter, each all-reduces its 1/k share with its peers in
+// the other nodes, and the node all-gathers the result.
+func (b *builder) allReduce(id int32, g codegen.Group, j, m int, why string) {
+	buf := b.prog.Buffers[id]
+	mesh := g.Outer.Div(g.Inner)
+	k := int64(mesh.S0)
+	in := codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: g, In: id, Out: id,
+		Bytes: buf.Bytes(), DType: buf.DType, Stage: int32(j), Micro: int32(m), Comment: why}
+	lower := b.opts.Topo != nil && mesh.S1 > 1 && k > 1 && buf.Elems%k == 0 &&
+		b.opts.Topo.Collective(cost.AllReduce, float64(buf.Bytes()), mesh).Hierarchical
+	if !lower {
+		b.emit(codegen.CommReduce, in)
+		return
+	}
+	intra := codegen.Group{Outer: ir.Factor{S0: g.Outer.S0, S1: g.Inner.S1}, Inner: g.Inner}
+	inter := codegen.Group{Outer: g.Outer, Inner: ir.Factor{S0: g.Outer.S0, S1: g.Inner.S1}}
+	share := b.view(buf.Name+"[node share]", id, buf.Elems/k, 0, intra)
+	sb := b.prog.Buffers[share].Bytes()
+	for _, step := range []codegen.Instr{
+		{Coll: codegen.ReduceScatter, Group: intra, In: id, Out: share, Bytes: buf.Bytes(), Comment: why + ": inside the node"},
+		{Coll: codegen.AllReduce, Group: inter, In: share, Out: share, Bytes: sb, Comment: why + ": across nodes"},
+		{Coll: codegen.AllGather, Group: intra, In: share, Out: id, Bytes: buf.Bytes(), Comment: why + ": inside the node"},
+	} {
+		step.Op, step.DType, step.Stage, step.Micro = codegen.Collective, buf.DType, int32(j), int32(m)
+		b.emit(codegen.CommReduce, step)
 	}
 }
 
