@@ -44,7 +44,7 @@ func compile(t testing.TB, nodes, gpus int, f cost.Factors, extra ...string) *co
 	// With the cluster's network, so cross-node all-reduces are lowered
 	// hierarchically where the cost model prefers it.
 	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M),
-		scheduler.Options{Topo: cost.NewTopology(job.Cluster)})
+		scheduler.Options{Topo: cost.NewTopology(job.Cluster), BucketBytes: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

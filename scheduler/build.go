@@ -49,6 +49,10 @@ type Options struct {
 	// node's share and all-gather inside the node, where the cost model
 	// says that is faster.
 	Topo *cost.Topology
+	// BucketBytes fuses the last micro-batch's data-parallel all-reduces
+	// of consecutive stages (in backward order, on the same group) into
+	// buckets of up to this many bytes, as DDP does; 0 turns it off.
+	BucketBytes int64
 }
 
 // stage is one stage's flat buffers and values.
@@ -86,6 +90,16 @@ type builder struct {
 	// forward and computes again before the block's backward: all but the
 	// ones later stages read.
 	dropped map[*ir.Value]bool
+	// The bucket being filled: stages whose replica all-reduce waits to
+	// be fused, their group and bytes.
+	bucket      []int
+	bucketGroup codegen.Group
+	bucketBytes int64
+	// copyBack[i] is stage i's part of a fused bucket, copied back into
+	// its gradient before the optimizer; bucketLast marks the stage after
+	// whose copy the bucket is freed.
+	copyBack   map[int]int32
+	bucketLast map[int]int32
 }
 
 // markDropped decides what full recompute drops: every value a block
@@ -191,6 +205,7 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 		b.markDropped()
 	}
 	b.buffers()
+	b.copyBack, b.bucketLast = map[int]int32{}, map[int]int32{}
 	b.pFreed = make([]int32, len(b.stages))
 	b.final = make([]int32, len(b.stages))
 	for i := range b.pFreed {
@@ -521,6 +536,7 @@ func (b *builder) microBatch(m int, spread []bool) {
 	if pending >= 0 {
 		b.finish(pending, b.stages[pending], m, pendingEv)
 	}
+	b.flush(m)
 	// Values nothing reads (the loss, for one) die with the micro-batch.
 	var rest []int
 	for id := range b.live {
@@ -631,20 +647,67 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Out: sel,
 			Stage: int32(j), Micro: int32(m), Comment: "fold in the accumulated micro-batches"})
 	}
-	if lastMB && b.dp.Size() > f.P.Size() {
-		ready := b.event()
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: ready, Stage: int32(j), Micro: int32(m)})
-		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: ready, Stage: int32(j), Micro: int32(m)})
-		b.allReduce(st.gPC, group(b.dp, f.P), j, m, "data-parallel replicas")
-		final := b.event()
-		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(j), Micro: int32(m)})
-		b.final[j] = final
+	if lastMB && b.dp.Size() > f.P.Size() && len(st.layout.Params) > 0 {
+		g := group(b.dp, f.P)
+		size := b.prog.Buffers[st.gPC].Bytes()
+		if len(b.bucket) > 0 && (g != b.bucketGroup || b.bucketBytes+size > b.opts.BucketBytes) {
+			b.flush(m)
+		}
+		b.bucket = append(b.bucket, j)
+		b.bucketGroup = g
+		b.bucketBytes += size
+		if b.bucketBytes >= b.opts.BucketBytes {
+			b.flush(m)
+		}
 	}
 	if !lastMB && f.P.Size() > 1 {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
 	}
 	if !lastMB && f.P.Size() <= 1 {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+	}
+}
+
+// flush all-reduces the pending bucket: one stage's gradient in place, or
+// several copied into one buffer, reduced once, and copied back before the
+// optimizer.
+func (b *builder) flush(m int) {
+	stages := b.bucket
+	b.bucket, b.bucketBytes = nil, 0
+	if len(stages) == 0 {
+		return
+	}
+	first := stages[0]
+	id := b.stages[first].gPC
+	if len(stages) > 1 {
+		var elems int64
+		for _, j := range stages {
+			elems += b.prog.Buffers[b.stages[j].gPC].Elems
+		}
+		names := b.stages[first].name + ".." + b.stages[stages[len(stages)-1]].name
+		id = b.newBuf("G.bucket."+names, b.prog.Buffers[b.stages[first].gPC].DType, elems)
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: id, Stage: int32(first), Micro: int32(m)})
+		var off int64
+		for _, j := range stages {
+			pc := b.prog.Buffers[b.stages[j].gPC]
+			part := b.view(fmt.Sprintf("G.bucket.%s[%s]", names, b.stages[j].name), id, pc.Elems, off, codegen.Group{})
+			off += pc.Elems
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{b.stages[j].gPC}, Out: part,
+				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(pc.DType))}, Stage: int32(j), Micro: int32(m), Comment: "into the bucket"})
+			b.copyBack[j] = part
+		}
+		// The optimizer runs stages in order, so the bucket's highest
+		// stage copies back last.
+		b.bucketLast[stages[0]] = id
+	}
+	ready := b.event()
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: ready, Stage: int32(first), Micro: int32(m)})
+	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: ready, Stage: int32(first), Micro: int32(m)})
+	b.allReduce(id, b.bucketGroup, first, m, "data-parallel replicas")
+	final := b.event()
+	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(first), Micro: int32(m)})
+	for _, j := range stages {
+		b.final[j] = final
 	}
 }
 
@@ -688,6 +751,13 @@ func (b *builder) optimizer() {
 		}
 		if b.final[i] >= 0 {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: b.final[i], Stage: int32(i), Micro: -1})
+		}
+		if part, ok := b.copyBack[i]; ok {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{part}, Out: st.gPC,
+				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gPC].DType))}, Stage: int32(i), Micro: -1, Comment: "out of the bucket"})
+		}
+		if id, ok := b.bucketLast[i]; ok {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: -1})
 		}
 		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Out: st.m,

@@ -37,7 +37,7 @@ func Predict(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*Timeline, []erro
 			errs[i] = err
 			continue
 		}
-		prog, err := Build(s, p, topo, int(M), Options{Topo: m.Topo})
+		prog, err := Build(s, p, topo, int(M), Options{Topo: m.Topo, BucketBytes: int64(m.Config.BucketBytes)})
 		if err != nil {
 			errs[i] = err
 			continue
@@ -54,7 +54,7 @@ func Predict(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*Timeline, []erro
 func BuildWithin(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, m *cost.Model, memoryBytes int64, stages func(*codegen.Program) []string) (*codegen.Program, *Timeline, error) {
 	var lastPeak float64
 	for depth := 2; depth >= 1; depth-- {
-		prog, err := Build(s, plan, topo, M, Options{Depth: depth, Topo: m.Topo})
+		prog, err := Build(s, plan, topo, M, Options{Depth: depth, Topo: m.Topo, BucketBytes: int64(m.Config.BucketBytes)})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -34,6 +34,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	shard := fs.String("shard", "", "compile this `PLAN` instead of the file's shard section (zero3, mics(4), {params=2,grads=2,optim=8})")
 	dump := fs.String("dump-after", "", "print the IR after `PASS` (or all): "+strings.Join(passes.Names(), ", "))
 	debug := fs.String("d", "", "debug flags: check (verify the IR after every pass)")
+	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "fuse the replica all-reduces of consecutive stages into buckets of `BYTES`")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE")
 		fs.PrintDefaults()
@@ -44,6 +45,10 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(files) != 1 {
 		fs.Usage()
+		return exitUser
+	}
+	if *bucket < 1 {
+		fmt.Fprintln(stderr, "amspc compile: --bucket must be positive")
 		return exitUser
 	}
 	if *debug != "" && *debug != "check" {
@@ -57,7 +62,9 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	cj, st := compileJob(files[0], job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, stderr)
+	cfg := cost.DefaultConfig
+	cfg.BucketBytes = float64(*bucket)
+	cj, st := compileJob(files[0], job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, cfg, stderr)
 	if st != exitOK {
 		return st
 	}
@@ -100,7 +107,7 @@ type compiled struct {
 // compileJob chooses the plan, runs the passes, schedules, checks the
 // collectives and predicts the timeline; errors are reported on stderr
 // and turned into an exit status.
-func compileJob(file string, job *ir.Job, opts passes.Options, stderr io.Writer) (*compiled, int) {
+func compileJob(file string, job *ir.Job, opts passes.Options, cfg cost.Config, stderr io.Writer) (*compiled, int) {
 	if job.Cluster == nil || job.Train == nil {
 		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", file)
 		return nil, exitUser
@@ -112,7 +119,7 @@ func compileJob(file string, job *ir.Job, opts passes.Options, stderr io.Writer)
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return nil, exitUser
 	}
-	m, err := cost.NewModel(job, cost.DefaultConfig)
+	m, err := cost.NewModel(job, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return nil, exitUser

@@ -43,7 +43,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	cj, st := compileJob(files[0], job, passes.Options{}, stderr)
+	cj, st := compileJob(files[0], job, passes.Options{}, cost.DefaultConfig, stderr)
 	if st != exitOK {
 		return st
 	}
