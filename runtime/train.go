@@ -188,6 +188,10 @@ func (r *Run) Step() (float64, error) {
 	return sum / float64(count), nil
 }
 
+// Steps is the number of optimizer steps taken (including those before a
+// resumed checkpoint).
+func (r *Run) Steps() int { return r.step }
+
 // PeakBytes is each rank's largest live buffer total so far.
 func (r *Run) PeakBytes() []int64 {
 	out := make([]int64, len(r.ranks))

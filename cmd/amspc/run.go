@@ -27,6 +27,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
 	logPath := fs.String("log", "", "append one JSON object per step to `FILE`")
 	shard := fs.String("shard", "", "train under this `PLAN` instead of the file's shard section")
+	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
+	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
+	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--shard PLAN] [--cluster FILE] [--train FILE] FILE")
 		fs.PrintDefaults()
@@ -63,6 +66,22 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
 	}
+	first := 0
+	if *resume != "" {
+		if err := r.Resume(*resume); err != nil {
+			fmt.Fprintf(stderr, "amspc run: resume: %v\n", err)
+			return exitUser
+		}
+		first = r.Steps()
+		fmt.Fprintf(stdout, "resumed from %s after step %d\n", *resume, first)
+	}
+	checkpoint := func() bool {
+		if err := r.Save(*save); err != nil {
+			fmt.Fprintf(stderr, "amspc run: save: %v\n", err)
+			return false
+		}
+		return true
+	}
 	var logw io.Writer
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -78,7 +97,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	tokPerStep := float64(job.Train.TokensPerStep())
 	start := time.Now()
 	var stepTimes []float64
-	for i := 0; i < n; i++ {
+	for i := first; i < n; i++ {
 		t0 := time.Now()
 		loss, err := r.Step()
 		if err != nil {
@@ -88,13 +107,22 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		dt := time.Since(t0).Seconds()
 		stepTimes = append(stepTimes, dt)
 		elapsed := time.Since(start).Seconds()
-		remaining := elapsed / float64(i+1) * float64(n-i-1)
+		remaining := elapsed / float64(i+1-first) * float64(n-i-1)
 		fmt.Fprintf(stdout, "step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left\n",
 			i+1, n, loss, tokPerStep/dt, elapsed, remaining)
 		if logw != nil {
 			b, _ := json.Marshal(map[string]any{"step": i + 1, "loss": loss, "tokens_per_s": tokPerStep / dt, "step_time_s": dt})
 			fmt.Fprintf(logw, "%s\n", b)
 		}
+		if *save != "" && *saveEvery > 0 && (i+1)%*saveEvery == 0 && i+1 < n && !checkpoint() {
+			return exitUser
+		}
+	}
+	if *save != "" {
+		if !checkpoint() {
+			return exitUser
+		}
+		fmt.Fprintf(stdout, "saved %s after step %d\n", *save, r.Steps())
 	}
 	var peak int64
 	for _, p := range r.PeakBytes() {
