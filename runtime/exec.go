@@ -208,8 +208,14 @@ func (k *rank) fail(s int, in *codegen.Instr, err error) error {
 		what = in.Kern.String()
 	}
 	where := ""
+	if in.Stage >= 0 && int(in.Stage) < len(k.p.Layouts) {
+		where = " in " + k.p.Layouts[in.Stage].Stage
+	}
+	if in.Micro >= 0 {
+		where += fmt.Sprintf(" (micro-batch %d)", in.Micro)
+	}
 	if in.Pos.IsValid() {
-		where = " at " + in.Pos.String()
+		where += " at " + in.Pos.String()
 	}
 	return fmt.Errorf("rank %d %s: %s%s: %v", k.r, codegen.StreamName(s), what, where, err)
 }

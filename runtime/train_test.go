@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"amspc/codegen"
@@ -183,5 +184,46 @@ func TestResumeUnderOtherPlans(t *testing.T) {
 	}
 	if err := r3.Resume(dir); err == nil {
 		t.Error("a corrupted checkpoint was accepted")
+	}
+}
+
+// TestFailingRankStopsAll: a token outside the vocabulary on one rank's
+// data fails that rank's embedding; the error names the op, the layer
+// stage and the source position, and every other rank stops instead of
+// hanging in its next collective.
+func TestFailingRankStopsAll(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	tokens := corpus(t)
+	tokens[5*64+3] = 300 // in window 5: rank 2's second sequence of step 0
+	r := &runtime.Run{Bundle: compile(t, 2, 4, cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}), Seed: 1,
+		Data: &runtime.Data{Tokens: tokens, SeqLen: 64, MicroBatch: 2, Global: 32}}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Step()
+	if err == nil {
+		t.Fatal("a bad token went through")
+	}
+	for _, want := range []string{"embed", "in embedding", "tiny.amsp:15:7", "300"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// TestInfStopsTheRun: a learning rate that overflows float32 makes the
+// optimizer produce Inf; the run stops at that kernel, naming it.
+func TestInfStopsTheRun(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	huge := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
+  optimizer = adamw(lr=1e39, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0) }`
+	r := &runtime.Run{Bundle: compile(t, 2, 4, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(4, 2)}, huge), Seed: 1,
+		Data: &runtime.Data{Tokens: corpus(t), SeqLen: 64, MicroBatch: 2, Global: 32}}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Step()
+	if err == nil || !strings.Contains(err.Error(), "adam_update") || !strings.Contains(err.Error(), "Inf") {
+		t.Fatalf("error %v, want adam_update producing Inf", err)
 	}
 }
