@@ -16,6 +16,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"amspc/codegen"
 	"amspc/ir"
@@ -40,6 +41,31 @@ type rank struct {
 	data   *Data // shared by all ranks
 	losses []float64
 	events []chan struct{}
+
+	timeMu sync.Mutex
+	timing map[string]*Timing // per instruction kind, summed over steps
+}
+
+// Timing is the measured time of one kind of instruction on a rank.
+type Timing struct {
+	Name    string
+	Count   int
+	Seconds float64
+}
+
+func (k *rank) time(name string, d time.Duration) {
+	k.timeMu.Lock()
+	defer k.timeMu.Unlock()
+	if k.timing == nil {
+		k.timing = map[string]*Timing{}
+	}
+	t := k.timing[name]
+	if t == nil {
+		t = &Timing{Name: name}
+		k.timing[name] = t
+	}
+	t.Count++
+	t.Seconds += d.Seconds()
 }
 
 func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
@@ -182,16 +208,20 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 		case codegen.Kernel:
+			t0 := time.Now()
 			if err := k.kernel(in); err != nil {
 				return k.fail(s, in, err)
 			}
+			k.time(in.Kern.String(), time.Since(t0))
 		case codegen.Collective:
+			t0 := time.Now()
 			if err := k.collective(s, in); err != nil {
 				if failed.Load() || errors.Is(err, ErrCommAborted) {
 					return ErrStopped
 				}
 				return k.fail(s, in, err)
 			}
+			k.time(in.Coll.String()+" "+in.Group.String(), time.Since(t0))
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"sync"
 
 	"amspc/codegen"
@@ -191,6 +192,25 @@ func (r *Run) Step() (float64, error) {
 // Steps is the number of optimizer steps taken (including those before a
 // resumed checkpoint).
 func (r *Run) Steps() int { return r.step }
+
+// Timings is rank r's measured time per kind of instruction, the most
+// expensive first (ties by name).
+func (r *Run) Timings(rank int) []Timing {
+	k := r.ranks[rank]
+	k.timeMu.Lock()
+	defer k.timeMu.Unlock()
+	var out []Timing
+	for _, t := range k.timing {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Seconds != out[j].Seconds {
+			return out[i].Seconds > out[j].Seconds
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
 
 // PeakBytes is each rank's largest live buffer total so far.
 func (r *Run) PeakBytes() []int64 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"amspc"
@@ -108,8 +109,18 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		stepTimes = append(stepTimes, dt)
 		elapsed := time.Since(start).Seconds()
 		remaining := elapsed / float64(i+1-first) * float64(n-i-1)
-		fmt.Fprintf(stdout, "step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left\n",
+		line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
 			i+1, n, loss, tokPerStep/dt, elapsed, remaining)
+		if isTerminal(stdout) {
+			// A live bar: one line rewritten in place, the last kept.
+			done := (i + 1) * 30 / n
+			fmt.Fprintf(stdout, "\r[%s%s] %s", strings.Repeat("#", done), strings.Repeat(" ", 30-done), line)
+			if i+1 == n {
+				fmt.Fprintln(stdout)
+			}
+		} else {
+			fmt.Fprintln(stdout, line)
+		}
 		if logw != nil {
 			b, _ := json.Marshal(map[string]any{"step": i + 1, "loss": loss, "tokens_per_s": tokPerStep / dt, "step_time_s": dt})
 			fmt.Fprintf(logw, "%s\n", b)
@@ -131,7 +142,25 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "measured: step %s (median), peak %s per rank; predicted by the plan: step %s, peak %s per rank\n",
 		dur(median(stepTimes)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
 	fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; CPU ranks sharing this machine's cores run slower than their preset says)")
+	fmt.Fprint(stdout, "rank 0's time by instruction:")
+	for i, t := range r.Timings(0) {
+		if i == 6 {
+			break
+		}
+		fmt.Fprintf(stdout, " %s %s (%d),", t.Name, dur(t.Seconds), t.Count)
+	}
+	fmt.Fprintln(stdout)
 	return exitOK
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // loadTokens reads the training data: a token file of uint16 little-endian
