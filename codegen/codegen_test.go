@@ -210,7 +210,7 @@ func TestFloatAttrsBitExact(t *testing.T) {
 // already written).
 func TestEncodeCoversEveryField(t *testing.T) {
 	known := map[reflect.Type]string{
-		reflect.TypeFor[Bundle]():     "Model Topo Plan Micro Machine Templates RankTemplate",
+		reflect.TypeFor[Bundle]():     "Model Topo Plan Micro Machine Train Templates RankTemplate",
 		reflect.TypeFor[Topology]():   "GPUsPerNode Nodes",
 		reflect.TypeFor[Machine]():    "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes",
 		reflect.TypeFor[Program]():    "Buffers Streams Events Layouts Inputs",
@@ -225,6 +225,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		reflect.TypeFor[Slot]():       "Name Offset Elems Decay Init",
 		reflect.TypeFor[ir.Init]():    "Kind Std Of",
 		reflect.TypeFor[Input]():      "Buf Shift",
+		reflect.TypeFor[Train]():      "SeqLen MicroBatch GlobalBatch Steps Seed",
 	}
 	seen := map[reflect.Type]bool{}
 	var walk func(typ reflect.Type)
@@ -315,6 +316,9 @@ func TestDecodeRefuses(t *testing.T) {
 		e.f64(1)
 	}
 	e.i(0)
+	for range 5 { // the train settings
+		e.i(0)
+	}
 	e.u(1 << 40)
 	cases = append(cases, tc{"huge template count", reseal(e.buf), ErrCorrupt, "template count 1099511627776 exceeds"})
 	cases = append(cases, tc{"payload cut short", reseal(payloadOf(data)[:40]), ErrCorrupt, "payload"})

@@ -204,6 +204,10 @@ func (e *encoder) bundle(b *Bundle) {
 		e.f64(f)
 	}
 	e.i(m.MemoryBytes)
+	t := &b.Train
+	for _, v := range [...]int64{t.SeqLen, t.MicroBatch, t.GlobalBatch, t.Steps, t.Seed} {
+		e.i(v)
+	}
 	e.u(uint64(len(b.Templates)))
 	for i := range b.Templates {
 		e.program(&b.Templates[i])
@@ -465,6 +469,10 @@ func (d *decoder) bundle() *Bundle {
 		*f = d.f64()
 	}
 	m.MemoryBytes = d.i()
+	t := &b.Train
+	for _, v := range [...]*int64{&t.SeqLen, &t.MicroBatch, &t.GlobalBatch, &t.Steps, &t.Seed} {
+		*v = d.i()
+	}
 	if n := d.count("template", minProgram); n > 0 {
 		b.Templates = make([]Program, n)
 		for i := range b.Templates {

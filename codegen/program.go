@@ -241,6 +241,13 @@ type Machine struct {
 	MemoryBytes                int64
 }
 
+// Train is what running a bundle needs of the train section: the data
+// windows, the default step count and the seed.
+type Train struct {
+	SeqLen, MicroBatch, GlobalBatch int64
+	Steps, Seed                     int64
+}
+
 // Bundle is a compiled plan: the job's shape, its templates, and the
 // template of every rank.
 type Bundle struct {
@@ -249,6 +256,7 @@ type Bundle struct {
 	Plan      string // the plan's label: factors per component
 	Micro     int    // micro-batches per step
 	Machine   Machine
+	Train     Train
 	Templates []Program
 	// RankTemplate[r] is the template rank r runs; empty means every rank
 	// runs template 0.

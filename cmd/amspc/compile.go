@@ -136,8 +136,10 @@ func compileJob(file string, job *ir.Job, opts passes.Options, cfg cost.Config, 
 	if st := passError(stderr, file, err); st != exitOK {
 		return nil, st
 	}
+	t := job.Train
 	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
-		Templates: []codegen.Program{*prog}, Machine: machineOf(c)}
+		Templates: []codegen.Program{*prog}, Machine: machineOf(c),
+		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: plan.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
 	if err := codegen.Match(bundle); err != nil {
 		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
 		return nil, exitInternal

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"amspc"
+	"amspc/codegen"
 	"amspc/cost"
 	"amspc/frontend"
 	"amspc/passes"
 	"amspc/runtime"
+	"amspc/scheduler"
 )
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
@@ -32,7 +34,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--shard PLAN] [--cluster FILE] [--train FILE] FILE")
+		fmt.Fprintln(stderr, "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN")
 		fs.PrintDefaults()
 	}
 	files, err := parseFlags(fs, args)
@@ -40,29 +42,54 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUser
 	}
-	if *shard != "" {
-		lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
+	// A plan bundle (or compile's output directory) runs as it is; a
+	// model file is compiled first.
+	var bundle *codegen.Bundle
+	var predicted *scheduler.Timeline
+	dataPath := ""
+	if isPlan(files[0]) {
+		if *shard != "" || lf.cluster != "" || lf.train != "" {
+			fmt.Fprintln(stderr, "amspc run: --shard, --cluster and --train apply to model files, not to a compiled plan")
+			return exitUser
+		}
+		if bundle, err = readBundle(files[0]); err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return exitUser
+		}
+		mc := bundle.Machine
+		topo := &cost.Topology{GPUsPerNode: bundle.Topo.GPUsPerNode, Nodes: bundle.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
+			IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
+		tmpl := bundle.Template(0)
+		if predicted, err = scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl)); err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return exitUser
+		}
+	} else {
+		if *shard != "" {
+			lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
+		}
+		job, err := lf.load(files[0])
+		if err != nil {
+			return report(stderr, err)
+		}
+		cj, st := compileJob(files[0], job, passes.Options{}, cost.DefaultConfig, stderr)
+		if st != exitOK {
+			return st
+		}
+		bundle, predicted, dataPath = cj.bundle, cj.tl, job.Train.Data
 	}
-	job, err := lf.load(files[0])
-	if err != nil {
-		return report(stderr, err)
-	}
-	cj, st := compileJob(files[0], job, passes.Options{}, cost.DefaultConfig, stderr)
-	if st != exitOK {
-		return st
-	}
-	plan, bundle, tl, c, topo, M := cj.plan, cj.bundle, cj.tl, job.Cluster, cj.bundle.Topo, cj.bundle.Micro
-	tokens, what, err := loadTokens(*data, job.Train.Data)
+	tl, topo, M, tr := predicted, bundle.Topo, bundle.Micro, bundle.Train
+	tokens, what, err := loadTokens(*data, dataPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
 	}
 	n := *steps
 	if n <= 0 {
-		n = int(job.Train.Steps)
+		n = int(tr.Steps)
 	}
-	r := &runtime.Run{Bundle: bundle, Seed: uint64(job.Train.Seed),
-		Data: &runtime.Data{Tokens: tokens, SeqLen: int(job.Train.SeqLen), MicroBatch: int(plan.MicroBatch), Global: int(job.Train.GlobalBatch)}}
+	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
+		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if err := r.Start(); err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
@@ -94,8 +121,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		logw = f
 	}
 	fmt.Fprintf(stdout, "%s: training %s on %d CPU ranks (%d x %d), plan %s, M = %d, %d steps on %s\n",
-		files[0], job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, bundle.Plan, M, n, what)
-	tokPerStep := float64(job.Train.TokensPerStep())
+		files[0], bundle.Model, topo.Ranks(), topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
+	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
 	start := time.Now()
 	var stepTimes []float64
 	for i := first; i < n; i++ {
@@ -151,6 +178,15 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout)
 	return exitOK
+}
+
+// isPlan reports whether path names a plan bundle or compile's output
+// directory rather than a model file.
+func isPlan(path string) bool {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return true
+	}
+	return strings.HasSuffix(path, ".amspplan")
 }
 
 // isTerminal reports whether w is a character device (a terminal).
