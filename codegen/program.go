@@ -13,28 +13,21 @@ package codegen
 import (
 	"fmt"
 
+	"amspc/cost"
 	"amspc/ir"
 )
 
-// Coll is a collective operation.
-type Coll uint8
+// Coll is a collective operation: the cost model's, so that plans and
+// costs name collectives one way.
+type Coll = cost.Coll
 
 const (
-	AllGather Coll = iota
-	ReduceScatter
-	AllReduce
-	Broadcast
-	numColls
+	AllGather     = cost.AllGather
+	ReduceScatter = cost.ReduceScatter
+	AllReduce     = cost.AllReduce
+	Broadcast     = cost.Broadcast
+	numColls      = cost.NumColls
 )
-
-var collNames = [...]string{"all_gather", "reduce_scatter", "all_reduce", "broadcast"}
-
-func (c Coll) String() string {
-	if c < numColls {
-		return collNames[c]
-	}
-	return fmt.Sprintf("coll(%d)", int(c))
-}
 
 // Topology is the job's rank layout: a node's GPUs are consecutive ranks,
 // rank = node x GPUsPerNode + local.

@@ -15,13 +15,13 @@ const (
 	ReduceScatter
 	AllReduce
 	Broadcast
-	numColls
+	NumColls // the number of collectives
 )
 
 var collNames = [...]string{"all_gather", "reduce_scatter", "all_reduce", "broadcast"}
 
 func (c Coll) String() string {
-	if c < numColls {
+	if c < NumColls {
 		return collNames[c]
 	}
 	return fmt.Sprintf("coll(%d)", int(c))

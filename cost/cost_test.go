@@ -89,7 +89,7 @@ func TestCollectiveMonotone(t *testing.T) {
 	for _, s1 := range []int{2, 4} {
 		groups = append(groups, ir.Factor{S0: 8, S1: s1})
 	}
-	for c := Coll(0); c < numColls; c++ {
+	for c := Coll(0); c < NumColls; c++ {
 		for _, size := range []float64{1 << 10, 1 << 20, 1 << 30} {
 			for i := 1; i < len(groups); i++ {
 				a := testTopo.Collective(c, size, groups[i-1]).Time

@@ -73,7 +73,7 @@ func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []st
 					dur = in.Flops / rate
 					name = in.Kern.String()
 				case codegen.Collective:
-					dur = topo.Collective(cost.Coll(in.Coll), float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
+					dur = topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
 					name = in.Coll.String() + " " + in.Group.String()
 				case codegen.Record:
 					recorded[in.Event] = clock[s]
