@@ -155,11 +155,27 @@ func (k *rank) kernel(in *codegen.Instr) error {
 			v[i] = b2*v[i] + (1-b2)*g[i]*g[i]
 		}
 	case ir.AdamUpdate:
-		return k.adamUpdate(in)
+		err := k.adamUpdate(in)
+		k.round(in.Out)
+		return err
 	default:
 		return fmt.Errorf("no CPU kernel for %v", in.Kern)
 	}
+	k.round(in.Out)
 	return checkFinite(out())
+}
+
+// round stores a bf16 buffer's values as bf16: kernels compute in fp32
+// and every bf16 result is rounded to nearest even, as a bf16 tensor would
+// hold it (NUMERICS.md).
+func (k *rank) round(id int32) {
+	if k.p.Buffers[id].DType != ir.BF16 {
+		return
+	}
+	o := k.f(id)
+	for i, x := range o {
+		o[i] = kernels.RoundBF16(x)
+	}
 }
 
 func (k *rank) attnDims(in *codegen.Instr) (b, s, heads, kvh, hd int) {

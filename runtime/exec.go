@@ -251,6 +251,17 @@ func (k *rank) fail(s int, in *codegen.Instr, err error) error {
 }
 
 func (k *rank) collective(s int, in *codegen.Instr) error {
+	if err := k.collect(s, in); err != nil {
+		return err
+	}
+	// Sums of bf16 values are formed in fp32 and stored as bf16.
+	if in.Coll == codegen.ReduceScatter || in.Coll == codegen.AllReduce {
+		k.round(in.Out)
+	}
+	return nil
+}
+
+func (k *rank) collect(s int, in *codegen.Instr) error {
 	g := in.Group.Ranks(k.topo, k.r)
 	switch in.Coll {
 	case codegen.AllGather:
