@@ -15,13 +15,18 @@ import (
 
 // loadFlags are the flags every command that reads a job shares.
 type loadFlags struct {
-	cluster, train string
-	extra          []frontend.Source // sections given on the command line
+	cluster, train, shard string
 }
 
 func (lf *loadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&lf.cluster, "cluster", "", "take the cluster section from `FILE`")
 	fs.StringVar(&lf.train, "train", "", "take the train section from `FILE`")
+}
+
+// registerShard adds --shard PLAN, which replaces the file's shard
+// section; what says what the command does with the plan.
+func (lf *loadFlags) registerShard(fs *flag.FlagSet, what string) {
+	fs.StringVar(&lf.shard, "shard", "", what+" this `PLAN` instead of the file's shard section: a preset (zero3, mics(8), ...) or {params=2,grads=2,optim=8}")
 }
 
 func readSource(name string) (frontend.Source, error) {
@@ -49,20 +54,18 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 		}
 		extra = append(extra, s)
 	}
-	return frontend.Load(src, append(extra, lf.extra...)...)
+	if lf.shard != "" {
+		extra = append(extra, frontend.Source{Name: "--shard", Text: []byte("shard " + lf.shard)})
+	}
+	return frontend.Load(src, extra...)
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", "usage: amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per file")
 	dp := fs.Int("dp", 0, "data-parallel size for the micro-batch count (default: every GPU of the cluster)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...")
-		fs.PrintDefaults()
-	}
 	files, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUser

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"amspc/codegen"
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
@@ -26,25 +24,16 @@ const BundleName = "plan.amspplan"
 // plan (the file's shard section, --shard, or the planner's choice), the
 // scheduler's per-rank streams, collective matching, and the bundle.
 func runCompile(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("compile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("compile", "usage: amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	out := fs.String("o", "out", "write the plan bundle into `DIR`")
-	shard := fs.String("shard", "", "compile this `PLAN` instead of the file's shard section (zero3, mics(4), {params=2,grads=2,optim=8})")
+	lf.registerShard(fs, "compile")
 	dump := fs.String("dump-after", "", "print the IR after `PASS` (or all): "+strings.Join(passes.Names(), ", "))
 	debug := fs.String("d", "", "debug flags: check (verify the IR after every pass)")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "fuse the replica all-reduces of consecutive stages into buckets of `BYTES`")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE")
-		fs.PrintDefaults()
-	}
-	files, err := parseFlags(fs, args)
-	if err != nil {
-		return exitUser
-	}
-	if len(files) != 1 {
-		fs.Usage()
+	file, ok := oneFile(fs, args)
+	if !ok {
 		return exitUser
 	}
 	if *bucket < 1 {
@@ -55,16 +44,13 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc compile: unknown debug flag -d=%s (known: check)\n", *debug)
 		return exitUser
 	}
-	if *shard != "" {
-		lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
-	}
-	job, err := lf.load(files[0])
+	job, err := lf.load(file)
 	if err != nil {
 		return report(stderr, err)
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	cj, st := compileJob(files[0], job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, cfg, stderr)
+	cj, st := compileJob(file, job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, cfg, stderr)
 	if st != exitOK {
 		return st
 	}
@@ -83,7 +69,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	for i := range prog.Streams {
 		n[i] = len(prog.Streams[i])
 	}
-	fmt.Fprintf(stdout, "%s: %s on %d x %d, plan %s, M = %d\n", files[0], job.Graph.Name, c.Nodes, c.GPUsPerNode, bundle.Plan, M)
+	fmt.Fprintf(stdout, "%s: %s on %d x %d, plan %s, M = %d\n", file, job.Graph.Name, c.Nodes, c.GPUsPerNode, bundle.Plan, M)
 	fmt.Fprintf(stdout, "  wrote %s: %s, %d template for %d ranks, %d buffers, %d/%d/%d instructions (compute/gather/reduce)\n",
 		path, shortBytes(float64(size)), len(bundle.Templates), topo.Ranks(), len(prog.Buffers), n[0], n[1], n[2])
 	fmt.Fprintf(stdout, "  predicted step %s (compute %s, exposed communication %s); peak memory per rank %s\n",
@@ -181,17 +167,13 @@ func planLabel(p cost.Plan) string {
 	return strings.Join(parts, ", ")
 }
 
+// machineOf records the network the cost model sees (achieved bandwidths,
+// latencies) and the GPU, so a bundle can be simulated on its own.
 func machineOf(c *ir.Cluster) codegen.Machine {
+	t := cost.NewTopology(c)
 	return codegen.Machine{PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: c.GPU.Efficiency,
-		IntraBW: c.IntraBW * nonzero(c.GPU.IntraBusEff), InterBW: c.InterBW * nonzero(c.GPU.InterBusEff),
-		IntraLatency: c.IntraLatency, InterLatency: c.InterLatency, MemoryBytes: c.GPU.MemoryBytes}
-}
-
-func nonzero(f float64) float64 {
-	if f <= 0 {
-		return 1
-	}
-	return f
+		IntraBW: t.IntraBW, InterBW: t.InterBW, IntraLatency: t.IntraLatency, InterLatency: t.InterLat,
+		MemoryBytes: c.GPU.MemoryBytes}
 }
 
 func stageNames(p *codegen.Program) []string {
@@ -221,19 +203,13 @@ func passError(stderr io.Writer, file string, err error) int {
 }
 
 func runDisasm(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("disasm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("disasm", "usage: amspc disasm [--rank N,M,...] PLAN", stderr)
 	rank := fs.String("rank", "0", "the `RANKS` to print, comma-separated")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc disasm [--rank N,M,...] PLAN")
-		fs.PrintDefaults()
-	}
-	files, err := parseFlags(fs, args)
-	if err != nil || len(files) != 1 {
-		fs.Usage()
+	file, ok := oneFile(fs, args)
+	if !ok {
 		return exitUser
 	}
-	b, err := readBundle(files[0])
+	b, err := readBundle(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
 		return exitUser
@@ -251,20 +227,14 @@ func runDisasm(args []string, stdout, stderr io.Writer) int {
 }
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("trace", "usage: amspc trace [-o trace.json] [--ranks N,M,...] PLAN", stderr)
 	out := fs.String("o", "trace.json", "write the trace to `FILE`")
 	rank := fs.String("ranks", "", "the `RANKS` to include, comma-separated (default: all, up to 64)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc trace [-o trace.json] [--ranks N,M,...] PLAN")
-		fs.PrintDefaults()
-	}
-	files, err := parseFlags(fs, args)
-	if err != nil || len(files) != 1 {
-		fs.Usage()
+	file, ok := oneFile(fs, args)
+	if !ok {
 		return exitUser
 	}
-	b, err := readBundle(files[0])
+	b, err := readBundle(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
@@ -278,11 +248,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
 	}
-	mc := b.Machine
-	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
-		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
-	tmpl := b.Template(ranks[0])
-	tl, err := scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl))
+	tl, err := simulateBundle(b, ranks[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
@@ -303,6 +269,16 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d ranks, predicted step %s (open it in https://ui.perfetto.dev)\n", *out, len(ranks), dur(tl.Step))
 	return exitOK
+}
+
+// simulateBundle predicts rank r's timeline of a bundle from the machine
+// it was compiled for, without the source files.
+func simulateBundle(b *codegen.Bundle, r int) (*scheduler.Timeline, error) {
+	mc := b.Machine
+	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
+		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
+	tmpl := b.Template(r)
+	return scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl))
 }
 
 // readBundle reads a plan bundle, or the bundle inside a compile output

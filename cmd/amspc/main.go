@@ -100,6 +100,31 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	return exitUser
 }
 
+// newFlagSet makes a command's flag set: errors and usage go to stderr,
+// and -h prints the usage line and the flags.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// oneFile parses a command line that names exactly one file.
+func oneFile(fs *flag.FlagSet, args []string) (string, bool) {
+	files, err := parseFlags(fs, args)
+	if err != nil {
+		return "", false
+	}
+	if len(files) != 1 {
+		fs.Usage()
+		return "", false
+	}
+	return files[0], true
+}
+
 // parseFlags parses flags that may come before, between or after the
 // positional arguments (`amspc check model.amsp --json`).
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {

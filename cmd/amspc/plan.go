@@ -2,40 +2,29 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/ir"
 	"amspc/planner"
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	top := fs.Int("top", 3, "also show the `K` best candidates")
-	shard := fs.String("shard", "", "cost this `PLAN` instead of the file's shard section: a preset (zero3, mics(8), ...) or {params=.., grads=.., optim=..}")
+	lf.registerShard(fs, "cost")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
 	simulate := fs.Bool("simulate", true, "with --objective step, re-cost the best candidates and the baselines on the simulated timeline of their compiled instruction streams")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] [--cluster FILE] [--train FILE] FILE")
-		fs.PrintDefaults()
-	}
-	files, err := parseFlags(fs, args)
-	if err != nil {
-		return exitUser
-	}
-	if len(files) != 1 {
-		fs.Usage()
+	file, ok := oneFile(fs, args)
+	if !ok {
 		return exitUser
 	}
 	obj, ok := planner.ParseObjective(*objective)
@@ -47,36 +36,33 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "amspc plan: --top and --bucket must be positive")
 		return exitUser
 	}
-	if *shard != "" {
-		lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
-	}
-	job, err := lf.load(files[0])
+	job, err := lf.load(file)
 	if err != nil {
 		return report(stderr, err)
 	}
 	switch {
 	case job.Cluster == nil:
-		fmt.Fprintf(stderr, "%s: planning needs a cluster section (or --cluster FILE)\n", files[0])
+		fmt.Fprintf(stderr, "%s: planning needs a cluster section (or --cluster FILE)\n", file)
 		return exitUser
 	case job.Train == nil:
-		fmt.Fprintf(stderr, "%s: planning needs a train section (or --train FILE)\n", files[0])
+		fmt.Fprintf(stderr, "%s: planning needs a train section (or --train FILE)\n", file)
 		return exitUser
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
 	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", files[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(planJSON(res), "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
-		printPlan(stdout, files[0], job, res)
+		printPlan(stdout, file, job, res)
 	}
 	if res.Chosen == nil {
-		fmt.Fprintf(stderr, "%s: %s\n", files[0], res.Explain()[0])
+		fmt.Fprintf(stderr, "%s: %s\n", file, res.Explain()[0])
 		return exitUser
 	}
 	return exitOK

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"amspc"
 	"amspc/codegen"
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/passes"
 	"amspc/runtime"
 	"amspc/scheduler"
@@ -22,24 +20,18 @@ import (
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
 func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps)")
 	data := fs.String("data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
 	logPath := fs.String("log", "", "append one JSON object per step to `FILE`")
-	shard := fs.String("shard", "", "train under this `PLAN` instead of the file's shard section")
+	lf.registerShard(fs, "train under")
 	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN")
-		fs.PrintDefaults()
-	}
-	files, err := parseFlags(fs, args)
-	if err != nil || len(files) != 1 {
-		fs.Usage()
+	file, ok := oneFile(fs, args)
+	if !ok {
 		return exitUser
 	}
 	// A plan bundle (or compile's output directory) runs as it is; a
@@ -47,32 +39,26 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	var bundle *codegen.Bundle
 	var predicted *scheduler.Timeline
 	dataPath := ""
-	if isPlan(files[0]) {
-		if *shard != "" || lf.cluster != "" || lf.train != "" {
+	var err error
+	if isPlan(file) {
+		if lf.shard != "" || lf.cluster != "" || lf.train != "" {
 			fmt.Fprintln(stderr, "amspc run: --shard, --cluster and --train apply to model files, not to a compiled plan")
 			return exitUser
 		}
-		if bundle, err = readBundle(files[0]); err != nil {
+		if bundle, err = readBundle(file); err != nil {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 			return exitUser
 		}
-		mc := bundle.Machine
-		topo := &cost.Topology{GPUsPerNode: bundle.Topo.GPUsPerNode, Nodes: bundle.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
-			IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
-		tmpl := bundle.Template(0)
-		if predicted, err = scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl)); err != nil {
+		if predicted, err = simulateBundle(bundle, 0); err != nil {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 			return exitUser
 		}
 	} else {
-		if *shard != "" {
-			lf.extra = append(lf.extra, frontend.Source{Name: "--shard", Text: []byte("shard " + *shard)})
-		}
-		job, err := lf.load(files[0])
+		job, err := lf.load(file)
 		if err != nil {
 			return report(stderr, err)
 		}
-		cj, st := compileJob(files[0], job, passes.Options{}, cost.DefaultConfig, stderr)
+		cj, st := compileJob(file, job, passes.Options{}, cost.DefaultConfig, stderr)
 		if st != exitOK {
 			return st
 		}
@@ -121,7 +107,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		logw = f
 	}
 	fmt.Fprintf(stdout, "%s: training %s on %d CPU ranks (%d x %d), plan %s, M = %d, %d steps on %s\n",
-		files[0], bundle.Model, topo.Ranks(), topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
+		file, bundle.Model, topo.Ranks(), topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
 	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
 	start := time.Now()
 	var stepTimes []float64
