@@ -85,24 +85,7 @@ func (k *rank) kernel(in *codegen.Instr) error {
 		lse := make([]float32, b*heads*s)
 		kernels.Attention(out(), lse, a(0), a(1), a(2), b, s, heads, kvh, hd, attr(in, "causal").Bool)
 	case ir.AttentionGradQ, ir.AttentionGradK, ir.AttentionGradV:
-		// One fused backward computes all three gradients; the IR asks
-		// for one at a time, so the other two go to scratch.
-		b, s, heads, kvh, hd := k.attnDims(in)
-		causal := attr(in, "causal").Bool
-		q, kk, v, o, dout := a(0), a(1), a(2), a(3), a(4)
-		lse := make([]float32, b*heads*s)
-		tmp := make([]float32, len(o))
-		kernels.Attention(tmp, lse, q, kk, v, b, s, heads, kvh, hd, causal)
-		dq, dk, dv := make([]float32, len(q)), make([]float32, len(kk)), make([]float32, len(v))
-		switch in.Kern {
-		case ir.AttentionGradQ:
-			dq = out()
-		case ir.AttentionGradK:
-			dk = out()
-		default:
-			dv = out()
-		}
-		kernels.AttentionGrad(dq, dk, dv, q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
+		k.attentionGrad(in, out())
 	case ir.SiLU:
 		kernels.SiLU(out(), a(0))
 	case ir.SiLUGrad:
@@ -176,6 +159,45 @@ func (k *rank) round(id int32) {
 	for i, x := range o {
 		o[i] = kernels.RoundBF16(x)
 	}
+}
+
+// attentionGrad computes one of attention's three gradients. One fused
+// backward yields all three; the IR asks for them as three ops on the same
+// operands, so the first computes them all and keeps the other two for its
+// siblings (keyed by operands, step and micro-batch, so nothing stale is
+// ever reused).
+func (k *rank) attentionGrad(in *codegen.Instr, out []float32) {
+	key := fmt.Sprint(k.step, in.Micro, in.Args)
+	if e, ok := k.attnCache[key]; ok {
+		if g, ok := e[in.Kern]; ok {
+			copy(out, g)
+			delete(e, in.Kern)
+			if len(e) == 0 {
+				delete(k.attnCache, key)
+			}
+			return
+		}
+	}
+	a := func(i int) []float32 { return k.f(in.Args[i]) }
+	b, s, heads, kvh, hd := k.attnDims(in)
+	causal := attr(in, "causal").Bool
+	q, kk, v, o, dout := a(0), a(1), a(2), a(3), a(4)
+	// The log-sum-exp of forward is not kept, so forward runs again.
+	lse := make([]float32, b*heads*s)
+	kernels.Attention(make([]float32, len(o)), lse, q, kk, v, b, s, heads, kvh, hd, causal)
+	grads := map[ir.OpKind][]float32{
+		ir.AttentionGradQ: make([]float32, len(q)),
+		ir.AttentionGradK: make([]float32, len(kk)),
+		ir.AttentionGradV: make([]float32, len(v)),
+	}
+	kernels.AttentionGrad(grads[ir.AttentionGradQ], grads[ir.AttentionGradK], grads[ir.AttentionGradV],
+		q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
+	copy(out, grads[in.Kern])
+	delete(grads, in.Kern)
+	if k.attnCache == nil {
+		k.attnCache = map[string]map[ir.OpKind][]float32{}
+	}
+	k.attnCache[key] = grads
 }
 
 func (k *rank) attnDims(in *codegen.Instr) (b, s, heads, kvh, hd int) {

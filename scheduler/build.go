@@ -398,8 +398,10 @@ func (b *builder) step() {
 	for i, st := range b.stages {
 		spread[i] = st.f.OS.Size() > st.f.P.Size()
 	}
+	// Every micro-batch runs the same ops, so liveness is computed once.
+	last := b.lastUses()
 	for m := 0; m < b.M; m++ {
-		b.microBatch(m, spread)
+		b.microBatch(m, spread, last)
 		for i := range spread {
 			spread[i] = false // done once per step
 		}
@@ -458,8 +460,7 @@ func (b *builder) spreadStage(i int) int32 {
 	return ev
 }
 
-func (b *builder) microBatch(m int, spread []bool) {
-	last := b.lastUses()
+func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	order := 0
 	freeDead := func(v *ir.Value, stageIdx int, backward bool) {
 		for _, a := range v.Def.Args {
