@@ -1,27 +1,13 @@
 package cost
 
 import (
+	"amspc/internal/testjob"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
-	"amspc/frontend"
 	"amspc/ir"
 )
-
-func load(t testing.TB, name string) *ir.Job {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/models/" + name + ".amsp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := frontend.Load(frontend.Source{Name: name + ".amsp", Text: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return job
-}
 
 func near(t *testing.T, what string, got, want float64) {
 	t.Helper()
@@ -105,7 +91,7 @@ func TestCollectiveMonotone(t *testing.T) {
 // TestModelStatesPerStrategy pins P/G/OS bytes of tiny (fp32: 4+4+8 B per
 // param; groups of 16384, 99072 and 16448 params padded to even shards).
 func TestModelStatesPerStrategy(t *testing.T) {
-	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	m, err := NewModel(testjob.Load(t, "tiny"), DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +124,7 @@ func TestModelStatesPerStrategy(t *testing.T) {
 // values of its ops (rmsnorm inputs, matmul inputs, attention q/k/v/out,
 // silu input, mul inputs) at fp32, batch 2 x seq 64.
 func TestActivationsFromIR(t *testing.T) {
-	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	m, err := NewModel(testjob.Load(t, "tiny"), DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +152,7 @@ func TestActivationsFromIR(t *testing.T) {
 // TestMoreShardingNeverMoreState: along any nesting chain of factors,
 // model-state memory does not grow.
 func TestMoreShardingNeverMoreState(t *testing.T) {
-	m, err := NewModel(load(t, "llama-7b"), DefaultConfig)
+	m, err := NewModel(testjob.Load(t, "llama-7b"), DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +188,7 @@ func TestMoreShardingNeverMoreState(t *testing.T) {
 // T_p = T_g = 0, T_os0 = 2Φ/U x t(AR, U, 4x2), T_os1 = 8 x t(BC, 2Φ/8, 4x2),
 // summed over the three groups.
 func TestPaperTerms(t *testing.T) {
-	m, err := NewModel(load(t, "tiny"), DefaultConfig)
+	m, err := NewModel(testjob.Load(t, "tiny"), DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"amspc/internal/testjob"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestPipeline(t *testing.T) {
 // an update, on the example models.
 func TestEveryParamGetsStates(t *testing.T) {
 	for _, name := range []string{"tiny", "llama-7b"} {
-		job := load(t, name)
+		job := testjob.Load(t, name)
 		s, err := passes.Run(job, passes.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -80,13 +81,13 @@ func TestEveryParamGetsStates(t *testing.T) {
 
 func TestDumpAfter(t *testing.T) {
 	var b strings.Builder
-	if _, err := passes.Run(load(t, "tiny"), passes.Options{DumpAfter: "autodiff", Dump: &b}); err != nil {
+	if _, err := passes.Run(testjob.Load(t, "tiny"), passes.Options{DumpAfter: "autodiff", Dump: &b}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(b.String(), "# after autodiff\nmodel tiny") || strings.Contains(b.String(), "adam_") {
 		t.Errorf("dump after autodiff:\n%.200s", b.String())
 	}
-	if _, err := passes.Run(load(t, "tiny"), passes.Options{DumpAfter: "nosuch"}); err == nil || !strings.Contains(err.Error(), "no such pass") {
+	if _, err := passes.Run(testjob.Load(t, "tiny"), passes.Options{DumpAfter: "nosuch"}); err == nil || !strings.Contains(err.Error(), "no such pass") {
 		t.Errorf("unknown pass: %v", err)
 	}
 }

@@ -1,32 +1,14 @@
 package planner
 
 import (
+	"amspc/internal/testjob"
 	"fmt"
 	"math"
-	"os"
 	"testing"
 
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/ir"
 )
-
-func loadJob(t testing.TB, model string, extra ...string) *ir.Job {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/models/" + model + ".amsp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var srcs []frontend.Source
-	for i, x := range extra {
-		srcs = append(srcs, frontend.Source{Name: fmt.Sprintf("extra%d.amsp", i), Text: []byte(x)})
-	}
-	job, err := frontend.Load(frontend.Source{Name: model + ".amsp", Text: b}, srcs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return job
-}
 
 // TestSpaceSize matches the sizes of the paper's filtered space counted
 // by hand in AMSP-NOTES (R = 8, with the s_g rule).
@@ -60,7 +42,7 @@ func TestMILPMatchesEnumeration(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			job := loadJob(t, "tiny", append([]string{"shard auto"}, c.extra...)...)
+			job := testjob.Load(t, "tiny", append([]string{"shard auto"}, c.extra...)...)
 			m, err := cost.NewModel(job, cost.DefaultConfig)
 			if err != nil {
 				t.Fatal(err)
@@ -107,7 +89,7 @@ func TestPresetsAreBaselines(t *testing.T) {
 
 // TestNoPlanFits reports the binding constraint when nothing fits.
 func TestNoPlanFits(t *testing.T) {
-	job := loadJob(t, "llama-7b", `cluster { nodes = 1 gpus_per_node = 1 gpu = "A100-80GB" }`,
+	job := testjob.Load(t, "llama-7b", `cluster { nodes = 1 gpus_per_node = 1 gpu = "A100-80GB" }`,
 		`train { seq_len = 4096 global_batch = 2 }`)
 	r, err := Plan(job, Options{Top: 3, PerGroup: true})
 	if err != nil {
@@ -132,7 +114,7 @@ func benchCluster(gpus int) []string {
 // every baseline) for LLaMA-7B on 8 to 16384 GPUs.
 func BenchmarkPaperSpace(b *testing.B) {
 	for _, gpus := range []int{8, 64, 512, 1024, 4096, 16384} {
-		job := loadJob(b, "llama-7b", benchCluster(gpus)...)
+		job := testjob.Load(b, "llama-7b", benchCluster(gpus)...)
 		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
 			for b.Loop() {
 				if _, err := Plan(job, Options{Objective: Paper, Top: 3}); err != nil {
@@ -146,7 +128,7 @@ func BenchmarkPaperSpace(b *testing.B) {
 // BenchmarkMILP times the per-group MILP (factors per layer group,
 // recompute, micro-batch) for the 80-layer LLaMA-2-70B on 2048 H100s.
 func BenchmarkMILP(b *testing.B) {
-	job := loadJob(b, "llama2-70b-gqa")
+	job := testjob.Load(b, "llama2-70b-gqa")
 	m, err := cost.NewModel(job, cost.DefaultConfig)
 	if err != nil {
 		b.Fatal(err)

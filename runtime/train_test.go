@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"amspc/internal/testjob"
 	"fmt"
 	"math"
 	"os"
@@ -9,7 +10,6 @@ import (
 
 	"amspc/codegen"
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
@@ -20,19 +20,8 @@ import (
 // compile builds tiny's bundle for a cluster of nodes x gpus under f.
 func compile(t testing.TB, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
 	t.Helper()
-	src, err := os.ReadFile("../testdata/models/tiny.amsp")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
-	srcs := []frontend.Source{{Name: "c.amsp", Text: []byte(cl)}}
-	for i, x := range extra {
-		srcs = append(srcs, frontend.Source{Name: fmt.Sprintf("extra%d.amsp", i), Text: []byte(x)})
-	}
-	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src}, srcs...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	job := testjob.Load(t, "tiny", append([]string{cl}, extra...)...)
 	s, err := passes.Run(job, passes.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"amspc/internal/testjob"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,23 +17,10 @@ import (
 	. "amspc/scheduler"
 )
 
-func loadTiny(t testing.TB) *ir.Job {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/models/tiny.amsp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return job
-}
-
 // buildFor compiles tiny on 2 nodes x 4 ranks under uniform factors f.
 func buildFor(t testing.TB, f cost.Factors) *codegen.Program {
 	t.Helper()
-	job := loadTiny(t)
+	job := testjob.Load(t, "tiny")
 	s, err := passes.Run(job, passes.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +63,7 @@ func TestEveryTripleBuilds(t *testing.T) {
 // TestSimulateEveryTriple replays every plan on the cost model: no
 // deadlock, every alloc matched, and a step time at least the compute.
 func TestSimulateEveryTriple(t *testing.T) {
-	job := loadTiny(t)
+	job := testjob.Load(t, "tiny")
 	m, err := cost.NewModel(job, cost.DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +82,7 @@ func TestSimulateEveryTriple(t *testing.T) {
 }
 
 func TestTraceIsJSON(t *testing.T) {
-	job := loadTiny(t)
+	job := testjob.Load(t, "tiny")
 	m, _ := cost.NewModel(job, cost.DefaultConfig)
 	f := cost.Factors{P: ir.Factor{S0: 2, S1: 1}, G: ir.Factor{S0: 2, S1: 1}, OS: ir.Factor{S0: 4, S1: 2}}
 	tl, err := Simulate(buildFor(t, f), m.Topo, m.FlopRate(), nil)
