@@ -104,37 +104,6 @@ func TestTraceIsJSON(t *testing.T) {
 	}
 }
 
-// BenchmarkBuild70B schedules LLaMA-2-70B (80 layers) under ZeRO-3-like
-// 8x(N/8) factors for 256, 2048 and 16384 GPUs (one template serves every
-// rank, so the work does not grow with the rank count beyond M).
-func BenchmarkBuild70B(b *testing.B) {
-	src, err := os.ReadFile("../testdata/models/llama2-70b-gqa.amsp")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, gpus := range []int{256, 2048, 16384} {
-		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
-			cl := fmt.Sprintf(`cluster { nodes = %d gpus_per_node = 8 gpu = "H100-80GB" }
-train { seq_len = 4096 micro_batch = 1 global_batch = %d recompute = none }`, gpus/8, gpus)
-			for b.Loop() {
-				job, err := frontend.Load(frontend.Source{Name: "70b.amsp", Text: src}, frontend.Source{Name: "c.amsp", Text: []byte(cl)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s, err := passes.Run(job, passes.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				dp := ir.Factor{S0: 8, S1: gpus / 8}
-				f := cost.Factors{P: ir.Factor{S0: 8, S1: 1}, G: ir.Factor{S0: 8, S1: 1}, OS: dp}
-				if _, err := Build(s, cost.Uniform("", f, ir.RecomputeNone, 1), codegen.Topology{GPUsPerNode: 8, Nodes: gpus / 8}, 1, Options{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
 // BenchmarkCompile70B times the whole compile of LLaMA-2-70B (parse,
 // passes, schedule, collective matching, encoding) under ZeRO-3-like
 // 8x1 P/G and fully sharded OS, and reports the bundle size.
