@@ -165,17 +165,25 @@ func (m *Model) Evaluate(p Plan) *Estimate {
 	m.memory(e, scale)
 	comms := m.comm(e)
 	m.timeline(e, comms, scale)
-	flopsPerStep := m.Stats.TrainFlopsPerToken() * float64(t.TokensPerStep())
-	gpus := float64(m.DP.Size())
-	if e.Step > 0 {
-		e.TokensPerSPerGPU = float64(t.TokensPerStep()) / e.Step / gpus
-		e.MFU = flopsPerStep / (e.Step * gpus * m.Job.Cluster.GPU.PeakFLOPS)
-	}
+	m.SetTimes(e, e.Step, e.Compute, e.Exposed)
 	if limit := float64(m.Job.Cluster.GPU.MemoryBytes); e.Mem.Total > limit {
 		e.Feasible = false
 		e.Why = fmt.Sprintf("needs %s > %s", GiB(e.Mem.Total), GiB(limit))
 	}
 	return e
+}
+
+// SetTimes gives an estimate its step time (compute plus exposed
+// communication) and what follows from it: tokens/s per GPU and MFU.
+func (m *Model) SetTimes(e *Estimate, step, compute, exposed float64) {
+	e.Step, e.Compute, e.Exposed = step, compute, exposed
+	if step <= 0 {
+		return
+	}
+	t := m.Job.Train
+	gpus := float64(m.DP.Size())
+	e.TokensPerSPerGPU = float64(t.TokensPerStep()) / step / gpus
+	e.MFU = m.Stats.TrainFlopsPerToken() * float64(t.TokensPerStep()) / (step * gpus * m.Job.Cluster.GPU.PeakFLOPS)
 }
 
 // GiB formats bytes with one decimal in GiB, or in MiB or KiB below

@@ -222,13 +222,8 @@ func simulate(job *ir.Job, m *cost.Model, es []*cost.Estimate) error {
 		if errs[i] != nil || tls[i] == nil {
 			continue // keeps the analytic estimate
 		}
-		tl := tls[i]
-		e.Step, e.Compute, e.Exposed = tl.Step, tl.Compute, tl.Exposed
+		m.SetTimes(e, tls[i].Step, tls[i].Compute, tls[i].Exposed)
 		e.Simulated = true
-		flops := m.Stats.TrainFlopsPerToken() * float64(job.Train.TokensPerStep())
-		gpus := float64(m.DP.Size())
-		e.TokensPerSPerGPU = float64(job.Train.TokensPerStep()) / e.Step / gpus
-		e.MFU = flops / (e.Step * gpus * job.Cluster.GPU.PeakFLOPS)
 	}
 	return nil
 }
