@@ -24,7 +24,7 @@ const BundleName = "plan.amspplan"
 // plan (the file's shard section, --shard, or the planner's choice), the
 // scheduler's per-rank streams, collective matching, and the bundle.
 func runCompile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("compile", "usage: amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("compile", "usage: amspc compile [-o DIR] [--shard PLAN] [--bucket BYTES] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	out := fs.String("o", "out", "write the plan bundle into `DIR`")
