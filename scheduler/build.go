@@ -63,6 +63,11 @@ type stage struct {
 	layout codegen.Layout
 	fwd    []*ir.Value // values computed in forward, in order
 	bwd    []*ir.Value // values computed in backward, in order
+	// lastUser is the index of the last stage that reads one of this
+	// stage's params (itself unless a param is shared); borrowed lists
+	// the earlier stages whose params this stage reads.
+	lastUser int
+	borrowed []int
 	// buffer ids
 	pShard, pFull, pSec, gAcc, gFull, gPC int32
 	gSel, osSel, pOS                      int32 // views: my g-slice and os-slice of the p-chunk, my os-slice of P
@@ -138,6 +143,8 @@ func (b *builder) recomputed(st *stage) []*ir.Value {
 	}
 	return out
 }
+
+func (st *stage) hasParams() bool { return len(st.layout.Params) > 0 }
 
 // use names one live range of a value: instance 1 is a dropped value's
 // recomputation.
@@ -216,6 +223,12 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 }
 
 // split assigns values to stages and lays out each stage's flat params.
+//
+// Forward values go to the stage of their block (or to the embedding and
+// head stages around the blocks); a param belongs to the stage of its
+// first use; a backward value goes to the stage of the forward value (or
+// param) it was made for. The optimizer's per-param ops are left out:
+// the flat kernels on each rank's shard replace them.
 func (b *builder) split(plan cost.Plan) error {
 	g := b.s.Graph
 	g0 := g.Layers
@@ -225,45 +238,31 @@ func (b *builder) split(plan cost.Plan) error {
 	for i := range blocks {
 		blocks[i] = &stage{name: fmt.Sprintf("layers.%d", i), group: cost.Blocks}
 	}
+	b.stages = append(append([]*stage{pre}, blocks...), post)
 	loss := g.LossValue()
-	seen, inFwd := false, true
-	origin := b.s.Origin
-	for _, v := range g.Values {
-		if v.Layer >= 0 && inFwd {
+	end := len(g.Values)
+	seen := false
+	for i, v := range g.Values {
+		if v.Layer >= 0 {
 			seen = true
-		}
-		var st *stage
-		switch {
-		case !inFwd:
-			o := v
-			for origin[o] != nil {
-				o = origin[o]
-			}
-			st = b.stageOf[o]
-		case v.Layer >= 0:
-			st = blocks[v.Layer]
-		case seen:
-			st = post
-		default:
-			st = pre
-		}
-		if st == nil {
-			continue // optimizer values of params: the flat kernels replace them
 		}
 		if v.Def == nil {
 			continue
 		}
-		b.stageOf[v] = st
-		if inFwd {
-			st.fwd = append(st.fwd, v)
-		} else if v.Role != ir.OptState && !(v.Role == ir.Param && v.Updates != nil) {
-			st.bwd = append(st.bwd, v)
+		st := pre
+		switch {
+		case v.Layer >= 0:
+			st = blocks[v.Layer]
+		case seen:
+			st = post
 		}
+		b.stageOf[v] = st
+		st.fwd = append(st.fwd, v)
 		if v == loss {
-			inFwd = false
+			end = i + 1
+			break
 		}
 	}
-	b.stages = append(append([]*stage{pre}, blocks...), post)
 	// Params belong to the stage of their first use.
 	for _, st := range b.stages {
 		for _, v := range st.fwd {
@@ -276,13 +275,47 @@ func (b *builder) split(plan cost.Plan) error {
 			}
 		}
 	}
+	// The optimizer's values: optimizer states and everything computed
+	// from them or replacing a state.
+	opt := map[*ir.Value]bool{}
+	origin := b.s.Origin
+	for _, v := range g.Values[end:] {
+		if v.Role == ir.OptState || v.Updates != nil {
+			opt[v] = true
+		}
+		if v.Def != nil {
+			for _, a := range v.Def.Args {
+				if opt[a] {
+					opt[v] = true
+				}
+			}
+		}
+		if v.Def == nil || opt[v] {
+			continue
+		}
+		o := v
+		for origin[o] != nil {
+			o = origin[o]
+		}
+		st := b.stageOf[o]
+		if st == nil {
+			return fmt.Errorf("backward value %s has no stage (made for %s)", v.Name, o.Name)
+		}
+		b.stageOf[v] = st
+		st.bwd = append(st.bwd, v)
+	}
 	grads := map[*ir.Value]*ir.Value{}
 	for _, gp := range b.s.Grads {
 		grads[gp.Param] = gp.Grad
 	}
-	for _, st := range b.stages {
+	index := map[*stage]int{}
+	for i, st := range b.stages {
+		index[st] = i
+	}
+	for i, st := range b.stages {
 		st.f = plan.Groups[st.group]
 		st.layout.Stage = st.name
+		st.lastUser = i
 		var off int64
 		for i := range st.layout.Params {
 			st.layout.Params[i].Offset = off
@@ -293,19 +326,33 @@ func (b *builder) split(plan cost.Plan) error {
 			pad = lcm(pad, int64(st.f.Secondary.Size()))
 		}
 		st.layout.Padded = (off + pad - 1) / pad * pad
-		// A tied param (used by two stages) would need its stage's buffers
-		// elsewhere; not supported yet.
+		for _, slot := range st.layout.Params {
+			if gv := grads[g.Lookup(slot.Name)]; gv != nil && b.stageOf[gv] != st {
+				return &passes.UserError{Pos: gv.Pos, Msg: fmt.Sprintf("the gradient of %s is formed outside its stage %s (a param whose first use does not reach the loss is not supported yet)", slot.Name, st.name)}
+			}
+		}
+	}
+	// A param shared by several stages (tied weights, one weight used by
+	// every block) stays in its owner's flat buffer: the owner's gathered
+	// params stay live from the owner's forward to the last user's
+	// forward, and in backward from the last user's backward to the
+	// owner's, where the contributions meet in the param's gradient.
+	for _, st := range b.stages {
 		for _, v := range append(append([]*ir.Value{}, st.fwd...), st.bwd...) {
 			for _, a := range v.Def.Args {
-				if a.Role == ir.Param && b.stageOf[a] != st {
-					return &passes.UserError{Pos: v.Pos, Msg: fmt.Sprintf("param %s is used by stages %s and %s (tied params are not supported yet)", a.Name, b.stageOf[a].name, st.name)}
+				if a.Role != ir.Param {
+					continue
+				}
+				owner := b.stageOf[a]
+				if j := index[st]; j > owner.lastUser {
+					owner.lastUser = j
 				}
 			}
 		}
-		for _, slot := range st.layout.Params {
-			if gv := grads[g.Lookup(slot.Name)]; gv != nil && b.stageOf[gv] != st {
-				return &passes.UserError{Pos: gv.Pos, Msg: fmt.Sprintf("the gradient of %s is formed outside its stage %s (tied params are not supported yet)", slot.Name, st.name)}
-			}
+	}
+	for i, st := range b.stages {
+		for j := i + 1; j <= st.lastUser; j++ {
+			b.stages[j].borrowed = append(b.stages[j].borrowed, i)
 		}
 	}
 	return nil
@@ -481,14 +528,18 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	// freed; the gather stream waits for stage i-Depth's before gathering
 	// stage i, which bounds the live gathered stages.
 	freed := make([]int32, len(b.stages))
+	for k := range freed {
+		freed[k] = -1
+	}
 	for i, st := range b.stages {
-		if spread[i] {
+		if spread[i] && st.hasParams() {
 			ev := b.spreadStage(i)
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: ev, Stage: int32(i), Micro: int32(m)})
 		}
-		gathered := b.gather(i, st, m, freed, false)
-		if gathered >= 0 {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
+		if st.hasParams() {
+			if gathered := b.gather(i, i, st, m, freed, false); gathered >= 0 {
+				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
+			}
 		}
 		for _, v := range st.fwd {
 			b.kernel(v, i, m)
@@ -501,7 +552,13 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 				delete(b.live, id)
 			}
 		}
-		b.release(i, st, m, freed, true)
+		// Release this stage's params and those of earlier stages whose
+		// last user this is.
+		for _, k := range append(append([]int{}, st.borrowed...), i) {
+			if b.stages[k].lastUser == i && b.stages[k].hasParams() {
+				b.release(k, b.stages[k], m, freed, true)
+			}
+		}
 	}
 	// Backward, last stage first.
 	for k := range freed {
@@ -510,9 +567,15 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	pending, pendingEv := -1, int32(-1)
 	for j := len(b.stages) - 1; j >= 0; j-- {
 		st := b.stages[j]
-		gathered := b.gather(j, st, m, freed, true)
-		if gathered >= 0 {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(j), Micro: int32(m)})
+		// Gather this stage's params, and those of earlier stages whose
+		// first backward user this is.
+		for _, k := range append([]int{j}, st.borrowed...) {
+			if b.stages[k].lastUser != j || !b.stages[k].hasParams() {
+				continue
+			}
+			if gathered := b.gather(k, j, b.stages[k], m, freed, true); gathered >= 0 {
+				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(j), Micro: int32(m)})
+			}
 		}
 		// Full recompute runs the block's forward again on the parameters
 		// gathered for its backward, which stay for the backward.
@@ -520,10 +583,15 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 			b.kernel(v, j, m)
 			freeDead(v, j, true)
 		}
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+		if st.hasParams() {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
+		}
 		for _, v := range st.bwd {
 			b.kernel(v, j, m)
 			freeDead(v, j, true)
+		}
+		if !st.hasParams() {
+			continue
 		}
 		b.release(j, st, m, freed, false)
 		synced := b.reduce(j, st, m)
@@ -555,18 +623,22 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 
 // gather emits the all-gather of stage i's params on the gather stream and
 // returns the event compute waits for (-1 when P is not sharded).
-func (b *builder) gather(i int, st *stage, m int, freed []int32, backward bool) int32 {
+func (b *builder) gather(i, at int, st *stage, m int, freed []int32, backward bool) int32 {
 	f := st.f
 	if f.P.Size() <= 1 {
 		return -1
 	}
-	// Bound the live gathered stages: wait until the stage Depth back has
-	// released its buffer.
-	back := i - b.opts.Depth
+	// Bound the live gathered stages: wait until the stage Depth back
+	// from where the gather is issued (at) has released its buffer. A
+	// stage whose params are shared with later stages is released only
+	// after its last user: in forward the wait is skipped while that
+	// release is still ahead (waiting would deadlock), so shared stages
+	// count on top of the bound.
+	back := at - b.opts.Depth
 	if backward {
-		back = i + b.opts.Depth
+		back = at + b.opts.Depth
 	}
-	if back >= 0 && back < len(freed) && freed[back] >= 0 {
+	if back >= 0 && back < len(freed) && freed[back] >= 0 && (backward || b.stages[back].lastUser < at) {
 		b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Wait, Event: freed[back], Stage: int32(i), Micro: int32(m)})
 	}
 	if b.pFreed[i] >= 0 {
