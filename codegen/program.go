@@ -13,20 +13,19 @@ package codegen
 import (
 	"fmt"
 
-	"amspc/cost"
 	"amspc/ir"
 )
 
-// Coll is a collective operation: the cost model's, so that plans and
-// costs name collectives one way.
-type Coll = cost.Coll
+// Coll is a collective operation (ir's: plans, the IR and the cost model
+// name collectives one way).
+type Coll = ir.Coll
 
 const (
-	AllGather     = cost.AllGather
-	ReduceScatter = cost.ReduceScatter
-	AllReduce     = cost.AllReduce
-	Broadcast     = cost.Broadcast
-	numColls      = cost.NumColls
+	AllGather     = ir.AllGather
+	ReduceScatter = ir.ReduceScatter
+	AllReduce     = ir.AllReduce
+	Broadcast     = ir.Broadcast
+	numColls      = ir.NumColls
 )
 
 // Topology is the job's rank layout: a node's GPUs are consecutive ranks,

@@ -1,62 +1,28 @@
 package cost
 
 import (
-	"fmt"
 	"math"
 
 	"amspc/ir"
 )
 
-// Coll is a collective operation.
-type Coll uint8
+// Coll is a collective operation (defined in ir, where collectives are
+// ops; the cost model and the bundles name them the same way).
+type Coll = ir.Coll
 
 const (
-	AllGather Coll = iota
-	ReduceScatter
-	AllReduce
-	Broadcast
-	NumColls // the number of collectives
+	AllGather     = ir.AllGather
+	ReduceScatter = ir.ReduceScatter
+	AllReduce     = ir.AllReduce
+	Broadcast     = ir.Broadcast
+	NumColls      = ir.NumColls
 )
 
-var collNames = [...]string{"all_gather", "reduce_scatter", "all_reduce", "broadcast"}
-
-func (c Coll) String() string {
-	if c < NumColls {
-		return collNames[c]
-	}
-	return fmt.Sprintf("coll(%d)", int(c))
-}
-
 // ParseColl maps a collective's name to it.
-func ParseColl(s string) (Coll, bool) {
-	for i, n := range collNames {
-		if n == s {
-			return Coll(i), true
-		}
-	}
-	return 0, false
-}
-
-// BusFactor is nccl-tests' ratio of bus bandwidth to algorithm bandwidth
-// for a group of n: the bytes each rank must move per byte of the
-// collective's size. all-reduce 2(n-1)/n, all-gather and reduce-scatter
-// (n-1)/n, broadcast 1.
-func (c Coll) BusFactor(n int) float64 {
-	if n <= 1 {
-		return 0
-	}
-	f := float64(n-1) / float64(n)
-	switch c {
-	case AllReduce:
-		return 2 * f
-	case Broadcast:
-		return 1
-	}
-	return f
-}
+func ParseColl(s string) (Coll, bool) { return ir.ParseColl(s) }
 
 // steps is the number of latency-bound steps of a ring on n ranks.
-func (c Coll) steps(n int) float64 {
+func steps(c Coll, n int) float64 {
 	if n <= 1 {
 		return 0
 	}
@@ -138,13 +104,13 @@ func (t *Topology) analytic(c Coll, bytes float64, g ir.Factor) CollCost {
 	n := g.Size()
 	if g.S1 == 1 {
 		v := bytes * c.BusFactor(n)
-		return CollCost{Time: c.steps(n)*t.IntraLatency + v/t.IntraBW, Intra: v}
+		return CollCost{Time: steps(c, n)*t.IntraLatency + v/t.IntraBW, Intra: v}
 	}
 	// Flat ring across nodes: each GPU moves BusFactor x bytes; the
 	// slowest link is NVLink or this group's share of the NIC.
 	v := bytes * c.BusFactor(n)
 	nic := t.InterBW * float64(g.S0) / float64(t.GPUsPerNode)
-	flat := c.steps(n)*t.InterLat + v/math.Min(t.IntraBW, nic)
+	flat := steps(c, n)*t.InterLat + v/math.Min(t.IntraBW, nic)
 	// Hierarchical: the intra phases move the data among S0 GPUs, the
 	// inter phase moves 1/S0 of it per GPU among S1 nodes, each GPU in
 	// its own 1 x S1 ring, all GPUs of the node sharing the NIC.
@@ -155,17 +121,17 @@ func (t *Topology) analytic(c Coll, bytes float64, g ir.Factor) CollCost {
 	case AllReduce:
 		intraV = 2 * bytes * ReduceScatter.BusFactor(g.S0)
 		interV = bytes / float64(g.S0) * AllReduce.BusFactor(g.S1)
-		hier = 2*ReduceScatter.steps(inner.Size())*t.IntraLatency + AllReduce.steps(outer.Size())*t.InterLat
+		hier = 2*steps(ReduceScatter, inner.Size())*t.IntraLatency + steps(AllReduce, outer.Size())*t.InterLat
 	case AllGather, ReduceScatter:
 		intraV = bytes * c.BusFactor(g.S0)
 		interV = bytes / float64(g.S0) * c.BusFactor(g.S1)
-		hier = c.steps(inner.Size())*t.IntraLatency + c.steps(outer.Size())*t.InterLat
+		hier = steps(c, inner.Size())*t.IntraLatency + steps(c, outer.Size())*t.InterLat
 	case Broadcast:
 		// Across nodes to one GPU per node (sliced over the node's GPUs),
 		// then inside each node.
 		intraV = bytes
 		interV = bytes / float64(g.S0)
-		hier = Broadcast.steps(g.S1)*t.InterLat + Broadcast.steps(g.S0)*t.IntraLatency
+		hier = steps(Broadcast, g.S1)*t.InterLat + steps(Broadcast, g.S0)*t.IntraLatency
 	}
 	hier += intraV/t.IntraBW + interV/perGPUNIC
 	if g.S0 > 1 && hier < flat {

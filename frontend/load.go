@@ -132,6 +132,12 @@ func collect(d *diag, f *File) sections {
 // an ErrorList of user errors, or an internal error when verification of a
 // lowered graph fails.
 func Load(main Source, extra ...Source) (*ir.Job, error) {
+	return load(main, extra, 0)
+}
+
+// load is Load with the train section's micro_batch replaced by
+// microBatch when it is positive (Job.Rebatch).
+func load(main Source, extra []Source, microBatch int64) (*ir.Job, error) {
 	d := &diag{}
 	f, err := Parse(main)
 	if err != nil {
@@ -170,6 +176,9 @@ func Load(main Source, extra ...Source) (*ir.Job, error) {
 	why := describeMissing("train")
 	if s.train != nil {
 		t, ok := lowerTrain(d, s.train)
+		if ok && microBatch > 0 {
+			t.MicroBatch = microBatch
+		}
 		batch, seq = t.MicroBatch, t.SeqLen
 		dtype = t.Precision.DType()
 		why = "" // a bad micro_batch or seq_len is already reported
@@ -194,6 +203,12 @@ func Load(main Source, extra ...Source) (*ir.Job, error) {
 	}
 	if err := ir.Verify(job.Graph); err != nil {
 		return nil, &InternalError{Pass: "lower", Err: err}
+	}
+	job.Rebatch = func(mb int64) (*ir.Job, error) {
+		if mb <= 0 {
+			return nil, fmt.Errorf("micro-batch size %d is not positive", mb)
+		}
+		return load(main, extra, mb)
 	}
 	return job, nil
 }

@@ -13,6 +13,10 @@ type Job struct {
 	Cluster *Cluster   // nil when the file has no cluster section
 	Train   *Train     // nil when the file has no train section
 	Shard   *ShardSpec // nil means auto
+	// Rebatch lowers the same sources again with another micro-batch
+	// size (the graph's batch dim), for a plan that chooses one; nil
+	// when the job was not lowered from sources.
+	Rebatch func(microBatch int64) (*Job, error)
 }
 
 // GPU describes one accelerator model. Bandwidths are bytes per second in

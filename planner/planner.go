@@ -54,6 +54,10 @@ type Options struct {
 	// real instruction streams, and ranks by that.
 	Simulate    bool
 	SimulateTop int
+	// Predict compiles plans and simulates their programs
+	// (compiler.Predict; the planner cannot import the compiler, which
+	// imports it). Simulate needs it.
+	Predict func(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*scheduler.Timeline, []error)
 }
 
 // Result is a search's outcome.
@@ -152,7 +156,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 			}
 			pool = append(pool, e)
 		}
-		if err := simulate(job, m, append(append([]*cost.Estimate{}, pool...), res.Baselines...)); err != nil {
+		if err := simulate(job, m, opts.Predict, append(append([]*cost.Estimate{}, pool...), res.Baselines...)); err != nil {
 			return nil, err
 		}
 		// Rank the simulated pool by its simulated steps; candidates
@@ -177,7 +181,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		res.MILP = mr
 		res.Candidates += mr.Columns
 		if mr.Best != nil && opts.Simulate {
-			if err := simulate(job, m, []*cost.Estimate{mr.Best}); err != nil {
+			if err := simulate(job, m, opts.Predict, []*cost.Estimate{mr.Best}); err != nil {
 				return nil, err
 			}
 		}
@@ -198,7 +202,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		e := m.Evaluate(cost.Uniform("shard "+sh.Label(), f, rc, mb))
 		res.Fixed = e
 		if opts.Simulate && opts.Objective == Step {
-			if err := simulate(job, m, []*cost.Estimate{e}); err != nil {
+			if err := simulate(job, m, opts.Predict, []*cost.Estimate{e}); err != nil {
 				return nil, err
 			}
 		}
@@ -209,15 +213,15 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 
 // simulate replaces the estimates' step times with the scheduler's
 // simulated timeline (compute, exposed communication, step).
-func simulate(job *ir.Job, m *cost.Model, es []*cost.Estimate) error {
+func simulate(job *ir.Job, m *cost.Model, predict func(*ir.Job, *cost.Model, []cost.Plan) ([]*scheduler.Timeline, []error), es []*cost.Estimate) error {
+	if predict == nil {
+		return fmt.Errorf("planner: simulating plans needs Options.Predict")
+	}
 	plans := make([]cost.Plan, len(es))
 	for i, e := range es {
 		plans[i] = e.Plan
 	}
-	tls, errs, err := scheduler.Predict(job, m, plans)
-	if err != nil {
-		return err
-	}
+	tls, errs := predict(job, m, plans)
 	for i, e := range es {
 		if errs[i] != nil || tls[i] == nil {
 			continue // keeps the analytic estimate

@@ -6,38 +6,27 @@ import (
 	"testing"
 
 	"amspc/codegen"
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/internal/testjob"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
-	"amspc/scheduler"
 )
 
-// compileModel builds an example model's bundle for nodes x gpus under f.
+// compileModel compiles an example model for nodes x gpus under f.
 func compileModel(t testing.TB, model string, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
 	t.Helper()
 	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
 	job := testjob.Load(t, model, append([]string{cl}, extra...)...)
-	s, err := passes.Run(job, passes.Options{Check: true})
+	cfg := cost.DefaultConfig
+	cfg.BucketBytes = 64 << 10
+	r, err := compiler.Compile(job, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch),
+		compiler.Options{Passes: passes.Options{Check: true}, Config: cfg, Depth: 2})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s %v: %v", model, f, err)
 	}
-	topo := codegen.Topology{GPUsPerNode: gpus, Nodes: nodes}
-	M, err := job.Train.MicroBatches(topo.Ranks())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M),
-		scheduler.Options{Topo: cost.NewTopology(job.Cluster), BucketBytes: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &codegen.Bundle{Model: model, Topo: topo, Micro: int(M), Templates: []codegen.Program{*prog}}
-	if err := codegen.Match(b); err != nil {
-		t.Fatalf("%v: %v", f, err)
-	}
-	return b
+	return r.Bundle
 }
 
 // TestModelsTrainLikeOneRank: models whose params are shared between

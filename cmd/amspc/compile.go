@@ -10,10 +10,10 @@ import (
 	"strings"
 
 	"amspc/codegen"
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/passes"
-	"amspc/planner"
 	"amspc/scheduler"
 )
 
@@ -54,7 +54,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	if st != exitOK {
 		return st
 	}
-	bundle, prog, tl, est, c, topo, M := cj.bundle, cj.prog, cj.tl, cj.est, job.Cluster, cj.bundle.Topo, cj.bundle.Micro
+	bundle, prog, tl, est, c, topo, M := cj.Bundle, cj.Program, cj.Timeline, cj.est, job.Cluster, cj.Bundle.Topo, cj.Bundle.Micro
 	path := filepath.Join(*out, BundleName)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
@@ -82,106 +82,27 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 
 // compiled is a job compiled for its cluster.
 type compiled struct {
-	plan   cost.Plan
-	est    *cost.Estimate // the planner's analytic estimate of the plan
-	model  *cost.Model
-	prog   *codegen.Program
-	bundle *codegen.Bundle
-	tl     *scheduler.Timeline // the predicted timeline
+	*compiler.Result
+	est *cost.Estimate // the planner's analytic estimate of the plan
 }
 
-// compileJob chooses the plan, runs the passes, schedules, checks the
-// collectives and predicts the timeline; errors are reported on stderr
-// and turned into an exit status.
+// compileJob chooses the plan and compiles it (compiler.Compile);
+// errors are reported on stderr and turned into an exit status.
 func compileJob(file string, job *ir.Job, opts passes.Options, cfg cost.Config, stderr io.Writer) (*compiled, int) {
 	if job.Cluster == nil || job.Train == nil {
 		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", file)
 		return nil, exitUser
 	}
-	// Plan and cost model read the forward graph, before the passes
-	// extend it.
-	plan, est, err := choosePlan(job)
+	plan, est, err := compiler.Choose(job, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return nil, exitUser
 	}
-	m, err := cost.NewModel(job, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", file, err)
-		return nil, exitUser
-	}
-	s, err := passes.Run(job, opts)
+	r, err := compiler.Compile(job, plan, compiler.Options{Passes: opts, Config: cfg})
 	if st := passError(stderr, file, err); st != exitOK {
 		return nil, st
 	}
-	c := job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
-	M, _ := job.Train.MicroBatchesOf(plan.MicroBatch, topo.Ranks())
-	// The deepest prefetch whose simulated peak fits the GPU's memory.
-	prog, tl, err := scheduler.BuildWithin(s, plan, topo, int(M), m, c.GPU.MemoryBytes, stageNames)
-	if st := passError(stderr, file, err); st != exitOK {
-		return nil, st
-	}
-	t := job.Train
-	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: planLabel(plan), Micro: int(M),
-		Templates: []codegen.Program{*prog}, Machine: machineOf(c),
-		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: plan.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
-	if err := codegen.Match(bundle); err != nil {
-		fmt.Fprintf(stderr, "internal compiler error: match: %v\n", err)
-		return nil, exitInternal
-	}
-	return &compiled{plan: plan, est: est, model: m, prog: prog, bundle: bundle, tl: tl}, exitOK
-}
-
-// choosePlan takes the shard section's factors, or the planner's choice.
-func choosePlan(job *ir.Job) (cost.Plan, *cost.Estimate, error) {
-	sh := job.Shard
-	t := job.Train
-	if sh != nil && sh.Mode != ir.ShardAuto {
-		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
-		p := cost.Uniform(sh.Label(), f, t.Recompute, t.MicroBatch)
-		m, err := cost.NewModel(job, cost.DefaultConfig)
-		if err != nil {
-			return p, nil, err
-		}
-		return p, m.Evaluate(p), nil
-	}
-	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true})
-	if err != nil {
-		return cost.Plan{}, nil, err
-	}
-	if res.Chosen == nil {
-		return cost.Plan{}, nil, fmt.Errorf("%s", res.Explain()[0])
-	}
-	return res.Chosen.Plan, res.Chosen, nil
-}
-
-func planLabel(p cost.Plan) string {
-	if p.IsUniform() {
-		return p.Groups[0].String()
-	}
-	var parts []string
-	for g := cost.Group(0); g < cost.NumGroups; g++ {
-		parts = append(parts, g.String()+" "+p.Groups[g].String())
-	}
-	return strings.Join(parts, ", ")
-}
-
-// machineOf records the network the cost model sees (achieved bandwidths,
-// latencies) and the GPU, so a bundle can be simulated on its own.
-func machineOf(c *ir.Cluster) codegen.Machine {
-	t := cost.NewTopology(c)
-	return codegen.Machine{PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: c.GPU.Efficiency,
-		IntraBW: t.IntraBW, InterBW: t.InterBW, IntraLatency: t.IntraLatency, InterLatency: t.InterLat,
-		MemoryBytes: c.GPU.MemoryBytes}
-}
-
-func stageNames(p *codegen.Program) []string {
-	var out []string
-	for _, l := range p.Layouts {
-		out = append(out, l.Stage)
-	}
-	return out
+	return &compiled{Result: r, est: est}, exitOK
 }
 
 // passError reports an error of the passes or the scheduler.
@@ -278,7 +199,7 @@ func simulateBundle(b *codegen.Bundle, r int) (*scheduler.Timeline, error) {
 	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
 		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
 	tmpl := b.Template(r)
-	return scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, stageNames(tmpl))
+	return scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, compiler.StageNames(tmpl))
 }
 
 // readBundle reads a plan bundle, or the bundle inside a compile output

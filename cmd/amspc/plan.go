@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/planner"
@@ -50,7 +51,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate})
+	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate, Predict: compiler.Predict})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser

@@ -62,7 +62,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		if st != exitOK {
 			return st
 		}
-		bundle, predicted, dataPath = cj.bundle, cj.tl, job.Train.Data
+		bundle, predicted, dataPath = cj.Bundle, cj.Timeline, job.Train.Data
 	}
 	tl, topo, M, tr := predicted, bundle.Topo, bundle.Micro, bundle.Train
 	tokens, what, err := loadTokens(*data, dataPath)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,5 +47,72 @@ func TestRunTrains(t *testing.T) {
 	}
 	if len(losses) != 3 || !(losses[2] < losses[0]) {
 		t.Errorf("losses %v: want 3, falling", losses)
+	}
+}
+
+// losses runs amspc with args plus --log and returns the logged losses.
+func losses(t *testing.T, args ...string) []float64 {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "log.jsonl")
+	var stdout, stderr bytes.Buffer
+	if st := run(append(args, "--log", log), &stdout, &stderr); st != 0 {
+		t.Fatalf("%v: status %d: %s", args, st, stderr.String())
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec struct{ Loss float64 }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec.Loss)
+	}
+	return out
+}
+
+// TestShardAutoTrainsTheGlobalBatch: the planner may choose another
+// micro-batch size than the train section's; run --shard auto and a
+// bundle from compile --shard auto still train the whole global batch,
+// like one rank does.
+func TestShardAutoTrainsTheGlobalBatch(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.amsp")
+	if err := os.WriteFile(one, []byte(`cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tiny := "../../testdata/models/tiny.amsp"
+	ref := losses(t, "run", "--steps", "3", "--cluster", one, "--shard", "ddp", tiny)
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(dir, "auto")
+	if st := run([]string{"compile", "--shard", "auto", "-o", out, tiny}, &stdout, &stderr); st != 0 {
+		t.Fatalf("compile: status %d: %s", st, stderr.String())
+	}
+	b, err := readBundle(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Train.MicroBatch * int64(b.Micro) * int64(b.Topo.Ranks()); got != b.Train.GlobalBatch || got != 32 {
+		t.Errorf("bundle computes %d sequences a step (micro-batch %d x M %d x %d ranks), want the global batch 32",
+			got, b.Train.MicroBatch, b.Micro, b.Topo.Ranks())
+	}
+	for _, c := range []struct {
+		name string
+		got  []float64
+	}{
+		{"run --shard auto", losses(t, "run", "--steps", "3", "--shard", "auto", tiny)},
+		{"compile --shard auto; run", losses(t, "run", "--steps", "3", out)},
+	} {
+		name, got := c.name, c.got
+		if len(got) != len(ref) {
+			t.Fatalf("%s: %d losses, want %d", name, len(got), len(ref))
+		}
+		for i := range ref {
+			if d := math.Abs(got[i]-ref[i]) / ref[i]; d > 1e-5 {
+				t.Errorf("%s step %d: loss %.9g, one rank %.9g", name, i+1, got[i], ref[i])
+			}
+		}
 	}
 }

@@ -55,8 +55,12 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("ir imports %s; ir imports nothing of ours", imp)
 			case strings.HasPrefix(imp, "github.com/alecthomas/participle") && pkg != "frontend":
 				t.Errorf("%s imports participle; only frontend may", pkg)
-			case strings.HasPrefix(pkg, "runtime") && (imp == "amspc/passes" || imp == "amspc/frontend"):
+			case strings.HasPrefix(pkg, "runtime") && (imp == "amspc/passes" || imp == "amspc/frontend" || imp == "amspc/compiler"):
 				t.Errorf("%s imports %s; the runtime reads plans, not models", pkg, imp)
+			case pkg == "codegen" && imp != "amspc/ir" && strings.HasPrefix(imp, "amspc/"):
+				t.Errorf("codegen imports %s; it encodes what the scheduler decided and imports only ir", imp)
+			case (pkg == "planner" || pkg == "scheduler" || pkg == "passes") && imp == "amspc/compiler":
+				t.Errorf("%s imports the compiler, which imports it", pkg)
 			}
 		}
 	}

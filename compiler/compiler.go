@@ -1,0 +1,205 @@
+// Package compiler is amspc's one entry point from a checked job to a plan
+// bundle: the CLI, the planner's simulated objective, the runtime's tests
+// and the benchmarks all compile through Compile, so what is costed,
+// tested and run is one program.
+//
+// In: an ir.Job from the frontend and a cost.Plan (the shard section's,
+// --shard's or the planner's; Choose picks). Out: a Result holding the
+// training graph after the passes, the rank template, the bundle (checked
+// by codegen.Match) and its simulated timeline.
+//
+// The job given is never modified: the passes run on a copy, and a plan
+// whose micro-batch size differs from the train section's is compiled
+// from the sources lowered again at that size (Job.Rebatch), so the
+// bundle always computes the full global batch.
+package compiler
+
+import (
+	"fmt"
+	"strings"
+
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/ir"
+	"amspc/passes"
+	"amspc/planner"
+	"amspc/scheduler"
+)
+
+// Options steer a compilation.
+type Options struct {
+	// Passes are the pipeline's debug options (-d=check, -dump-after).
+	Passes passes.Options
+	// Config is the cost model's configuration (bucket size, ...); the
+	// zero Config means cost.DefaultConfig.
+	Config cost.Config
+	// Depth fixes how many stages' gathered params may be live at once;
+	// 0 takes the deepest (up to 2) whose simulated peak fits the GPU.
+	Depth int
+}
+
+// Result is a compiled plan.
+type Result struct {
+	Job      *ir.Job // the job compiled: a copy, at the plan's micro-batch
+	Plan     cost.Plan
+	Model    *cost.Model
+	State    *passes.State
+	Program  *codegen.Program
+	Bundle   *codegen.Bundle
+	Timeline *scheduler.Timeline // rank 0's simulated step
+}
+
+// Compile compiles job under plan.
+func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
+	if job.Cluster == nil || job.Train == nil {
+		return nil, fmt.Errorf("compiling needs a cluster and a train section (or --cluster / --train FILE)")
+	}
+	if opts.Config == (cost.Config{}) {
+		opts.Config = cost.DefaultConfig
+	}
+	job, err := forPlan(job, plan)
+	if err != nil {
+		return nil, err
+	}
+	m, err := cost.NewModel(job, opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	s, err := passes.Run(job, opts.Passes)
+	if err != nil {
+		return nil, err
+	}
+	c := job.Cluster
+	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	M, err := job.Train.MicroBatches(topo.Ranks())
+	if err != nil {
+		return nil, err
+	}
+	var prog *codegen.Program
+	var tl *scheduler.Timeline
+	if opts.Depth > 0 {
+		prog, err = scheduler.Build(s, plan, topo, int(M), scheduler.Options{Depth: opts.Depth, Topo: m.Topo, BucketBytes: int64(m.Config.BucketBytes)})
+		if err == nil {
+			tl, err = scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog))
+		}
+	} else {
+		prog, tl, err = scheduler.BuildWithin(s, plan, topo, int(M), m, c.GPU.MemoryBytes, StageNames)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := job.Train
+	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: int(M),
+		Templates: []codegen.Program{*prog}, Machine: machineOf(c),
+		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
+	if err := codegen.Match(bundle); err != nil {
+		return nil, &passes.InternalError{Pass: "match", Err: err}
+	}
+	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: prog, Bundle: bundle, Timeline: tl}, nil
+}
+
+// forPlan returns a copy of job that the passes may extend, lowered again
+// at the plan's micro-batch size when it differs from the train
+// section's.
+func forPlan(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
+	mb := plan.MicroBatch
+	if mb == 0 {
+		mb = job.Train.MicroBatch
+	}
+	if mb != job.Train.MicroBatch {
+		if job.Rebatch == nil {
+			return nil, fmt.Errorf("plan %s uses micro-batch %d, the train section %d, and the job has no sources to lower again", plan.Name, mb, job.Train.MicroBatch)
+		}
+		j, err := job.Rebatch(mb)
+		if err != nil {
+			return nil, fmt.Errorf("lowering again at micro-batch %d: %v", mb, err)
+		}
+		j.Shard = job.Shard
+		return j, nil
+	}
+	g, err := ir.Parse(job.Graph.Pos.File, ir.Print(job.Graph))
+	if err != nil {
+		return nil, &passes.InternalError{Pass: "copy", Err: err}
+	}
+	cp := *job
+	cp.Graph = g
+	tr := *job.Train
+	cp.Train = &tr
+	return &cp, nil
+}
+
+// Choose returns the shard section's plan, or the planner's choice (with
+// its analytic estimate) when the section says auto.
+func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
+	if cfg == (cost.Config{}) {
+		cfg = cost.DefaultConfig
+	}
+	sh := job.Shard
+	t := job.Train
+	if sh != nil && sh.Mode != ir.ShardAuto {
+		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
+		p := cost.Uniform(sh.Label(), f, t.Recompute, t.MicroBatch)
+		m, err := cost.NewModel(job, cfg)
+		if err != nil {
+			return p, nil, err
+		}
+		return p, m.Evaluate(p), nil
+	}
+	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true, Config: cfg})
+	if err != nil {
+		return cost.Plan{}, nil, err
+	}
+	if res.Chosen == nil {
+		return cost.Plan{}, nil, fmt.Errorf("%s", res.Explain()[0])
+	}
+	return res.Chosen.Plan, res.Chosen, nil
+}
+
+// Predict compiles each plan and simulates its program: the planner's
+// simulated step objective (planner.Options.Predict). Plans that do not
+// compile get a nil timeline and their error.
+func Predict(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*scheduler.Timeline, []error) {
+	out := make([]*scheduler.Timeline, len(plans))
+	errs := make([]error, len(plans))
+	for i, p := range plans {
+		// Every prediction at the same prefetch depth, and within memory
+		// only where the plan fits (the planner judges memory itself).
+		r, err := Compile(job, p, Options{Config: m.Config, Depth: 2})
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		out[i] = r.Timeline
+	}
+	return out, errs
+}
+
+// Label names a plan's factors: one triple, or one per layer group.
+func Label(p cost.Plan) string {
+	if p.IsUniform() {
+		return p.Groups[0].String()
+	}
+	var parts []string
+	for g := cost.Group(0); g < cost.NumGroups; g++ {
+		parts = append(parts, g.String()+" "+p.Groups[g].String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// machineOf records the network the cost model sees (achieved bandwidths,
+// latencies) and the GPU, so a bundle can be simulated on its own.
+func machineOf(c *ir.Cluster) codegen.Machine {
+	t := cost.NewTopology(c)
+	return codegen.Machine{PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: c.GPU.Efficiency,
+		IntraBW: t.IntraBW, InterBW: t.InterBW, IntraLatency: t.IntraLatency, InterLatency: t.InterLat,
+		MemoryBytes: c.GPU.MemoryBytes}
+}
+
+// StageNames lists a program's stages in order (for timelines).
+func StageNames(p *codegen.Program) []string {
+	var out []string
+	for _, l := range p.Layouts {
+		out = append(out, l.Stage)
+	}
+	return out
+}
