@@ -333,10 +333,20 @@ func (m *Model) groupComm(e *Estimate, g Group, out []stageComm) {
 		// The schedule's view of the bucketed all-reduces and the spread:
 		// each stage's share, in whole buckets.
 		share := float64(s.ParamCount()) * m.gBytes / float64(f.P.Size())
+		// Select and drop keeps only the g-slice: one reduce-scatter per
+		// stage and micro-batch but the last, as the scheduler lowers it.
 		if f.G.Size() > f.P.Size() {
-			out[i].arG = m.bucketed(e, share, ratio(f.G, f.P), M-1)
+			out[i].arG = m.coll(e, ReduceScatter, share, ratio(f.G, f.P), M-1)
 		}
-		if m.DP.Size() > f.P.Size() {
+		// The replicas' reduction: where the optimizer reads only an
+		// os-slice, a reduce-scatter onto it over the os-group and an
+		// all-reduce of the slice across os-groups, per stage; otherwise
+		// bucketed all-reduces of the p-chunk.
+		switch {
+		case m.DP.Size() > f.P.Size() && f.OS.Size() > f.P.Size():
+			out[i].arDP = m.coll(e, ReduceScatter, share, ratio(f.OS, f.P), 1) +
+				m.coll(e, AllReduce, share/float64(f.OS.Size()/f.P.Size()), ratio(m.DP, f.OS), 1)
+		case m.DP.Size() > f.P.Size():
 			out[i].arDP = m.bucketed(e, share, ratio(m.DP, f.P), 1)
 		}
 		// The spread of updated parameters: the paper issues s_os/s_p

@@ -692,7 +692,9 @@ func (b *builder) reduce(j int, st *stage, m int) int32 {
 	}
 	lastMB := m == b.M-1
 	if !lastMB && f.G.Size() > f.P.Size() {
-		b.allReduce(st.gPC, group(f.G, f.P), j, m, "select and drop")
+		// Select and drop: only this rank's g-slice is kept, so the
+		// all-reduce is a reduce-scatter onto it.
+		b.reduceScatter(st.gPC, st.gSel, group(f.G, f.P), j, m, "select and drop")
 	}
 	synced := b.event()
 	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: synced, Stage: int32(j), Micro: int32(m)})
@@ -720,7 +722,21 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Out: sel,
 			Stage: int32(j), Micro: int32(m), Comment: "fold in the accumulated micro-batches"})
 	}
-	if lastMB && b.dp.Size() > f.P.Size() && len(st.layout.Params) > 0 {
+	if lastMB && b.dp.Size() > f.P.Size() && f.OS.Size() > f.P.Size() {
+		// The optimizer reads only this rank's os-slice, so the replicas'
+		// all-reduce becomes a reduce-scatter onto it over the os-group
+		// and, across os-groups, an all-reduce of the slice.
+		ready := b.event()
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Record, Event: ready, Stage: int32(j), Micro: int32(m)})
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: ready, Stage: int32(j), Micro: int32(m)})
+		b.reduceScatter(st.gPC, st.osSel, group(f.OS, f.P), j, m, "data-parallel replicas: this rank's os-slice")
+		if b.dp.Size() > f.OS.Size() {
+			b.allReduce(st.osSel, group(b.dp, f.OS), j, m, "data-parallel replicas of the os-slice")
+		}
+		final := b.event()
+		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Record, Event: final, Stage: int32(j), Micro: int32(m)})
+		b.final[j] = final
+	} else if lastMB && b.dp.Size() > f.P.Size() {
 		g := group(b.dp, f.P)
 		size := b.prog.Buffers[st.gPC].Bytes()
 		if len(b.bucket) > 0 && (g != b.bucketGroup || b.bucketBytes+size > b.opts.BucketBytes) {
@@ -782,6 +798,14 @@ func (b *builder) flush(m int) {
 	for _, j := range stages {
 		b.final[j] = final
 	}
+}
+
+// reduceScatter emits a reduce-scatter of buffer in onto out, this
+// rank's part of it, over g on the reduce stream.
+func (b *builder) reduceScatter(in, out int32, g codegen.Group, j, m int, why string) {
+	buf := b.prog.Buffers[in]
+	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.ReduceScatter, Group: g, In: in, Out: out,
+		Bytes: buf.Bytes(), DType: buf.DType, Stage: int32(j), Micro: int32(m), Comment: why})
 }
 
 // allReduce emits an in-place all-reduce of buffer id over g on the

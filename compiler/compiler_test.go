@@ -1,0 +1,91 @@
+package compiler_test
+
+import (
+	"testing"
+
+	"amspc/codegen"
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/internal/testjob"
+	"amspc/ir"
+	"amspc/passes"
+	"amspc/planner"
+)
+
+// busBytes is what one rank sends in a template's collectives: each
+// collective's size times its bus factor (nccl-tests).
+func busBytes(b *codegen.Bundle) float64 {
+	var n float64
+	p := b.Template(0)
+	for s := range p.Streams {
+		for _, in := range p.Streams[s] {
+			if in.Op == codegen.Collective {
+				n += float64(in.Bytes) * in.Coll.BusFactor(in.Group.Size())
+			}
+		}
+	}
+	return n
+}
+
+// TestZeROMovesDDPBytes: ZeRO-1 and ZeRO-2 reduce-scatter the gradient
+// onto the optimizer's shard and gather the updated params, so they move
+// no more bytes than DDP's all-reduce, in the compiled program and in the
+// cost model alike. With M > 1 micro-batches ZeRO-2 reduce-scatters every
+// micro-batch (its gradient is sharded, so it cannot accumulate whole),
+// which ZeRO-1 does not.
+func TestZeROMovesDDPBytes(t *testing.T) {
+	dp := ir.Factor{S0: 4, S1: 2}
+	bases := map[string]cost.Factors{}
+	for _, b := range planner.Baselines(dp, 4) {
+		bases[b.Name] = b.Factors
+	}
+	for _, c := range []struct {
+		mb    int64
+		names []string
+	}{
+		{4, []string{"ZeRO-1", "ZeRO-2"}}, // M = 1
+		{2, []string{"ZeRO-1"}},           // M = 2
+	} {
+		job := testjob.Load(t, "tiny")
+		m, err := cost.NewModel(job, cost.DefaultConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		measure := func(name string) (prog, model float64) {
+			p := cost.Uniform(name, bases[name], ir.RecomputeNone, c.mb)
+			r, err := compiler.Compile(job, p, compiler.Options{})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			e := m.Evaluate(p)
+			return busBytes(r.Bundle), e.CommIntra + e.CommInter
+		}
+		ddpProg, ddpModel := measure("DDP")
+		if ddpProg <= 0 || ddpModel <= 0 {
+			t.Fatalf("DDP moves %g bytes (program), %g (cost model)", ddpProg, ddpModel)
+		}
+		for _, name := range c.names {
+			prog, model := measure(name)
+			if prog > ddpProg*(1+1e-9) || model > ddpModel*(1+1e-9) {
+				t.Errorf("micro-batch %d: %s moves %.0f bytes (program) and %.0f (cost model), DDP %.0f and %.0f",
+					c.mb, name, prog, model, ddpProg, ddpModel)
+			}
+		}
+	}
+}
+
+// TestCompileKeepsTheJob: compiling leaves the caller's job as it was,
+// so one job compiles under many plans.
+func TestCompileKeepsTheJob(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	before := ir.Print(job.Graph)
+	one := ir.Factor{S0: 1, S1: 1}
+	for _, mb := range []int64{2, 4} {
+		if _, err := compiler.Compile(job, cost.Uniform("ddp", cost.Factors{P: one, G: one, OS: one}, ir.RecomputeNone, mb), compiler.Options{Passes: passes.Options{Check: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := ir.Print(job.Graph); after != before {
+		t.Errorf("the job's graph changed")
+	}
+}
