@@ -1,11 +1,14 @@
 package compiler_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/frontend"
 	"amspc/internal/testjob"
 	"amspc/ir"
 	"amspc/passes"
@@ -87,5 +90,38 @@ func TestCompileKeepsTheJob(t *testing.T) {
 	}
 	if after := ir.Print(job.Graph); after != before {
 		t.Errorf("the job's graph changed")
+	}
+}
+
+// BenchmarkCompile70B times the whole compile of LLaMA-2-70B as amspc
+// compile runs it (parse, passes, schedule with its memory bound and
+// simulation, collective matching, encoding) under 8x1 P/G, fully
+// sharded OS and full recompute (so that it fits 80 GB), and reports the
+// bundle size.
+func BenchmarkCompile70B(b *testing.B) {
+	src, err := os.ReadFile(testjob.Path("llama2-70b-gqa"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, gpus := range []int{256, 2048, 16384} {
+		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
+			cl := fmt.Sprintf(`cluster { nodes = %d gpus_per_node = 8 gpu = "H100-80GB" }
+train { seq_len = 4096 micro_batch = 1 global_batch = %d recompute = full }`, gpus/8, gpus)
+			var size int
+			for b.Loop() {
+				job, err := frontend.Load(frontend.Source{Name: "70b.amsp", Text: src}, frontend.Source{Name: "c.amsp", Text: []byte(cl)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				dp := ir.Factor{S0: 8, S1: gpus / 8}
+				f := cost.Factors{P: ir.Factor{S0: 8, S1: 1}, G: ir.Factor{S0: 8, S1: 1}, OS: dp}
+				r, err := compiler.Compile(job, cost.Uniform("", f, ir.RecomputeFull, 1), compiler.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(codegen.Encode(r.Bundle))
+			}
+			b.ReportMetric(float64(size), "bundle-bytes")
+		})
 	}
 }

@@ -3,14 +3,11 @@ package scheduler_test
 import (
 	"amspc/internal/testjob"
 	"encoding/json"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
 	"amspc/codegen"
 	"amspc/cost"
-	"amspc/frontend"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
@@ -104,42 +101,3 @@ func TestTraceIsJSON(t *testing.T) {
 	}
 }
 
-// BenchmarkCompile70B times the whole compile of LLaMA-2-70B (parse,
-// passes, schedule, collective matching, encoding) under ZeRO-3-like
-// 8x1 P/G and fully sharded OS, and reports the bundle size.
-func BenchmarkCompile70B(b *testing.B) {
-	src, err := os.ReadFile("../testdata/models/llama2-70b-gqa.amsp")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, gpus := range []int{256, 2048, 16384} {
-		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
-			cl := fmt.Sprintf(`cluster { nodes = %d gpus_per_node = 8 gpu = "H100-80GB" }
-train { seq_len = 4096 micro_batch = 1 global_batch = %d recompute = none }`, gpus/8, gpus)
-			var size int
-			for b.Loop() {
-				job, err := frontend.Load(frontend.Source{Name: "70b.amsp", Text: src}, frontend.Source{Name: "c.amsp", Text: []byte(cl)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s, err := passes.Run(job, passes.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				topo := codegen.Topology{GPUsPerNode: 8, Nodes: gpus / 8}
-				dp := ir.Factor{S0: 8, S1: gpus / 8}
-				f := cost.Factors{P: ir.Factor{S0: 8, S1: 1}, G: ir.Factor{S0: 8, S1: 1}, OS: dp}
-				prog, err := Build(s, cost.Uniform("", f, ir.RecomputeNone, 1), topo, 1, Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				bundle := &codegen.Bundle{Model: "70b", Topo: topo, Micro: 1, Templates: []codegen.Program{*prog}}
-				if err := codegen.Match(bundle); err != nil {
-					b.Fatal(err)
-				}
-				size = len(codegen.Encode(bundle))
-			}
-			b.ReportMetric(float64(size), "bundle-bytes")
-		})
-	}
-}
