@@ -100,4 +100,3 @@ func TestTraceIsJSON(t *testing.T) {
 		t.Errorf("%d events for %d spans", len(doc.TraceEvents), len(tl.Spans))
 	}
 }
-
