@@ -430,14 +430,14 @@ func TestGroupRanks(t *testing.T) {
 		index int
 	}{
 		// Replicas of a 2x1 shard in a 4x2 block: the same GPU parity,
-		// node-major.
-		{grp(4, 2, 2, 1), 5, []int{1, 3, 5, 7}, 2},
-		{grp(4, 2, 2, 1), 2, []int{0, 2, 4, 6}, 1},
+		// GPU-major.
+		{grp(4, 2, 2, 1), 5, []int{1, 5, 3, 7}, 1},
+		{grp(4, 2, 2, 1), 2, []int{0, 4, 2, 6}, 2},
 		{grp(4, 1, 1, 1), 5, []int{4, 5, 6, 7}, 1},
 		{grp(2, 1, 1, 1), 6, []int{6, 7}, 0},
-		{grp(4, 2, 1, 1), 3, []int{0, 1, 2, 3, 4, 5, 6, 7}, 3},
+		{grp(4, 2, 1, 1), 3, []int{0, 4, 1, 5, 2, 6, 3, 7}, 6},
 		{grp(4, 2, 4, 1), 5, []int{1, 5}, 1},
-		{grp(2, 2, 1, 1), 5, []int{0, 1, 4, 5}, 3},
+		{grp(2, 2, 1, 1), 5, []int{0, 4, 1, 5}, 3},
 		{grp(2, 2, 1, 2), 5, []int{4, 5}, 1},
 		{grp(1, 2, 1, 1), 6, []int{2, 6}, 1},
 		{grp(1, 1, 1, 1), 6, []int{6}, 0},
@@ -468,6 +468,15 @@ func TestGroupPartition(t *testing.T) {
 				i := g.Index(topo, r)
 				if i < 0 || i >= len(ranks) || ranks[i] != r {
 					t.Fatalf("%v on %v, rank %d: index %d in %v", g, topo, r, i, ranks)
+				}
+				// The group is the Intra group's Index-th block of
+				// Inter groups, each contiguous in group order.
+				in, out := g.Intra(), g.Inter()
+				if in.Size()*out.Size() != g.Size() || i != in.Index(topo, r)*out.Size()+out.Index(topo, r) {
+					t.Fatalf("%v on %v, rank %d: index %d, intra %v index %d, inter %v index %d", g, topo, r, i, in, in.Index(topo, r), out, out.Index(topo, r))
+				}
+				if blk := ranks[in.Index(topo, r)*out.Size():][:out.Size()]; !slices.Equal(blk, out.Ranks(topo, r)) {
+					t.Fatalf("%v on %v, rank %d: block %v, inter group %v", g, topo, r, blk, out.Ranks(topo, r))
 				}
 				if g.GroupID(topo, r) != slices.Min(ranks) {
 					t.Fatalf("%v on %v, rank %d: group id %d, ranks %v", g, topo, r, g.GroupID(topo, r), ranks)

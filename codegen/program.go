@@ -58,14 +58,18 @@ func (g Group) String() string {
 func (g Group) Size() int { return g.Outer.Size() / g.Inner.Size() }
 
 // Ranks lists the group of rank r in group order (the order collectives
-// concatenate and reduce in): by node, then by GPU.
+// concatenate and reduce in): GPU-major, by GPU position and then by node.
+// That order lets a collective spanning nodes be lowered hierarchically
+// without moving data: an all-gather across the nodes (ranks of one GPU
+// position) fills a contiguous block of the result, and an all-gather
+// inside the node concatenates the blocks (reduce-scatter in reverse).
 func (g Group) Ranks(t Topology, r int) []int {
 	node, local := r/t.GPUsPerNode, r%t.GPUsPerNode
 	n0 := node / g.Outer.S1 * g.Outer.S1
 	l0 := local / g.Outer.S0 * g.Outer.S0
 	var out []int
-	for n := n0 + node%g.Inner.S1; n < n0+g.Outer.S1; n += g.Inner.S1 {
-		for l := l0 + local%g.Inner.S0; l < l0+g.Outer.S0; l += g.Inner.S0 {
+	for l := l0 + local%g.Inner.S0; l < l0+g.Outer.S0; l += g.Inner.S0 {
+		for n := n0 + node%g.Inner.S1; n < n0+g.Outer.S1; n += g.Inner.S1 {
 			out = append(out, n*t.GPUsPerNode+l)
 		}
 	}
@@ -77,7 +81,19 @@ func (g Group) Index(t Topology, r int) int {
 	node, local := r/t.GPUsPerNode, r%t.GPUsPerNode
 	i0 := (local % g.Outer.S0) / g.Inner.S0
 	i1 := (node % g.Outer.S1) / g.Inner.S1
-	return i1*(g.Outer.S0/g.Inner.S0) + i0
+	return i0*(g.Outer.S1/g.Inner.S1) + i1
+}
+
+// Intra and Inter split a group spanning nodes into its part inside the
+// node (the GPUs of one node) and across nodes (one GPU position in each
+// node). In group order a rank's Inter group holds a contiguous block of
+// the group, the Intra group's Index-th.
+func (g Group) Intra() Group {
+	return Group{Outer: ir.Factor{S0: g.Outer.S0, S1: g.Inner.S1}, Inner: g.Inner}
+}
+
+func (g Group) Inter() Group {
+	return Group{Outer: ir.Factor{S0: g.Inner.S0, S1: g.Outer.S1}, Inner: g.Inner}
 }
 
 // GroupID is a number unique to the group of r among all groups of the

@@ -321,7 +321,10 @@ func (b *builder) split(plan cost.Plan) error {
 			st.layout.Params[i].Offset = off
 			off += st.layout.Params[i].Elems
 		}
-		pad := lcm(lcm(int64(st.f.P.Size()), int64(st.f.G.Size())), int64(st.f.OS.Size()))
+		// Padded to split evenly into the shards of every component and
+		// into the data-parallel replicas, so every collective on a
+		// shard can be lowered hierarchically.
+		pad := lcm(lcm(int64(st.f.P.Size()), int64(st.f.G.Size())), lcm(int64(st.f.OS.Size()), int64(b.dp.Size())))
 		if st.f.Secondary.Size() > 1 {
 			pad = lcm(pad, int64(st.f.Secondary.Size()))
 		}
@@ -499,9 +502,7 @@ func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
 // and returns the event compute waits for.
 func (b *builder) spreadStage(i int) int32 {
 	st := b.stages[i]
-	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather,
-		Group: group(st.f.OS, st.f.P), In: st.pOS, Out: st.pShard, DType: b.prog.Buffers[st.pShard].DType,
-		Bytes: b.prog.Buffers[st.pShard].Bytes(), Stage: int32(i), Micro: -1, Comment: "spread updated params"})
+	b.collective(codegen.CommGather, codegen.AllGather, st.pOS, st.pShard, group(st.f.OS, st.f.P), i, -1, "spread updated params")
 	ev := b.event()
 	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: ev, Stage: int32(i), Micro: -1})
 	return ev
@@ -649,9 +650,7 @@ func (b *builder) gather(i, at int, st *stage, m int, freed []int32, backward bo
 	if backward && st.pSec >= 0 {
 		in, grp = st.pSec, group(f.Secondary, one)
 	}
-	full := b.prog.Buffers[st.pFull]
-	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Collective, Coll: codegen.AllGather, Group: grp, In: in,
-		Out: st.pFull, Bytes: full.Bytes(), DType: full.DType, Stage: int32(i), Micro: int32(m)})
+	b.collective(codegen.CommGather, codegen.AllGather, in, st.pFull, grp, i, m, "")
 	ev := b.event()
 	b.emit(codegen.CommGather, codegen.Instr{Op: codegen.Record, Event: ev, Stage: int32(i), Micro: int32(m)})
 	return ev
@@ -685,9 +684,7 @@ func (b *builder) reduce(j int, st *stage, m int) int32 {
 	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Wait, Event: done, Stage: int32(j), Micro: int32(m)})
 	if f.P.Size() > 1 {
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Alloc, Buf: st.gPC, Stage: int32(j), Micro: int32(m)})
-		full := b.prog.Buffers[st.gFull]
-		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.ReduceScatter, Group: group(f.P, one),
-			In: st.gFull, Out: st.gPC, Bytes: full.Bytes(), DType: full.DType, Stage: int32(j), Micro: int32(m)})
+		b.reduceScatter(st.gFull, st.gPC, group(f.P, one), j, m, "")
 		b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Free, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
 	}
 	lastMB := m == b.M-1
@@ -803,38 +800,68 @@ func (b *builder) flush(m int) {
 // reduceScatter emits a reduce-scatter of buffer in onto out, this
 // rank's part of it, over g on the reduce stream.
 func (b *builder) reduceScatter(in, out int32, g codegen.Group, j, m int, why string) {
-	buf := b.prog.Buffers[in]
-	b.emit(codegen.CommReduce, codegen.Instr{Op: codegen.Collective, Coll: codegen.ReduceScatter, Group: g, In: in, Out: out,
-		Bytes: buf.Bytes(), DType: buf.DType, Stage: int32(j), Micro: int32(m), Comment: why})
+	b.collective(codegen.CommReduce, codegen.ReduceScatter, in, out, g, j, m, why)
 }
 
 // allReduce emits an in-place all-reduce of buffer id over g on the
-// reduce stream, hierarchically when that is cheaper: the k ranks of g in
-// a node reduce-scatter, each all-reduces its 1/k share with its peers in
-// the other nodes, and the node all-gathers the result.
+// reduce stream.
 func (b *builder) allReduce(id int32, g codegen.Group, j, m int, why string) {
-	buf := b.prog.Buffers[id]
+	b.collective(codegen.CommReduce, codegen.AllReduce, id, id, g, j, m, why)
+}
+
+// collective emits collective c of in into out over g on stream s,
+// lowered hierarchically where the cost model prefers that for a group
+// spanning nodes (Group.Intra and Group.Inter: in group order a rank's
+// inter-node group holds the intra-node group's Index-th block):
+//
+//   - all-gather: across nodes into this rank's block of out, then
+//     inside the node (MiCS, ZeRO++);
+//   - reduce-scatter: inside the node onto this rank's block of in, then
+//     across nodes;
+//   - all-reduce: reduce-scatter inside the node onto a 1/k share,
+//     all-reduce of the share across nodes, all-gather inside the node.
+func (b *builder) collective(s int, c codegen.Coll, in, out int32, g codegen.Group, j, m int, why string) {
+	ib, ob := b.prog.Buffers[in], b.prog.Buffers[out]
+	emit := func(c codegen.Coll, g codegen.Group, in, out int32, bytes int64, why string) {
+		b.emit(s, codegen.Instr{Op: codegen.Collective, Coll: c, Group: g, In: in, Out: out,
+			Bytes: bytes, DType: ib.DType, Stage: int32(j), Micro: int32(m), Comment: why})
+	}
+	full := ib // the buffer whose size the collective is named by
+	if c == codegen.AllGather {
+		full = ob
+	}
 	mesh := g.Outer.Div(g.Inner)
-	k := int64(mesh.S0)
-	in := codegen.Instr{Op: codegen.Collective, Coll: codegen.AllReduce, Group: g, In: id, Out: id,
-		Bytes: buf.Bytes(), DType: buf.DType, Stage: int32(j), Micro: int32(m), Comment: why}
-	lower := b.opts.Topo != nil && mesh.S1 > 1 && k > 1 && buf.Elems%k == 0 &&
-		b.opts.Topo.Collective(cost.AllReduce, float64(buf.Bytes()), mesh).Hierarchical
-	if !lower {
-		b.emit(codegen.CommReduce, in)
+	k := int64(mesh.S0) // the group's ranks in a node
+	parts := int64(mesh.Size())
+	if c == codegen.AllReduce {
+		parts = k
+	}
+	if b.opts.Topo == nil || mesh.S1 <= 1 || k <= 1 || full.Elems%parts != 0 ||
+		!b.opts.Topo.Collective(c, float64(full.Bytes()), mesh).Hierarchical {
+		emit(c, g, in, out, full.Bytes(), why)
 		return
 	}
-	intra := codegen.Group{Outer: ir.Factor{S0: g.Outer.S0, S1: g.Inner.S1}, Inner: g.Inner}
-	inter := codegen.Group{Outer: g.Outer, Inner: ir.Factor{S0: g.Outer.S0, S1: g.Inner.S1}}
-	share := b.view(buf.Name+"[node share]", id, buf.Elems/k, 0, intra)
-	sb := b.prog.Buffers[share].Bytes()
-	for _, step := range []codegen.Instr{
-		{Coll: codegen.ReduceScatter, Group: intra, In: id, Out: share, Bytes: buf.Bytes(), Comment: why + ": inside the node"},
-		{Coll: codegen.AllReduce, Group: inter, In: share, Out: share, Bytes: sb, Comment: why + ": across nodes"},
-		{Coll: codegen.AllGather, Group: intra, In: share, Out: id, Bytes: buf.Bytes(), Comment: why + ": inside the node"},
-	} {
-		step.Op, step.DType, step.Stage, step.Micro = codegen.Collective, buf.DType, int32(j), int32(m)
-		b.emit(codegen.CommReduce, step)
+	intra, inter := g.Intra(), g.Inter()
+	if why != "" {
+		why += ": "
+	}
+	switch c {
+	case codegen.AllGather:
+		block := b.view(ob.Name+"[node block]", out, ob.Elems/k, 0, intra)
+		emit(c, inter, in, block, b.prog.Buffers[block].Bytes(), why+"across nodes")
+		emit(c, intra, block, out, ob.Bytes(), why+"inside the node")
+	case codegen.ReduceScatter:
+		block := b.view(ib.Name+"[node block]", in, ib.Elems/k, 0, intra)
+		emit(c, intra, in, block, ib.Bytes(), why+"inside the node")
+		emit(c, inter, block, out, b.prog.Buffers[block].Bytes(), why+"across nodes")
+	case codegen.AllReduce:
+		share := b.view(ib.Name+"[node share]", in, ib.Elems/k, 0, intra)
+		sb := b.prog.Buffers[share].Bytes()
+		emit(codegen.ReduceScatter, intra, in, share, ib.Bytes(), why+"inside the node")
+		emit(codegen.AllReduce, inter, share, share, sb, why+"across nodes")
+		emit(codegen.AllGather, intra, share, out, ib.Bytes(), why+"inside the node")
+	default:
+		emit(c, g, in, out, full.Bytes(), why)
 	}
 }
 
