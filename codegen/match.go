@@ -14,19 +14,29 @@ package codegen
 // templates, R the ranks and S the distinct group shapes. The per-rank
 // checks (events, deadlock) depend only on the template, so they run once
 // per template that some rank runs: O(I). Collective matching reduces each
-// template to one signature per group shape (the kinds, sizes, dtypes and
-// streams of its collectives on that shape), interned so that equal
-// signatures get equal class numbers: O(I). A group instance then matches
-// exactly when all its members' templates have the same class for its
-// shape. With one template (the SPMD case, whatever R) that holds by
-// construction and no rank is visited; otherwise each shape on which the
-// templates disagree costs one pass over the ranks, O(R) time and memory.
-// In all, O(I + S*R), never O(R*I).
+// template to one signature per group shape (the shapes, kinds, sizes,
+// dtypes and streams of its collectives on that shape and on the shapes
+// enclosing it, whose groups every member shares), interned so that equal
+// signatures get equal class numbers: O(I·D), D the most shapes nested
+// in one shape (at most S, a handful in practice; 1 where no shape nests
+// in another). A group instance then matches exactly when all its
+// members' templates have the same class for its shape. With one
+// template (the SPMD case, whatever R) that holds by construction and
+// nothing is built; otherwise each shape on which the templates disagree
+// costs one pass over the ranks, O(R) time and memory. In all,
+// O(I·D + S*R), never O(R*I). A mismatch is described by walking the two
+// ranks' streams once more, O(I).
 //
 // What Match does not model: collectives are taken to complete at once in
 // the per-rank deadlock check, so a cycle that runs through two ranks'
 // streams via collectives on different groups is not detected (with one
-// template every rank issues the same order, which rules it out).
+// template every rank issues the same order, which rules it out). The
+// order of collectives on two shapes is compared only where one shape
+// nests in the other; where neither does, two ranks can still share a
+// group of each (a 2x1 and a 1x2 group cross in a 2x2 block only at one
+// rank, but a 4x1 and a 2x2 one share pairs), and a swap of such
+// collectives, or swaps on several ranks that close a cycle through
+// groups of different shapes, go unseen.
 
 import (
 	"errors"
@@ -37,9 +47,12 @@ import (
 	"amspc/ir"
 )
 
-// MatchError is a violation Match found. Group is the group's shape and
-// members for a collective mismatch, empty for a single-rank problem;
-// Ranks are the ranks involved; Rank, Stream and Index place the
+// MatchError is a violation Match found. For a collective mismatch,
+// Ranks are two members of a group, in rank order: the first member of
+// the largest set of members that agree, and the first member that
+// differs from them; Group is the shape and members of the group of the
+// first collective on which the two differ. For a single-rank problem
+// Group is empty and Ranks is that rank. Rank, Stream and Index place the
 // instruction shown (Index -1 when there is none).
 type MatchError struct {
 	Group  string
@@ -191,6 +204,18 @@ func sigOf(s int, in *Instr) collSig {
 	return collSig{in.Coll, uint8(in.DType), s, in.Bytes}
 }
 
+// nested reports whether every group of shape g lies inside one group of
+// shape h, so that any two members of a g group also share an h group.
+// Ranks is a product of a GPU set and a node set, so this holds when it
+// holds in both dimensions; in one, a set of more than one element lies
+// inside the other shape's set for every rank exactly when its block
+// divides the other's block and the other's stride divides its stride.
+func nested(g, h Group) bool {
+	in := func(o, i, ho, hi int) bool { return o == i || (ho%o == 0 && i%hi == 0) }
+	return in(g.Outer.S0, g.Inner.S0, h.Outer.S0, h.Inner.S0) &&
+		in(g.Outer.S1, g.Inner.S1, h.Outer.S1, h.Inner.S1)
+}
+
 func matchCollectives(b *Bundle, firstRank []int) error {
 	if len(b.RankTemplate) == 0 {
 		return nil // every rank runs template 0: every group agrees
@@ -212,17 +237,32 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 			}
 		}
 	}
-	// seqs[t][k] lists template t's collectives on shape k, stream by
-	// stream (the stream is part of the signature, so this compares each
-	// stream's order).
+	// inside[h] lists the shapes nested in shape h, h included. The
+	// members of a group share every enclosing group, and a stream runs
+	// its collectives one after the other, so they must also agree on
+	// how the enclosing groups' collectives interleave with their own:
+	// a rank that swaps an all-gather of its node with one of the whole
+	// job waits in the first while its node waits in the second.
+	inside := make([][]int, len(shapes))
+	for h, gh := range shapes {
+		for k, g := range shapes {
+			if nested(g, gh) {
+				inside[h] = append(inside[h], k)
+			}
+		}
+	}
+	// seqs[t][k] lists template t's collectives on shape k and on the
+	// shapes enclosing it, stream by stream (the stream is part of the
+	// signature, so this compares each stream's order).
 	seqs := make([][][]pc, len(b.Templates))
 	for t := range b.Templates {
 		seqs[t] = make([][]pc, len(shapes))
 		for s := range b.Templates[t].Streams {
 			for i, in := range b.Templates[t].Streams[s] {
 				if in.Op == Collective {
-					k := shapeIdx[in.Group]
-					seqs[t][k] = append(seqs[t][k], pc{s, i})
+					for _, k := range inside[shapeIdx[in.Group]] {
+						seqs[t][k] = append(seqs[t][k], pc{s, i})
+					}
 				}
 			}
 		}
@@ -236,8 +276,9 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 		for t := range b.Templates {
 			key = key[:0]
 			for _, at := range seqs[t][k] {
-				sg := sigOf(at.s, &b.Templates[t].Streams[at.s][at.i])
-				key = fmt.Appendf(key, "%d/%d/%d/%d;", sg.stream, sg.coll, sg.dtype, sg.bytes)
+				in := &b.Templates[t].Streams[at.s][at.i]
+				sg := sigOf(at.s, in)
+				key = fmt.Appendf(key, "%d/%d/%d/%d/%d;", shapeIdx[in.Group], sg.stream, sg.coll, sg.dtype, sg.bytes)
 			}
 			id, ok := ids[string(key)]
 			if !ok {
@@ -249,6 +290,7 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 	}
 	tmpl := func(r int) int { return int(b.RankTemplate[r]) }
 	var seen []bool
+	count := make([]int, len(b.Templates)) // members per class, one group at a time
 	for k, g := range shapes {
 		agree := true
 		for t, r := range firstRank {
@@ -271,11 +313,23 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 			members := g.Ranks(b.Topo, r)
 			for _, m := range members {
 				seen[m] = true
+				count[class[k][tmpl(m)]]++
 			}
-			ref := members[0]
-			for _, m := range members[1:] {
+			// The reference is the first member of the largest class, so
+			// that the rank blamed is one that differs from most of its
+			// group; with a tie, the first member's.
+			ref, best := members[0], 0
+			for _, m := range members {
+				if n := count[class[k][tmpl(m)]]; n > best {
+					ref, best = m, n
+				}
+			}
+			for _, m := range members {
+				count[class[k][tmpl(m)]] = 0
+			}
+			for _, m := range members {
 				if class[k][tmpl(m)] != class[k][tmpl(ref)] {
-					return collMismatch(b, g, members, ref, m, seqs[tmpl(ref)][k], seqs[tmpl(m)][k])
+					return collMismatch(b, shapeIdx, ref, m)
 				}
 			}
 		}
@@ -283,35 +337,76 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 	return nil
 }
 
-// collMismatch describes the first collective on which ranks a and c of
-// one group instance disagree, given their sequences on its shape. It
-// compares stream by stream, so the collective is numbered within its
-// stream.
-func collMismatch(b *Bundle, g Group, members []int, a, c int, seqA, seqC []pc) error {
+// collMismatch describes the first collective on which ranks a (the
+// reference) and c of one group disagree. It walks each stream of both
+// ranks over the collectives on groups that hold both of them, which
+// include every collective their signatures compare, so it finds the
+// first difference; the error names that collective's group and numbers
+// the collective within its group and stream.
+func collMismatch(b *Bundle, shapeIdx map[Group]int, a, c int) error {
 	pa, pb := b.Template(a), b.Template(c)
-	e := &MatchError{Group: fmt.Sprintf("%v (ranks %s)", g, formatRanks(members)), Ranks: []int{a, c}}
-	text := func(r int, p *Program, at pc) string {
-		return instrText(b.Topo, r, &p.Streams[at.s][at.i])
+	e := &MatchError{Ranks: []int{min(a, c), max(a, c)}}
+	// both[k] says whether a and c share a group of shape k: 0 not known
+	// yet, 1 yes, -1 no.
+	both := make([]int8, len(shapeIdx))
+	shared := func(in *Instr) bool {
+		k := shapeIdx[in.Group]
+		if both[k] == 0 {
+			both[k] = -1
+			if in.Group.GroupID(b.Topo, a) == in.Group.GroupID(b.Topo, c) {
+				both[k] = 1
+			}
+		}
+		return both[k] > 0
 	}
+	// next is the index of the first collective at or after i on a
+	// shared group, len(stream) if none.
+	next := func(stream []Instr, i int) int {
+		for ; i < len(stream); i++ {
+			if stream[i].Op == Collective && shared(&stream[i]) {
+				break
+			}
+		}
+		return i
+	}
+	show := func(r int, in *Instr, s, i int) {
+		g := in.Group
+		e.Group = fmt.Sprintf("%v (ranks %s)", g, formatRanks(g.Ranks(b.Topo, r)))
+		e.Rank, e.Stream, e.Index = r, StreamName(s), i
+	}
+	// issued[k] counts the collectives on shape k that both ranks have
+	// issued alike on the current stream.
+	issued := make([]int, len(shapeIdx))
 	for s := range NumStreams {
-		sa, sc := onStream(seqA, s), onStream(seqC, s)
-		j := 0
-		for j < len(sa) && j < len(sc) && sigOf(s, &pa.Streams[s][sa[j].i]) == sigOf(s, &pb.Streams[s][sc[j].i]) {
-			j++
+		clear(issued)
+		sa, sc := pa.Streams[s], pb.Streams[s]
+		ia, ic := next(sa, 0), next(sc, 0)
+		for ia < len(sa) && ic < len(sc) && sa[ia].Group == sc[ic].Group && sigOf(s, &sa[ia]) == sigOf(s, &sc[ic]) {
+			issued[shapeIdx[sa[ia].Group]]++
+			ia, ic = next(sa, ia+1), next(sc, ic+1)
 		}
 		switch {
-		case j < len(sa) && j < len(sc):
-			e.Rank, e.Stream, e.Index = c, StreamName(s), sc[j].i
+		case ia < len(sa) && ic < len(sc):
+			in := &sc[ic]
+			show(c, in, s, ic)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but on rank %d it is %v: %s",
-				j, StreamName(s), text(c, pb, sc[j]), a, sa[j], text(a, pa, sa[j]))
-		case j < len(sa):
-			e.Rank, e.Stream, e.Index = a, StreamName(s), sa[j].i
+				issued[shapeIdx[in.Group]], StreamName(s), instrText(b.Topo, c, in), a, pc{s, ia}, instrText(b.Topo, a, &sa[ia]))
+			// Sizes print rounded; say what the rounding hides.
+			if x, y := in.Bytes, sa[ia].Bytes; x != y && formatBytes(x) == formatBytes(y) {
+				e.Msg += fmt.Sprintf(" (%d bytes against %d)", x, y)
+			}
+		case ia < len(sa):
+			in := &sa[ia]
+			n := issued[shapeIdx[in.Group]]
+			show(a, in, s, ia)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but rank %d issues only %d there",
-				j, StreamName(s), text(a, pa, sa[j]), c, len(sc))
-		case j < len(sc):
-			e.Rank, e.Stream, e.Index = c, StreamName(s), sc[j].i
+				n, StreamName(s), instrText(b.Topo, a, in), c, n)
+		case ic < len(sc):
+			in := &sc[ic]
+			n := issued[shapeIdx[in.Group]]
+			show(c, in, s, ic)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but rank %d issues only %d there",
-				j, StreamName(s), text(c, pb, sc[j]), a, len(sa))
+				n, StreamName(s), instrText(b.Topo, c, in), a, n)
 		default:
 			continue
 		}
@@ -320,19 +415,6 @@ func collMismatch(b *Bundle, g Group, members []int, a, c int, seqA, seqC []pc) 
 	// Unreachable: the two signatures differ, so some stream does.
 	e.Rank, e.Index, e.Msg = a, -1, "collectives differ"
 	return e
-}
-
-// onStream is the part of seq on stream s (seq is in stream order).
-func onStream(seq []pc, s int) []pc {
-	lo := 0
-	for lo < len(seq) && seq[lo].s < s {
-		lo++
-	}
-	hi := lo
-	for hi < len(seq) && seq[hi].s == s {
-		hi++
-	}
-	return seq[lo:hi]
 }
 
 // Validate checks that a bundle is self-consistent, so that every index in
