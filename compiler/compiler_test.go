@@ -125,3 +125,36 @@ train { seq_len = 4096 micro_batch = 1 global_batch = %d recompute = full }`, gp
 		})
 	}
 }
+
+// TestOnePartition: the cost model's stages (of the forward graph) are
+// the compiled program's, with the same params, for models with shared
+// params and without blocks too.
+func TestOnePartition(t *testing.T) {
+	for _, model := range []string{"tiny", "shared", "norepeat"} {
+		job := testjob.Load(t, model)
+		plan, _, err := compiler.Choose(job, cost.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := compiler.Compile(job, plan, compiler.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stages := cost.Stages(job.Graph)
+		lays := r.Program.Layouts
+		if len(stages) != len(lays) {
+			t.Fatalf("%s: %d stages in the cost model, %d in the program", model, len(stages), len(lays))
+		}
+		for i, st := range stages {
+			if st.Name != lays[i].Stage || len(st.Params) != len(lays[i].Params) {
+				t.Errorf("%s stage %d: cost model %s with %d params, program %s with %d", model, i, st.Name, len(st.Params), lays[i].Stage, len(lays[i].Params))
+				continue
+			}
+			for j, n := range st.Params {
+				if n != lays[i].Params[j].Elems {
+					t.Errorf("%s stage %s param %d: %d elements in the cost model, %s of %d in the program", model, st.Name, j, n, lays[i].Params[j].Name, lays[i].Params[j].Elems)
+				}
+			}
+		}
+	}
+}

@@ -4,19 +4,16 @@ import (
 	"amspc/ir"
 )
 
-// Group is a layer group: the unit the planner may shard differently.
-type Group uint8
+// Group is a layer group: the unit the planner may shard differently
+// (the partition's, in ir).
+type Group = ir.StageGroup
 
 const (
-	Embedding Group = iota // stage before the blocks (embedding table)
-	Blocks                 // the repeated blocks
-	Head                   // stage after the blocks (final norm, lm head, loss)
-	NumGroups
+	Embedding = ir.EmbeddingGroup // stage before the blocks (embedding table)
+	Blocks    = ir.BlocksGroup    // the repeated blocks
+	Head      = ir.HeadGroup      // stage after the blocks (final norm, lm head, loss)
+	NumGroups = ir.NumStageGroups
 )
-
-var planGroupNames = [...]string{"embedding", "blocks", "head"}
-
-func (g Group) String() string { return planGroupNames[g] }
 
 // Stage is one step of the forward pass the schedule treats as a unit:
 // the ops before the first block, each block, the ops after the last. Its
@@ -48,73 +45,55 @@ func (s *Stage) ParamCount() int64 {
 	return n
 }
 
-// Stages splits a graph into stages in forward order. Every param belongs
-// to the stage of its first use; every saved value to the first stage that
-// saves it, so nothing is counted twice.
+// Stages costs the stages of the forward graph's partition
+// (ir.PartitionGraph, the scheduler's rule). Every saved value counts in
+// the first stage that saves it, so nothing is counted twice.
 func Stages(g *ir.Graph) []*Stage {
+	part, _ := ir.PartitionGraph(g, nil) // forward only: cannot fail
+	stageOf := map[*ir.Value]*Stage{}
 	var stages []*Stage
-	pre := &Stage{Name: "embedding", Group: Embedding, Layer: -1}
-	post := &Stage{Name: "head", Group: Head, Layer: -1}
-	blocks := make([]*Stage, g.Layers)
-	for i := range blocks {
-		blocks[i] = &Stage{Name: "layers." + itoa(i), Group: Blocks, Layer: i}
-	}
-	seenLayer := false
-	stageOf := func(v *ir.Value) *Stage {
-		switch {
-		case v.Layer >= 0 && v.Layer < len(blocks):
-			return blocks[v.Layer]
-		case seenLayer:
-			return post
+	for _, ps := range part.Stages {
+		st := &Stage{Name: ps.Name, Group: ps.Group, Layer: ps.Layer}
+		for _, p := range ps.Params {
+			st.Params = append(st.Params, p.Shape.NumElements())
 		}
-		return pre
+		for _, v := range ps.Fwd {
+			stageOf[v] = st
+		}
+		stages = append(stages, st)
 	}
-	owner := map[*ir.Value]*Stage{}
 	boundary := map[boundaryKey]bool{}
 	saved := map[*ir.Value]bool{}
-	for _, v := range g.Values {
-		if v.Layer >= 0 {
-			seenLayer = true
-		}
-		op := v.Def
-		if op == nil {
-			continue
-		}
-		st := stageOf(v)
-		st.FwdFlops += op.Kind.Info().Flops(op)
-		if b := v.Bytes(); b > st.MaxValue {
-			st.MaxValue = b
-		}
-		info := op.Kind.Info()
-		keep := func(x *ir.Value) {
-			if x.Role == ir.Param || saved[x] {
-				return
+	for i, ps := range part.Stages {
+		st := stages[i]
+		for _, v := range ps.Fwd {
+			op := v.Def
+			info := op.Kind.Info()
+			st.FwdFlops += info.Flops(op)
+			if b := v.Bytes(); b > st.MaxValue {
+				st.MaxValue = b
 			}
-			saved[x] = true
-			st.Saved += x.Bytes()
-		}
-		for _, i := range info.Save {
-			keep(op.Args[i])
-		}
-		if info.SaveOut {
-			keep(v)
-		}
-		for _, a := range op.Args {
-			switch {
-			case a.Role == ir.Param:
-				if owner[a] == nil {
-					owner[a] = st
-					st.Params = append(st.Params, a.Shape.NumElements())
+			keep := func(x *ir.Value) {
+				if x.Role == ir.Param || saved[x] {
+					return
 				}
-			case a.Def != nil && stageOf(a) != st && !boundary[boundaryKey{st, a}]:
-				boundary[boundaryKey{st, a}] = true
-				st.Boundary += a.Bytes()
+				saved[x] = true
+				st.Saved += x.Bytes()
+			}
+			for _, i := range info.Save {
+				keep(op.Args[i])
+			}
+			if info.SaveOut {
+				keep(v)
+			}
+			for _, a := range op.Args {
+				if a.Def != nil && stageOf[a] != st && !boundary[boundaryKey{st, a}] {
+					boundary[boundaryKey{st, a}] = true
+					st.Boundary += a.Bytes()
+				}
 			}
 		}
 	}
-	stages = append(stages, pre)
-	stages = append(stages, blocks...)
-	stages = append(stages, post)
 	return stages
 }
 
@@ -123,15 +102,4 @@ func Stages(g *ir.Graph) []*Stage {
 type boundaryKey struct {
 	st *Stage
 	v  *ir.Value
-}
-
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
 }

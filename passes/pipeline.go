@@ -26,6 +26,7 @@ type Pass struct {
 var Pipeline = []Pass{
 	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff},
 	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer},
+	{"partition", "needs the backward graph and each backward value's origin; splits the step into stages by the rule the cost model uses on the forward graph", partition},
 }
 
 // State is what passes share.
@@ -41,6 +42,8 @@ type State struct {
 	// Origin maps each value a pass made to the forward value or param
 	// it was made for.
 	Origin map[*ir.Value]*ir.Value
+	// Partition splits the step into stages (partition).
+	Partition *ir.Partition
 }
 
 // Options steer a run of the pipeline.
@@ -112,6 +115,9 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 		}
 		if opts.DumpAfter == p.Name || opts.DumpAfter == "all" {
 			fmt.Fprintf(opts.Dump, "# after %s\n%s", p.Name, ir.Print(s.Graph))
+			if p.Name == "partition" {
+				dumpPartition(opts.Dump, s.Partition)
+			}
 		}
 		if opts.Check {
 			if err := ir.Verify(s.Graph); err != nil {
@@ -149,4 +155,20 @@ func known(name string) bool {
 		}
 	}
 	return false
+}
+
+// dumpPartition prints the stages as comment lines after the graph.
+func dumpPartition(w io.Writer, p *ir.Partition) {
+	fmt.Fprintf(w, "# stages\n")
+	for i, st := range p.Stages {
+		var params []string
+		for _, v := range st.Params {
+			params = append(params, v.Name)
+		}
+		fmt.Fprintf(w, "#   %d %s (%s): %d forward, %d backward values; params [%s]", i, st.Name, st.Group, len(st.Fwd), len(st.Bwd), strings.Join(params, " "))
+		if st.LastUser != i {
+			fmt.Fprintf(w, "; shared with stages up to %d", st.LastUser)
+		}
+		fmt.Fprintln(w)
+	}
 }

@@ -222,100 +222,33 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 	return b.prog, nil
 }
 
-// split assigns values to stages and lays out each stage's flat params.
-//
-// Forward values go to the stage of their block (or to the embedding and
-// head stages around the blocks); a param belongs to the stage of its
-// first use; a backward value goes to the stage of the forward value (or
-// param) it was made for. The optimizer's per-param ops are left out:
-// the flat kernels on each rank's shard replace them.
+// split takes the stages of the passes' partition and lays out each
+// stage's flat params.
 func (b *builder) split(plan cost.Plan) error {
 	g := b.s.Graph
-	g0 := g.Layers
-	pre := &stage{name: "embedding", group: cost.Embedding}
-	post := &stage{name: "head", group: cost.Head}
-	blocks := make([]*stage, g0)
-	for i := range blocks {
-		blocks[i] = &stage{name: fmt.Sprintf("layers.%d", i), group: cost.Blocks}
+	part := b.s.Partition
+	if part == nil {
+		return fmt.Errorf("no stage partition: the partition pass must run first")
 	}
-	b.stages = append(append([]*stage{pre}, blocks...), post)
-	loss := g.LossValue()
-	end := len(g.Values)
-	seen := false
-	for i, v := range g.Values {
-		if v.Layer >= 0 {
-			seen = true
+	for _, ps := range part.Stages {
+		st := &stage{name: ps.Name, group: ps.Group, fwd: ps.Fwd, bwd: ps.Bwd, lastUser: ps.LastUser, borrowed: ps.Borrowed}
+		for _, v := range append(append([]*ir.Value{}, ps.Fwd...), ps.Bwd...) {
+			b.stageOf[v] = st
 		}
-		if v.Def == nil {
-			continue
+		for _, a := range ps.Params {
+			b.stageOf[a] = st
+			st.layout.Params = append(st.layout.Params, codegen.Slot{Name: a.Name,
+				Elems: a.Shape.NumElements(), Decay: len(a.Shape) >= 2, Init: a.Init})
 		}
-		st := pre
-		switch {
-		case v.Layer >= 0:
-			st = blocks[v.Layer]
-		case seen:
-			st = post
-		}
-		b.stageOf[v] = st
-		st.fwd = append(st.fwd, v)
-		if v == loss {
-			end = i + 1
-			break
-		}
-	}
-	// Params belong to the stage of their first use.
-	for _, st := range b.stages {
-		for _, v := range st.fwd {
-			for _, a := range v.Def.Args {
-				if a.Role == ir.Param && b.stageOf[a] == nil {
-					b.stageOf[a] = st
-					st.layout.Params = append(st.layout.Params, codegen.Slot{Name: a.Name,
-						Offset: 0, Elems: a.Shape.NumElements(), Decay: len(a.Shape) >= 2, Init: a.Init})
-				}
-			}
-		}
-	}
-	// The optimizer's values: optimizer states and everything computed
-	// from them or replacing a state.
-	opt := map[*ir.Value]bool{}
-	origin := b.s.Origin
-	for _, v := range g.Values[end:] {
-		if v.Role == ir.OptState || v.Updates != nil {
-			opt[v] = true
-		}
-		if v.Def != nil {
-			for _, a := range v.Def.Args {
-				if opt[a] {
-					opt[v] = true
-				}
-			}
-		}
-		if v.Def == nil || opt[v] {
-			continue
-		}
-		o := v
-		for origin[o] != nil {
-			o = origin[o]
-		}
-		st := b.stageOf[o]
-		if st == nil {
-			return fmt.Errorf("backward value %s has no stage (made for %s)", v.Name, o.Name)
-		}
-		b.stageOf[v] = st
-		st.bwd = append(st.bwd, v)
+		b.stages = append(b.stages, st)
 	}
 	grads := map[*ir.Value]*ir.Value{}
 	for _, gp := range b.s.Grads {
 		grads[gp.Param] = gp.Grad
 	}
-	index := map[*stage]int{}
-	for i, st := range b.stages {
-		index[st] = i
-	}
-	for i, st := range b.stages {
+	for _, st := range b.stages {
 		st.f = plan.Groups[st.group]
 		st.layout.Stage = st.name
-		st.lastUser = i
 		var off int64
 		for i := range st.layout.Params {
 			st.layout.Params[i].Offset = off
@@ -333,29 +266,6 @@ func (b *builder) split(plan cost.Plan) error {
 			if gv := grads[g.Lookup(slot.Name)]; gv != nil && b.stageOf[gv] != st {
 				return &passes.UserError{Pos: gv.Pos, Msg: fmt.Sprintf("the gradient of %s is formed outside its stage %s (a param whose first use does not reach the loss is not supported yet)", slot.Name, st.name)}
 			}
-		}
-	}
-	// A param shared by several stages (tied weights, one weight used by
-	// every block) stays in its owner's flat buffer: the owner's gathered
-	// params stay live from the owner's forward to the last user's
-	// forward, and in backward from the last user's backward to the
-	// owner's, where the contributions meet in the param's gradient.
-	for _, st := range b.stages {
-		for _, v := range append(append([]*ir.Value{}, st.fwd...), st.bwd...) {
-			for _, a := range v.Def.Args {
-				if a.Role != ir.Param {
-					continue
-				}
-				owner := b.stageOf[a]
-				if j := index[st]; j > owner.lastUser {
-					owner.lastUser = j
-				}
-			}
-		}
-	}
-	for i, st := range b.stages {
-		for j := i + 1; j <= st.lastUser; j++ {
-			b.stages[j].borrowed = append(b.stages[j].borrowed, i)
 		}
 	}
 	return nil
