@@ -19,7 +19,7 @@ import (
 // internal error or a hang is a bug. Crashers found by `go test -fuzz` are
 // kept in testdata/fuzz/FuzzLoad and rerun by every `go test`.
 func FuzzLoad(f *testing.F) {
-	for _, pattern := range []string{"../testdata/models/*.amsp", "../testdata/errors/*.amsp"} {
+	for _, pattern := range []string{"../testdata/models/*.amsp", "../testdata/errors/*.amsp", "../testdata/variants/*.amsp"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil {
 			f.Fatal(err)

@@ -118,9 +118,15 @@ func lowerModel(d *diag, m *ModelSection, batch, seq int64, dtype ir.DType, unbo
 				why: fmt.Sprintf("%s is bound by train.%s, %s", b.name, b.setting, unboundWhy)}
 		}
 	}
+	before := len(d.errs)
 	l.stmts(m.Stmts)
-	l.finishLoss(m)
+	loss := l.finishLoss(m)
 	l.g.Layers = l.nextL
+	// A model with mistakes has holes (a failed statement makes no
+	// value), so what reaches the loss is only known for a clean one.
+	if loss != nil && len(d.errs) == before {
+		reach(d, l.g, loss)
+	}
 	return l.g
 }
 
@@ -405,7 +411,9 @@ func article(noun string) string {
 	return "a " + noun
 }
 
-func (l *modelLowerer) finishLoss(m *ModelSection) {
+// finishLoss marks the value named loss, or reports why it cannot be
+// trained; it returns the loss when it can.
+func (l *modelLowerer) finishLoss(m *ModelSection) *ir.Value {
 	b, ok := l.scope["loss"]
 	switch {
 	case !ok:
@@ -417,12 +425,17 @@ func (l *modelLowerer) finishLoss(m *ModelSection) {
 		l.d.errorf(b.pos, "loss must be computed by the model, not %s", article(b.val.Role.String()))
 	case len(b.val.Shape) != 0:
 		l.d.errorf(b.val.Pos, "loss must be a scalar, got shape %s", b.val.Shape)
+	case b.val.DType != ir.F32:
+		l.d.errorf(b.val.Pos, "loss must be f32, got %s", b.val.DType)
+	case b.val.Def.Kind != ir.CrossEntropy:
+		// Gradients start from one cross_entropy's closed-form seed;
+		// a sum or a function of losses needs a seed per term.
+		l.d.errorf(b.val.Pos, "loss must be the result of cross_entropy, not of %s (sums and other functions of losses are not supported yet)", b.val.Def.Kind)
 	default:
 		b.val.Role = ir.Loss
-		if b.val.DType != ir.F32 {
-			l.d.errorf(b.val.Pos, "loss must be f32, got %s", b.val.DType)
-		}
+		return b.val
 	}
+	return nil
 }
 
 // expr evaluates an expression to a tensor or a constant.
