@@ -137,6 +137,15 @@ func (r *Run) Start() error {
 			}
 		}
 	}
+	for _, p := range b.Templates {
+		for _, in := range p.Inputs {
+			buf := p.Buffers[in.Buf]
+			if buf.DType != ir.I32 || int(buf.Elems) != r.Data.MicroBatch*r.Data.SeqLen {
+				return fmt.Errorf("input %s is %v%v: amspc run feeds token windows (i32[%d,%d]) only; other inputs are not supported yet",
+					buf.Name, buf.DType, ir.Shape(buf.Shape), r.Data.MicroBatch, r.Data.SeqLen)
+			}
+		}
+	}
 	if r.Data.Windows() < 1 {
 		return fmt.Errorf("the data has %d tokens, fewer than one window of %d", len(r.Data.Tokens), r.Data.SeqLen+1)
 	}
