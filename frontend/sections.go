@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"amspc/cluster"
 	"amspc/ir"
 )
 
@@ -281,7 +282,7 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 		d.errorf(pos(c.Pos), "cluster needs gpu = \"NAME\" (a preset: %s)", gpuNames())
 		ok = false
 	default:
-		gpu, found := ir.LookupGPU(name)
+		gpu, found := cluster.LookupGPU(name)
 		if !found {
 			d.errorf(pos(st.Value.Pos), "unknown gpu %q (presets: %s)", name, gpuNames())
 			ok = false
@@ -356,7 +357,7 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 
 func gpuNames() string {
 	var names []string
-	for _, g := range ir.GPUPresets {
+	for _, g := range cluster.GPUPresets {
 		names = append(names, g.Name)
 	}
 	return strings.Join(names, ", ")
@@ -635,7 +636,7 @@ func lowerPreset(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir
 		name, namePos = sh.Call.Name, pos(sh.Call.Pos)
 	}
 	known, takesK := name == "auto", false
-	for _, pr := range ir.Presets {
+	for _, pr := range cluster.Presets {
 		if pr.Name == name {
 			known, takesK = true, pr.TakesK
 		}
@@ -681,7 +682,7 @@ func lowerPreset(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir
 	}
 	dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
 	var err error
-	out.P, out.G, out.OS, out.Secondary, err = ir.ResolvePreset(name, k, dp)
+	out.P, out.G, out.OS, out.Secondary, err = cluster.ResolvePreset(name, k, dp)
 	if err == nil {
 		err = ir.ValidateFactors(dp, out.P, out.G, out.OS)
 	}

@@ -2,7 +2,6 @@ package ir
 
 import (
 	"fmt"
-	"strings"
 )
 
 // Job is everything one .amsp file (or a combination of files) says: the
@@ -225,21 +224,6 @@ func (s *ShardSpec) Label() string {
 	return fmt.Sprintf("%v/%v/%v", s.P, s.G, s.OS)
 }
 
-// Presets lists the preset strategy names and whether they take k.
-var Presets = []struct {
-	Name   string
-	TakesK bool
-	Doc    string
-}{
-	{"ddp", false, "DDP: everything replicated (1/1/1)"},
-	{"zero1", false, "ZeRO-1: optimizer states sharded over all GPUs (1/1/N)"},
-	{"zero2", false, "ZeRO-2: gradients and optimizer states sharded (1/N/N)"},
-	{"zero3", false, "ZeRO-3 / FSDP: everything sharded (N/N/N)"},
-	{"mics", true, "MiCS(k): everything sharded in groups of k, replicated across groups (k/k/k)"},
-	{"hsdp", true, "FSDP HYBRID_SHARD(k): as MiCS (k/k/k)"},
-	{"zeropp", true, "ZeRO++ hpZ(k): N/N/N with a secondary parameter shard of k for backward"},
-}
-
 // GPUsToFactor spells a plain GPU count k as a factor: k GPUs inside a node
 // when k <= gpusPerNode, else k/gpusPerNode whole nodes.
 func GPUsToFactor(k, gpusPerNode, nodes int) (Factor, error) {
@@ -293,38 +277,4 @@ func ValidateFactors(dp, p, g, os Factor) error {
 		return fmt.Errorf("grads factor %v must equal the params factor %v or the optim factor %v", g, p, os)
 	}
 	return nil
-}
-
-// ResolvePreset gives a preset's factors on a data-parallel mesh dp.
-func ResolvePreset(name string, k int, dp Factor) (p, g, os, secondary Factor, err error) {
-	full := dp
-	one := Factor{1, 1}
-	kf := func() (Factor, error) {
-		f, err := GPUsToFactor(k, dp.S0, dp.S1)
-		if err != nil {
-			return Factor{}, err
-		}
-		return f, nil
-	}
-	switch name {
-	case "ddp":
-		return one, one, one, Factor{}, nil
-	case "zero1":
-		return one, one, full, Factor{}, nil
-	case "zero2":
-		return one, full, full, Factor{}, nil
-	case "zero3":
-		return full, full, full, Factor{}, nil
-	case "mics", "hsdp":
-		f, err := kf()
-		return f, f, f, Factor{}, err
-	case "zeropp":
-		f, err := kf()
-		return full, full, full, f, err
-	}
-	var names []string
-	for _, p := range Presets {
-		names = append(names, p.Name)
-	}
-	return one, one, one, Factor{}, fmt.Errorf("unknown shard preset %q (known: %s)", name, strings.Join(names, ", "))
 }

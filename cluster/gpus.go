@@ -1,4 +1,6 @@
-package ir
+package cluster
+
+import "amspc/ir"
 
 const (
 	giB = 1 << 30
@@ -19,7 +21,7 @@ const (
 // 4, 450 GB/s, NVLS off) about 368 GB/s; the same ratios are assumed for
 // the A800 and H800's narrower NVLink. InfiniBand reaches about 90% of its
 // line rate in nccl-tests' inter-node runs.
-var GPUPresets = []GPU{
+var GPUPresets = []ir.GPU{
 	{Name: "A100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 300 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9,
 		Source: "NVIDIA A100 datasheet (SXM4: 312 TFLOP/s bf16 dense, NVLink3 600 GB/s bidirectional); DGX A100: 8x 200 Gb/s HDR"},
 	{Name: "A800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 200 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9,
@@ -37,11 +39,11 @@ var GPUPresets = []GPU{
 }
 
 // LookupGPU finds a preset by name.
-func LookupGPU(name string) (GPU, bool) {
+func LookupGPU(name string) (ir.GPU, bool) {
 	for _, g := range GPUPresets {
 		if g.Name == name {
 			return g, true
 		}
 	}
-	return GPU{}, false
+	return ir.GPU{}, false
 }
