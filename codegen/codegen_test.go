@@ -41,7 +41,7 @@ func wait(e int32) Instr { in := ins(Wait); in.Event = e; return in }
 
 func kern(k ir.OpKind, out int32, args ...int32) Instr {
 	in := ins(Kernel)
-	in.Kern, in.Out, in.Args = k, out, args
+	in.Kern, in.Outs, in.Args = k, []int32{out}, args
 	return in
 }
 
@@ -217,7 +217,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		reflect.TypeFor[Buffer]():     "Name DType Elems Parent Offset Part Shape",
 		reflect.TypeFor[Group]():      "Outer Inner",
 		reflect.TypeFor[ir.Factor]():  "S0 S1",
-		reflect.TypeFor[Instr]():      "Op Buf Kern Args Out Attrs Coll Group Bytes DType In Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[Instr]():      "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
 		reflect.TypeFor[ir.Attr]():    "Name Val",
 		reflect.TypeFor[ir.AttrVal](): "Type Int Float Bool",
 		reflect.TypeFor[ir.Pos]():     "File Line Col",
@@ -301,9 +301,9 @@ func TestDecodeRefuses(t *testing.T) {
 	copy(magicBad, "AMSPPLAX")
 	cases = append(cases, tc{"wrong magic", magicBad, ErrNotPlan, `not a plan bundle: does not start with "AMSPPLAN"`})
 	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
-	v2 := bytes.Clone(data)
-	binary.LittleEndian.PutUint32(v2[len(magic):], 2)
-	cases = append(cases, tc{"version 2", v2, ErrVersion, "format version 2, this compiler reads version 1"})
+	v1 := bytes.Clone(data)
+	binary.LittleEndian.PutUint32(v1[len(magic):], 1)
+	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 2"})
 
 	// Payloads that pass the checksum but do not decode consistently.
 	var e encoder
@@ -335,6 +335,9 @@ func TestDecodeRefuses(t *testing.T) {
 	p := func(b *Bundle) *Program { return &b.Templates[0] }
 	mutate("buffer out of range", "compute 2: alloc: buffer b19 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Buf = 19 })
 	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Args[0] = -1 })
+	mutate("kernel result out of range", "kernel matmul: result b10 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Outs[0] = 10 })
+	mutate("kernel without result", "kernel matmul: 2 arguments and 0 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Outs = nil })
+	mutate("kernel arity", "kernel matmul: 1 arguments and 1 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Args = []int32{2} })
 	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[CommGather][1].Out = 20 })
 	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][2].Op = 17 })
 	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][3].Kern = 200 })

@@ -491,13 +491,19 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 		if !knownOp[in.Kern] {
 			return fmt.Errorf("kernel without an op")
 		}
+		info := in.Kern.Info()
+		if len(in.Args) != info.Arity || len(in.Outs) != 1 {
+			return fmt.Errorf("kernel %v: %d arguments and %d results, want %d and %d", in.Kern, len(in.Args), len(in.Outs), info.Arity, 1)
+		}
 		for _, a := range in.Args {
 			if !bufOK(a) {
 				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
 			}
 		}
-		if !bufOK(in.Out) {
-			return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, in.Out)
+		for _, o := range in.Outs {
+			if !bufOK(o) {
+				return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, o)
+			}
 		}
 	case Collective:
 		switch {

@@ -25,7 +25,7 @@ func last(s []int64) int { return int(s[len(s)-1]) }
 // kernel runs one kernel instruction on the CPU backend (fp32).
 func (k *rank) kernel(in *codegen.Instr) error {
 	a := func(i int) []float32 { return k.f(in.Args[i]) }
-	out := func() []float32 { return k.f(in.Out) }
+	out := func() []float32 { return k.f(in.Outs[0]) }
 	switch in.Kern {
 	case ir.Embed:
 		t := k.shape(in.Args[1])
@@ -33,7 +33,7 @@ func (k *rank) kernel(in *codegen.Instr) error {
 			return err
 		}
 	case ir.EmbedGrad:
-		o := k.shape(in.Out)
+		o := k.shape(in.Outs[0])
 		kernels.EmbedGrad(out(), k.ints(in.Args[0]), a(1), int(o[0]), int(o[1]))
 	case ir.MatMul:
 		b := k.shape(in.Args[1])
@@ -44,7 +44,7 @@ func (k *rank) kernel(in *codegen.Instr) error {
 		kk, n := int(b[0]), int(b[1])
 		kernels.MatMulGradA(out(), a(0), a(1), len(a(0))/n, kk, n)
 	case ir.MatMulGradB:
-		o := k.shape(in.Out)
+		o := k.shape(in.Outs[0])
 		kk, n := int(o[0]), int(o[1])
 		kernels.MatMulGradB(out(), a(0), a(1), len(a(0))/kk, kk, n)
 	case ir.RMSNorm:
@@ -139,12 +139,12 @@ func (k *rank) kernel(in *codegen.Instr) error {
 		}
 	case ir.AdamUpdate:
 		err := k.adamUpdate(in)
-		k.round(in.Out)
+		k.round(in.Outs[0])
 		return err
 	default:
 		return fmt.Errorf("no CPU kernel for %v", in.Kern)
 	}
-	k.round(in.Out)
+	k.round(in.Outs[0])
 	return checkFinite(out())
 }
 
@@ -226,7 +226,7 @@ func (k *rank) adamUpdate(in *codegen.Instr) error {
 	lay := k.p.Layouts[attr(in, "layout").Int]
 	lr, b1, b2 := attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float
 	eps, wd := attr(in, "eps").Float, attr(in, "weight_decay").Float
-	w, m, v := k.f(in.Out), k.f(in.Args[1]), k.f(in.Args[2])
+	w, m, v := k.f(in.Outs[0]), k.f(in.Args[1]), k.f(in.Args[2])
 	sp := int64(lay.PShard.Size())
 	chunk := lay.Padded / sp
 	start := int64(lay.PShard.Index(k.topo, k.r))*chunk + int64(lay.OSShard.Index(k.topo, k.r))*int64(len(w))

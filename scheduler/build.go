@@ -444,7 +444,7 @@ func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: out, Stage: int32(stageIdx), Micro: int32(m)})
 		b.live[out] = true
 	}
-	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Out: out,
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Outs: []int32{out},
 		Attrs: op.Attrs, Stage: int32(stageIdx), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)})
 }
 
@@ -594,7 +594,7 @@ func (b *builder) release(i int, st *stage, m int, freed []int32, forward bool) 
 	}
 	if forward && st.pSec >= 0 {
 		sec := b.view("P.full."+st.name+"[sec]", st.pFull, b.prog.Buffers[st.pSec].Elems, 0, group(st.f.Secondary, one))
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Out: st.pSec,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Outs: []int32{st.pSec},
 			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pSec].DType))}, Stage: int32(i), Micro: int32(m),
 			Comment: "keep the secondary shard (hpZ)"})
 	}
@@ -639,13 +639,13 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 	switch {
 	case b.M == 1:
 	case m == 0:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sel}, Out: st.gAcc,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sel}, Outs: []int32{st.gAcc},
 			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gAcc].DType))}, Stage: int32(j), Micro: int32(m), Comment: "start accumulating"})
 	case !lastMB:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, sel}, Out: st.gAcc,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, sel}, Outs: []int32{st.gAcc},
 			Stage: int32(j), Micro: int32(m), Comment: "accumulate"})
 	default:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Out: sel,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Outs: []int32{sel},
 			Stage: int32(j), Micro: int32(m), Comment: "fold in the accumulated micro-batches"})
 	}
 	if lastMB && b.dp.Size() > f.P.Size() && len(st.layout.Params) > 0 {
@@ -693,7 +693,7 @@ func (b *builder) flush(m int) {
 			pc := b.prog.Buffers[b.stages[j].gPC]
 			part := b.view(fmt.Sprintf("G.bucket.%s[%s]", names, b.stages[j].name), id, pc.Elems, off, codegen.Group{})
 			off += pc.Elems
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{b.stages[j].gPC}, Out: part,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{b.stages[j].gPC}, Outs: []int32{part},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(pc.DType))}, Stage: int32(j), Micro: int32(m), Comment: "into the bucket"})
 			b.copyBack[j] = part
 		}
@@ -754,27 +754,27 @@ func (b *builder) optimizer() {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: b.final[i], Stage: int32(i), Micro: -1})
 		}
 		if part, ok := b.copyBack[i]; ok {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{part}, Out: st.gPC,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{part}, Outs: []int32{st.gPC},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gPC].DType))}, Stage: int32(i), Micro: -1, Comment: "out of the bucket"})
 		}
 		if id, ok := b.bucketLast[i]; ok {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: -1})
 		}
 		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Out: st.m,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Outs: []int32{st.m},
 			Attrs: attrs(ir.FloatAttr("beta1", opt.Beta1)), Stage: int32(i), Micro: -1})
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamV, Args: []int32{st.v, st.osSel}, Out: st.v,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamV, Args: []int32{st.v, st.osSel}, Outs: []int32{st.v},
 			Attrs: attrs(ir.FloatAttr("beta2", opt.Beta2)), Stage: int32(i), Micro: -1})
 		w := st.master
 		if w < 0 {
 			w = st.pOS
 		}
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamUpdate, Args: []int32{w, st.m, st.v}, Out: w,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamUpdate, Args: []int32{w, st.m, st.v}, Outs: []int32{w},
 			Attrs: attrs(ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
 				ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", opt.WeightDecay)),
 			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
 		if st.master >= 0 {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Out: st.pOS,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Outs: []int32{st.pOS},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pOS].DType))}, Stage: int32(i), Micro: -1})
 		}
 		if st.f.P.Size() > 1 {
