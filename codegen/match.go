@@ -492,8 +492,8 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 			return fmt.Errorf("kernel without an op")
 		}
 		info := in.Kern.Info()
-		if len(in.Args) != info.Arity || len(in.Outs) != 1 {
-			return fmt.Errorf("kernel %v: %d arguments and %d results, want %d and %d", in.Kern, len(in.Args), len(in.Outs), info.Arity, 1)
+		if len(in.Args) != info.Arity || len(in.Outs) != info.NumResults() {
+			return fmt.Errorf("kernel %v: %d arguments and %d results, want %d and %d", in.Kern, len(in.Args), len(in.Outs), info.Arity, info.NumResults())
 		}
 		for _, a := range in.Args {
 			if !bufOK(a) {

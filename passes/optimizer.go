@@ -48,18 +48,18 @@ func optimizer(s *State) error {
 			v.Name, v.Role, v.Updates = target.Name+".new", target.Role, target
 			return v
 		}
-		m := update(b.Apply(ir.AdamM, []*ir.Value{ps.M, grad}, ir.FloatAttr("beta1", opt.Beta1)), ps.M)
-		v := update(b.Apply(ir.AdamV, []*ir.Value{ps.V, grad}, ir.FloatAttr("beta2", opt.Beta2)), ps.V)
+		m := update(b.one(ir.AdamM, []*ir.Value{ps.M, grad}, ir.FloatAttr("beta1", opt.Beta1)), ps.M)
+		v := update(b.one(ir.AdamV, []*ir.Value{ps.V, grad}, ir.FloatAttr("beta2", opt.Beta2)), ps.V)
 		wd := opt.WeightDecay
 		if len(p.Shape) < 2 {
 			wd = 0
 		}
-		w := b.Apply(ir.AdamUpdate, []*ir.Value{weights, m, v},
+		w := b.one(ir.AdamUpdate, []*ir.Value{weights, m, v},
 			ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
 			ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", wd))
 		if ps.Master != nil {
 			update(w, ps.Master)
-			ps.NewParam = update(b.Apply(ir.Cast, []*ir.Value{w}, ir.IntAttr("dtype", int64(p.DType))), p)
+			ps.NewParam = update(b.one(ir.Cast, []*ir.Value{w}, ir.IntAttr("dtype", int64(p.DType))), p)
 		} else {
 			ps.NewParam = update(w, p)
 		}

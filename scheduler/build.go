@@ -409,42 +409,60 @@ func (b *builder) step() {
 	b.optimizer()
 }
 
+// opsOf lists the ops computing values vs, in order, each once: an op
+// with several results is one kernel.
+func opsOf(vs []*ir.Value) []*ir.Op {
+	ops := make([]*ir.Op, 0, len(vs))
+	seen := make(map[*ir.Op]bool, len(vs))
+	for _, v := range vs {
+		if !seen[v.Def] {
+			seen[v.Def] = true
+			ops = append(ops, v.Def)
+		}
+	}
+	return ops
+}
+
 // lastUses maps each value read in a micro-batch to the position (in
-// emission order: forward stages, then backward stages reversed) of its
-// last reader.
+// emission order: forward stages, then backward stages reversed, one
+// position per op) of its last reader.
 func (b *builder) lastUses() map[use]int {
 	last := map[use]int{}
 	i := 0
-	visit := func(vs []*ir.Value, backward bool) {
-		for _, v := range vs {
-			for _, a := range v.Def.Args {
+	visit := func(ops []*ir.Op, backward bool) {
+		for _, op := range ops {
+			for _, a := range op.Args {
 				last[b.instance(a, backward)] = i
 			}
 			i++
 		}
 	}
 	for _, st := range b.stages {
-		visit(st.fwd, false)
+		visit(opsOf(st.fwd), false)
 	}
 	for j := len(b.stages) - 1; j >= 0; j-- {
-		visit(b.recomputed(b.stages[j]), true)
-		visit(b.stages[j].bwd, true)
+		visit(opsOf(b.recomputed(b.stages[j])), true)
+		visit(opsOf(b.stages[j].bwd), true)
 	}
 	return last
 }
 
-func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
-	op := v.Def
+// kernel emits op as one kernel instruction, allocating its results
+// first (gradients of params are views of the stage's flat gradient).
+func (b *builder) kernel(op *ir.Op, stageIdx, m int) {
 	args := make([]int32, len(op.Args))
 	for i, a := range op.Args {
 		args[i] = b.buf[a]
 	}
-	out := b.buf[v]
-	if !b.prog.Buffers[out].IsView() {
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: out, Stage: int32(stageIdx), Micro: int32(m)})
-		b.live[out] = true
+	outs := make([]int32, len(op.Results))
+	for i, r := range op.Results {
+		outs[i] = b.buf[r]
+		if !b.prog.Buffers[outs[i]].IsView() {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: outs[i], Stage: int32(stageIdx), Micro: int32(m)})
+			b.live[outs[i]] = true
+		}
 	}
-	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Outs: []int32{out},
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Outs: outs,
 		Attrs: op.Attrs, Stage: int32(stageIdx), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)})
 }
 
@@ -462,8 +480,8 @@ func (b *builder) spreadStage(i int) int32 {
 
 func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	order := 0
-	freeDead := func(v *ir.Value, stageIdx int, backward bool) {
-		for _, a := range v.Def.Args {
+	freeDead := func(op *ir.Op, stageIdx int, backward bool) {
+		for _, a := range op.Args {
 			if last[b.instance(a, backward)] == order && a.Role != ir.Param && a.Role != ir.Input {
 				if id := b.buf[a]; b.live[id] {
 					b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(stageIdx), Micro: int32(m)})
@@ -490,9 +508,9 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		if gathered >= 0 {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
 		}
-		for _, v := range st.fwd {
-			b.kernel(v, i, m)
-			freeDead(v, i, false)
+		for _, op := range opsOf(st.fwd) {
+			b.kernel(op, i, m)
+			freeDead(op, i, false)
 		}
 		// Full recompute: drop what backward will compute again.
 		for _, v := range b.recomputed(st) {
@@ -516,14 +534,14 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		}
 		// Full recompute runs the block's forward again on the parameters
 		// gathered for its backward, which stay for the backward.
-		for _, v := range b.recomputed(st) {
-			b.kernel(v, j, m)
-			freeDead(v, j, true)
+		for _, op := range opsOf(b.recomputed(st)) {
+			b.kernel(op, j, m)
+			freeDead(op, j, true)
 		}
 		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
-		for _, v := range st.bwd {
-			b.kernel(v, j, m)
-			freeDead(v, j, true)
+		for _, op := range opsOf(st.bwd) {
+			b.kernel(op, j, m)
+			freeDead(op, j, true)
 		}
 		b.release(j, st, m, freed, false)
 		synced := b.reduce(j, st, m)
