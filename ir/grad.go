@@ -79,17 +79,21 @@ func normGrad(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	return append(Shape{}, x.Shape...), x.DType, nil
 }
 
-// f32Like(i) is an fp32 tensor shaped like operand i, which every
-// operand must match.
-func f32Like(i int) rule {
-	return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
-		for j, a := range args {
-			if !a.Shape.Equal(args[i].Shape) {
-				return nil, 0, argErr(j, "operand %s is %s, want %s", a.Name, a.Shape, args[i].Shape)
-			}
+// adamw checks (weights, m, v, grad): one shape, fp32 states. Each result
+// is an fp32 tensor of that shape.
+func adamw(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	for j, a := range args {
+		if !a.Shape.Equal(args[0].Shape) {
+			return nil, 0, argErr(j, "operand %s is %s, want %s", a.Name, a.Shape, args[0].Shape)
 		}
-		return append(Shape{}, args[i].Shape...), F32, nil
+		if j < 3 && a.DType != F32 {
+			return nil, 0, argErr(j, "optimizer state %s must be f32, not %s", a.Name, a.DType)
+		}
 	}
+	if err := needFloat(args, 3); err != nil {
+		return nil, 0, err
+	}
+	return append(Shape{}, args[0].Shape...), F32, nil
 }
 
 func initGradOps() {
@@ -160,13 +164,13 @@ func initGradOps() {
 		SiLUGrad:         {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
 		GELUGrad:         {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5)},
-		AdamM:            {Name: "adam_m", Arity: 2, Attrs: required("beta1"), Infer: results(f32Like(0)), Flops: elementwise(3)},
-		AdamV:            {Name: "adam_v", Arity: 2, Attrs: required("beta2"), Infer: results(f32Like(0)), Flops: elementwise(4)},
-		// adam_update(master, m, v): the AdamW step of NUMERICS.md, with the
-		// step count t supplied at run time; weight_decay 0 for params
-		// that are not decayed.
-		AdamUpdate: {Name: "adam_update", Arity: 3, Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
-			Infer: results(f32Like(0)), Flops: elementwise(10)},
+		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
+		// NUMERICS.md, the compiler's one definition of it. The step
+		// count t is supplied at run time; weight_decay is 0 for params
+		// that are not decayed. weights is the fp32 master, or P itself
+		// when P is fp32.
+		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
+			Infer: results(adamw, adamw, adamw), Flops: elementwise(17)},
 		// cast(x, dtype=D): D is a DType code (2 bf16, 3 f16, 4 f32);
 		// rounding to nearest even.
 		Cast: {Name: "cast", Arity: 1, Attrs: []AttrSpec{{Name: "dtype", Type: AttrInt, Required: true}},

@@ -219,9 +219,9 @@ func TestVerifyMultiResult(t *testing.T) {
 			if err := Verify(g); err != nil {
 				t.Fatalf("base graph: %v", err)
 			}
-			// 10 computed values, one op with 2 results.
-			if ops := len(g.Ops()); ops != 7 {
-				t.Fatalf("%d ops, want 7: Ops must list each op once", ops)
+			// 12 computed values, two of the ops with 2 and 3 results.
+			if ops := len(g.Ops()); ops != 9 {
+				t.Fatalf("%d ops, want 9: Ops must list each op once", ops)
 			}
 			tt.mutate(g)
 			Print(g) // must not panic on a broken graph either
@@ -258,6 +258,10 @@ func TestNewOp(t *testing.T) {
 		if _, err := NewOp(RMSNormGrad, []*Value{x, w, dy}, c.attrs, x.Pos); err == nil || err.Error() != c.want {
 			t.Errorf("NewOp(%v) = %v, want %q", c.attrs, err, c.want)
 		}
+	}
+	if _, err := NewOp(AdamWStep, []*Value{x, x, x, x}, []Attr{FloatAttr("lr", 1)}, x.Pos); err == nil ||
+		err.Error() != "adamw: adamw needs attribute beta1=" {
+		t.Errorf("adamw without beta1: %v", err)
 	}
 	if _, err := NewOp(RMSNormGrad, []*Value{x, w}, nil, x.Pos); err == nil || !strings.Contains(err.Error(), "takes 3 operands, got 2") {
 		t.Errorf("arity: %v", err)

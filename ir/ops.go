@@ -40,9 +40,7 @@ const (
 	CrossEntropyGrad
 
 	// Optimizer ops, made by the optimizer pass.
-	AdamM
-	AdamV
-	AdamUpdate
+	AdamWStep // adamw(weights, m, v, grad) -> new weights, new m, new v
 	Cast
 	numOps
 )
@@ -266,6 +264,20 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 		}
 	}
 	return out, nil
+}
+
+// CheckAttrs reports whether attrs are k's attributes in normal form,
+// exactly as NormalizeAttrs returns them: what a kernel instruction
+// carries, so that no kernel reads a missing attribute as zero.
+func CheckAttrs(k OpKind, attrs []Attr) error {
+	norm, oerr := NormalizeAttrs(k, attrs)
+	if oerr != nil {
+		return oerr
+	}
+	if !attrsEqual(attrs, norm) {
+		return fmt.Errorf("attributes (%s) are not in normal form (%s)", attrString(attrs), attrString(norm))
+	}
+	return nil
 }
 
 func attrList(info *OpInfo) string {

@@ -304,14 +304,10 @@ func (vf *verifier) op(i int, v *Value) error {
 	if len(op.Args) != info.Arity {
 		return verr(v, "%s takes %d operand%s, got %d", info.Name, info.Arity, plural(info.Arity), len(op.Args))
 	}
-	norm, oerr := NormalizeAttrs(op.Kind, op.Attrs)
-	if oerr != nil {
-		return verr(v, "%s", oerr.Msg)
+	if err := CheckAttrs(op.Kind, op.Attrs); err != nil {
+		return verr(v, "%v", err)
 	}
-	if !attrsEqual(op.Attrs, norm) {
-		return verr(v, "attributes (%s) are not in normal form (%s)", attrString(op.Attrs), attrString(norm))
-	}
-	types, oerr := Infer(op.Kind, op.Args, norm)
+	types, oerr := Infer(op.Kind, op.Args, op.Attrs)
 	if oerr != nil {
 		return verr(v, "%s", oerr.Msg)
 	}

@@ -32,4 +32,13 @@ func TestBadAttrIsInternalError(t *testing.T) {
 			t.Errorf("error %v, want an internal error containing %q", err, c.want)
 		}
 	}
+	pass := Pass{Name: "broken", Run: func(s *State) error {
+		b := &gradBuilder{g: s.Graph}
+		b.at(x)
+		b.Apply(ir.AdamWStep, []*ir.Value{w, w, w, w}, ir.FloatAttr("lr", 1))
+		return nil
+	}}
+	if err := runPass(pass, &State{Graph: g}); err == nil || !strings.Contains(err.Error(), "adamw needs attribute beta1=") {
+		t.Errorf("adamw without beta1: %v", err)
+	}
 }

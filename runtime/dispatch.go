@@ -3,19 +3,23 @@ package runtime
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
 
+// attr is a kernel's attribute. Validate has checked that every kernel
+// carries its op's attributes, so a missing one is a runtime bug, never
+// a zero.
 func attr(in *codegen.Instr, name string) ir.AttrVal {
 	for _, a := range in.Attrs {
 		if a.Name == name {
 			return a.Val
 		}
 	}
-	return ir.AttrVal{}
+	panic(fmt.Sprintf("kernel %v has no attribute %s", in.Kern, name))
 }
 
 func (k *rank) shape(id int32) []int64 { return k.p.Buffers[id].Shape }
@@ -165,23 +169,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		}
 		return nil
 	},
-	ir.AdamM: func(k *rank, in *codegen.Instr) error {
-		b1 := float32(attr(in, "beta1").Float)
-		m, g := k.out(in, 0), k.arg(in, 1)
-		for i := range m {
-			m[i] = b1*m[i] + (1-b1)*g[i]
-		}
-		return nil
-	},
-	ir.AdamV: func(k *rank, in *codegen.Instr) error {
-		b2 := float32(attr(in, "beta2").Float)
-		v, g := k.out(in, 0), k.arg(in, 1)
-		for i := range v {
-			v[i] = b2*v[i] + (1-b2)*g[i]*g[i]
-		}
-		return nil
-	},
-	ir.AdamUpdate: func(k *rank, in *codegen.Instr) error { return k.adamUpdate(in) },
+	ir.AdamWStep: func(k *rank, in *codegen.Instr) error { return k.adamw(in) },
 }
 
 // kernel runs one kernel instruction: one call of its op's CPU kernel.
@@ -237,37 +225,43 @@ func (k *rank) ropeDims(in *codegen.Instr) (b, s, heads, hd int) {
 	return int(x[0]), int(x[1]), heads, int(x[2]) / heads
 }
 
-// adamUpdate is AdamW on a flat os-shard (NUMERICS.md, torch.optim.AdamW):
-// decoupled decay first (p *= 1 - lr wd, only for params of 2+ dims,
-// which the stage's layout says element by element), then the bias-
-// corrected Adam step, t counting from 1.
-func (k *rank) adamUpdate(in *codegen.Instr) error {
-	lay := k.p.Layouts[attr(in, "layout").Int]
-	lr, b1, b2 := attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float
-	eps, wd := attr(in, "eps").Float, attr(in, "weight_decay").Float
-	w, m, v := k.out(in, 0), k.arg(in, 1), k.arg(in, 2)
-	sp := int64(lay.PShard.Size())
-	chunk := lay.Padded / sp
-	start := int64(lay.PShard.Index(k.topo, k.r))*chunk + int64(lay.OSShard.Index(k.topo, k.r))*int64(len(w))
-	c1 := 1 - math.Pow(b1, float64(k.step))
-	c2 := 1 - math.Pow(b2, float64(k.step))
-	slot := 0
-	for i := range w {
-		g := start + int64(i)
-		for slot < len(lay.Params) && g >= lay.Params[slot].Offset+lay.Params[slot].Elems {
-			slot++
+// adamw is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a
+// flat os-shard of a stage: kernels.AdamW on (weights, m, v, grad),
+// updating weights, m and v in place (results that are other buffers get
+// a copy first), decaying only the params of 2+ dims, which the stage's
+// layout places element by element; t is the run's step, from 1.
+func (k *rank) adamw(in *codegen.Instr) error {
+	for i := range 3 {
+		if in.Outs[i] != in.Args[i] {
+			copy(k.out(in, i), k.arg(in, i))
 		}
-		if slot >= len(lay.Params) {
-			break // padding
-		}
-		p := float64(w[i])
-		if lay.Params[slot].Decay {
-			p *= 1 - lr*wd
-		}
-		mh := float64(m[i]) / c1
-		vh := float64(v[i]) / c2
-		p -= lr * mh / (math.Sqrt(vh) + eps)
-		w[i] = float32(p)
 	}
+	w, m, v, g := k.out(in, 0), k.out(in, 1), k.out(in, 2), k.arg(in, 3)
+	decayed, err := k.decayed(in, int64(len(w)))
+	if err != nil {
+		return err
+	}
+	kernels.AdamW(w, m, v, g, k.step, attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float,
+		attr(in, "eps").Float, attr(in, "weight_decay").Float, decayed)
 	return nil
+}
+
+// decayed lists the ranges of this rank's os-shard (n elements) of stage
+// in.Stage's flat params that hold params with weight decay.
+func (k *rank) decayed(in *codegen.Instr, n int64) ([]kernels.Range, error) {
+	lay := k.p.Layouts[in.Stage]
+	sp, sos := int64(lay.PShard.Size()), int64(lay.OSShard.Size())
+	if sp < 1 || sos < 1 || n*sp*sos != lay.Padded {
+		return nil, fmt.Errorf("%d elements are not an os-shard of stage %s (%d elements in %d x %d shards)", n, lay.Stage, lay.Padded, sp, sos)
+	}
+	start := int64(lay.PShard.Index(k.topo, k.r))*(lay.Padded/sp) + int64(lay.OSShard.Index(k.topo, k.r))*n
+	var out []kernels.Range
+	for _, s := range lay.Params {
+		lo, hi := max(s.Offset, start), min(s.Offset+s.Elems, start+n)
+		if s.Decay && lo < hi {
+			out = append(out, kernels.Range{Lo: int(lo - start), Hi: int(hi - start)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Lo < out[j].Lo })
+	return out, nil
 }

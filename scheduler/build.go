@@ -67,6 +67,7 @@ type stage struct {
 	pShard, pFull, pSec, gAcc, gFull, gPC int32
 	gSel, osSel, pOS                      int32 // views: my g-slice and os-slice of the p-chunk, my os-slice of P
 	master, m, v                          int32
+	adamw                                 []ir.Attr // the optimizer pass's AdamW attributes for the stage
 }
 
 type builder struct {
@@ -205,6 +206,9 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 		b.markDropped()
 	}
 	b.buffers()
+	if err := b.adamwAttrs(); err != nil {
+		return nil, err
+	}
 	b.copyBack, b.bucketLast = map[int]int32{}, map[int]int32{}
 	b.pFreed = make([]int32, len(b.stages))
 	b.final = make([]int32, len(b.stages))
@@ -760,10 +764,67 @@ func (b *builder) allReduce(id int32, g codegen.Group, j, m int, why string) {
 	}
 }
 
-// optimizer runs AdamW on every stage's os-slice and writes the updated
-// slice of P; the spread at the next step's start completes P.
+// adamwAttrs takes each stage's AdamW attributes from the adamw ops the
+// optimizer pass made for its params, the one definition of the step. One
+// flat kernel runs them all, so they must agree, but for weight_decay:
+// one value on the params the stage's layout decays, 0 on the others.
+func (b *builder) adamwAttrs() error {
+	steps := map[string]*ir.Op{}
+	for _, ps := range b.s.States {
+		steps[ps.Param.Name] = ps.Step
+	}
+	fail := func(format string, a ...any) error {
+		return &passes.InternalError{Pass: "scheduler", Err: fmt.Errorf(format, a...)}
+	}
+	for _, st := range b.stages {
+		var first string // the param whose attributes the stage takes
+		wd, decayedBy := 0.0, ""
+		for _, slot := range st.layout.Params {
+			op := steps[slot.Name]
+			if op == nil || op.Kind != ir.AdamWStep {
+				return fail("param %s has no adamw op", slot.Name)
+			}
+			if first == "" {
+				first, st.adamw = slot.Name, append([]ir.Attr(nil), op.Attrs...)
+			} else if !sameBut(op.Attrs, st.adamw, "weight_decay") {
+				return fail("params %s and %s of stage %s differ in their AdamW settings", first, slot.Name, st.name)
+			}
+			d, _ := op.Attr("weight_decay")
+			switch {
+			case !slot.Decay && d.Float != 0:
+				return fail("param %s is not decayed in stage %s's layout, yet its adamw has weight_decay=%v", slot.Name, st.name, d)
+			case slot.Decay && decayedBy == "":
+				wd, decayedBy = d.Float, slot.Name
+			case slot.Decay && d.Float != wd:
+				return fail("params %s and %s of stage %s have weight_decay %v and %v", decayedBy, slot.Name, st.name, wd, d)
+			}
+		}
+		for i := range st.adamw {
+			if st.adamw[i].Name == "weight_decay" {
+				st.adamw[i] = ir.FloatAttr("weight_decay", wd)
+			}
+		}
+	}
+	return nil
+}
+
+// sameBut compares two ops' attributes (both in normal form) but one.
+func sameBut(a, b []ir.Attr, except string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || (a[i].Name != except && a[i].Val != b[i].Val) {
+			return false
+		}
+	}
+	return true
+}
+
+// optimizer runs AdamW on every stage's os-slice, with the attributes of
+// the optimizer pass's adamw ops, and writes the updated slice of P; the
+// spread at the next step's start completes P.
 func (b *builder) optimizer() {
-	opt := b.s.Job.Train.Optimizer
 	for i, st := range b.stages {
 		if len(st.layout.Params) == 0 {
 			continue
@@ -778,18 +839,16 @@ func (b *builder) optimizer() {
 		if id, ok := b.bucketLast[i]; ok {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: -1})
 		}
-		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Outs: []int32{st.m},
-			Attrs: attrs(ir.FloatAttr("beta1", opt.Beta1)), Stage: int32(i), Micro: -1})
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamV, Args: []int32{st.v, st.osSel}, Outs: []int32{st.v},
-			Attrs: attrs(ir.FloatAttr("beta2", opt.Beta2)), Stage: int32(i), Micro: -1})
 		w := st.master
 		if w < 0 {
 			w = st.pOS
 		}
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamUpdate, Args: []int32{w, st.m, st.v}, Outs: []int32{w},
-			Attrs: attrs(ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
-				ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", opt.WeightDecay)),
+		// In place on the shard; the instruction's stage names the
+		// layout that says which elements are decayed. No FLOPs: the
+		// timeline prices compute-bound kernels, and AdamW is bound by
+		// memory.
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamWStep,
+			Args: []int32{w, st.m, st.v, st.osSel}, Outs: []int32{w, st.m, st.v}, Attrs: st.adamw,
 			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
 		if st.master >= 0 {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Outs: []int32{st.pOS},
