@@ -41,7 +41,7 @@ func wait(e int32) Instr { in := ins(Wait); in.Event = e; return in }
 
 func kern(k ir.OpKind, out int32, args ...int32) Instr {
 	in := ins(Kernel)
-	in.Kern, in.Out, in.Args = k, out, args
+	in.Kern, in.Outs, in.Args = k, []int32{out}, args
 	return in
 }
 
@@ -69,7 +69,8 @@ func tinyBundle() *Bundle {
 	grad := at(kern(ir.MatMulGradB, 4, 2, 3), 0, 0)
 	grad.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
 	grad.Comment = "dW1"
-	update := kern(ir.AdamUpdate, 7, 7, 6, 8)
+	update := kern(ir.AdamWStep, 7, 7, 8, 10, 6)
+	update.Outs = []int32{7, 8, 10}
 	update.Attrs = []ir.Attr{fattr("lr", 0.001), fattr("beta1", 0.9), fattr("beta2", 0.95), fattr("eps", 1e-8), fattr("weight_decay", 0)}
 	update.Stage = 0
 	gather := at(coll(AllGather, 1, 0, grp(4, 1, 1, 1), 8192), 0, 0)
@@ -93,6 +94,7 @@ func tinyBundle() *Bundle {
 				{Name: "w1.master", DType: ir.F32, Elems: 512, Parent: -1},
 				{Name: "w1.m", DType: ir.F32, Elems: 512, Parent: -1},
 				{Name: "layers.0.w1", DType: ir.BF16, Elems: 4000, Parent: 0, Offset: 64, Part: grp(1, 1, 1, 1), Shape: []int64{40, 100}},
+				{Name: "w1.v", DType: ir.F32, Elems: 512, Parent: -1},
 			},
 			Streams: [NumStreams][]Instr{
 				Compute: {
@@ -115,7 +117,7 @@ func tinyBundle() *Bundle {
 					{Name: "layers.0.w1", Offset: 64, Elems: 4000, Decay: true, Init: ir.DefaultInit},
 				},
 				PShard: grp(4, 1, 1, 1), OSShard: grp(4, 2, 4, 1),
-				P: 1, Master: 7, M: 8, V: -1,
+				P: 1, Master: 7, M: 8, V: 10,
 			}},
 			Inputs: []Input{{Buf: 2, Shift: 0}},
 		}},
@@ -187,17 +189,17 @@ func TestEncodeDeterministic(t *testing.T) {
 }
 
 func TestFloatAttrsBitExact(t *testing.T) {
-	b := twoBundle()
+	b := tinyBundle()
 	floats := []float64{math.Copysign(0, -1), math.Inf(-1), math.Float64frombits(0x7ff8000000000123), 5e-324, 0.1}
-	k := &b.Templates[0].Streams[Compute][0]
+	k := &b.Templates[0].Streams[Compute][10] // adamw: five float attributes
 	for i, f := range floats {
-		k.Attrs = append(k.Attrs, fattr(fmt.Sprint("f", i), f))
+		k.Attrs[i].Val.Float = f
 	}
 	got, err := Decode(Encode(b))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, a := range got.Templates[0].Streams[Compute][0].Attrs[1:] {
+	for i, a := range got.Templates[0].Streams[Compute][10].Attrs {
 		if x, y := math.Float64bits(a.Val.Float), math.Float64bits(floats[i]); x != y {
 			t.Errorf("attr %d: bits %#x, want %#x", i, x, y)
 		}
@@ -217,7 +219,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		reflect.TypeFor[Buffer]():     "Name DType Elems Parent Offset Part Shape",
 		reflect.TypeFor[Group]():      "Outer Inner",
 		reflect.TypeFor[ir.Factor]():  "S0 S1",
-		reflect.TypeFor[Instr]():      "Op Buf Kern Args Out Attrs Coll Group Bytes DType In Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[Instr]():      "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
 		reflect.TypeFor[ir.Attr]():    "Name Val",
 		reflect.TypeFor[ir.AttrVal](): "Type Int Float Bool",
 		reflect.TypeFor[ir.Pos]():     "File Line Col",
@@ -301,9 +303,9 @@ func TestDecodeRefuses(t *testing.T) {
 	copy(magicBad, "AMSPPLAX")
 	cases = append(cases, tc{"wrong magic", magicBad, ErrNotPlan, `not a plan bundle: does not start with "AMSPPLAN"`})
 	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
-	v2 := bytes.Clone(data)
-	binary.LittleEndian.PutUint32(v2[len(magic):], 2)
-	cases = append(cases, tc{"version 2", v2, ErrVersion, "format version 2, this compiler reads version 1"})
+	v1 := bytes.Clone(data)
+	binary.LittleEndian.PutUint32(v1[len(magic):], 1)
+	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 2"})
 
 	// Payloads that pass the checksum but do not decode consistently.
 	var e encoder
@@ -335,6 +337,19 @@ func TestDecodeRefuses(t *testing.T) {
 	p := func(b *Bundle) *Program { return &b.Templates[0] }
 	mutate("buffer out of range", "compute 2: alloc: buffer b19 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Buf = 19 })
 	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Args[0] = -1 })
+	mutate("kernel result out of range", "kernel matmul: result b11 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Outs[0] = 11 })
+	mutate("kernel attribute missing", "kernel adamw: adamw needs attribute weight_decay=", func(b *Bundle) {
+		p(b).Streams[Compute][10].Attrs = p(b).Streams[Compute][10].Attrs[:4]
+	})
+	mutate("kernel attribute misspelt", `kernel adamw: adamw has no attribute "beta_1"`, func(b *Bundle) { p(b).Streams[Compute][10].Attrs[1].Name = "beta_1" })
+	mutate("kernel attribute order", "kernel adamw: attributes (beta1=0.9, lr=0.001, beta2=0.95, eps=1e-08, weight_decay=0) are not in normal form", func(b *Bundle) {
+		a := p(b).Streams[Compute][10].Attrs
+		a[0], a[1] = a[1], a[0]
+	})
+	mutate("adamw without layout", "kernel adamw: stage -1 has no layout (1 layouts)", func(b *Bundle) { p(b).Streams[Compute][10].Stage = -1 })
+	mutate("adamw results", "kernel adamw: 4 arguments and 1 results, want 4 and 3", func(b *Bundle) { p(b).Streams[Compute][10].Outs = []int32{7} })
+	mutate("kernel without result", "kernel matmul: 2 arguments and 0 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Outs = nil })
+	mutate("kernel arity", "kernel matmul: 1 arguments and 1 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Args = []int32{2} })
 	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[CommGather][1].Out = 20 })
 	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][2].Op = 17 })
 	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][3].Kern = 200 })
@@ -353,7 +368,7 @@ func TestDecodeRefuses(t *testing.T) {
 	mutate("layout", `layout "layers.0": param "layers.0.w1" at 64 of 4033 elements does not fit in 4096`, func(b *Bundle) { p(b).Layouts[0].Params[1].Elems = 4033 })
 	mutate("init kind", `param "layers.0.w1": unknown init kind 9`, func(b *Bundle) { p(b).Layouts[0].Params[1].Init.Kind = 9 })
 	mutate("layout shard", `layout "layers.0": shard group 3x1 does not tile`, func(b *Bundle) { p(b).Layouts[0].OSShard = grp(3, 1, 1, 1) })
-	mutate("layout buffer", `layout "layers.0": buffer b10 out of range`, func(b *Bundle) { p(b).Layouts[0].V = 10 })
+	mutate("layout buffer", `layout "layers.0": buffer b11 out of range`, func(b *Bundle) { p(b).Layouts[0].V = 11 })
 	mutate("input out of range", "input b30 out of range", func(b *Bundle) { p(b).Inputs[0].Buf = 30 })
 	mutate("input twice", "input b2 listed twice", func(b *Bundle) { p(b).Inputs = append(p(b).Inputs, Input{Buf: 2, Shift: 1}) })
 	mutate("input shift", "input b2: shift 2 is neither 0 nor 1", func(b *Bundle) { p(b).Inputs[0].Shift = 2 })

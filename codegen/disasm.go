@@ -166,7 +166,13 @@ func (pr *printer) instr(in *Instr) string {
 			}
 			fmt.Fprintf(&b, " b%d", a)
 		}
-		fmt.Fprintf(&b, " -> b%d", in.Out)
+		b.WriteString(" ->")
+		for i, o := range in.Outs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, " b%d", o)
+		}
 		if len(in.Attrs) > 0 {
 			b.WriteString(" {")
 			for i, a := range in.Attrs {

@@ -38,7 +38,10 @@ import (
 
 // FormatVersion is the bundle layout this compiler writes and reads. Bump
 // it on any change to the payload encoding.
-const FormatVersion = 1
+//
+// Version 2: a kernel has a list of results (Outs), and a collective's
+// Out follows its In.
+const FormatVersion = 2
 
 const (
 	magic      = "AMSPPLAN"
@@ -276,11 +279,12 @@ func (e *encoder) instr(in *Instr) {
 	} else {
 		e.str(in.Kern.String())
 	}
-	e.u(uint64(len(in.Args)))
-	for _, a := range in.Args {
-		e.i(int64(a))
+	for _, ids := range [...][]int32{in.Args, in.Outs} {
+		e.u(uint64(len(ids)))
+		for _, a := range ids {
+			e.i(int64(a))
+		}
 	}
-	e.i(int64(in.Out))
 	e.u(uint64(len(in.Attrs)))
 	for _, a := range in.Attrs {
 		e.str(a.Name)
@@ -294,6 +298,7 @@ func (e *encoder) instr(in *Instr) {
 	e.i(in.Bytes)
 	e.byte(uint8(in.DType))
 	e.i(int64(in.In))
+	e.i(int64(in.Out))
 	e.i(int64(in.Event))
 	e.f64(in.Flops)
 	e.i(int64(in.Stage))
@@ -450,7 +455,7 @@ func (d *decoder) group() Group {
 const (
 	minBuffer  = 1 + 1 + 1 + 1 + 1 + 4 + 1
 	minProgram = 1 + NumStreams + 1 + 1 + 1
-	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 3 + 1
+	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 3 + 1
 	minAttr    = 1 + 1 + 1 + 8 + 1
 	minLayout  = 1 + 1 + 1 + 4 + 4 + 4
 	minSlot    = 1 + 1 + 1 + 1 + 1 + 8 + 1
@@ -561,13 +566,14 @@ func (d *decoder) instr(in *Instr) {
 		}
 		in.Kern = k
 	}
-	if n := d.count("argument", 1); n > 0 {
-		in.Args = make([]int32, n)
-		for i := range in.Args {
-			in.Args[i] = d.i32("buffer")
+	for i, ids := range [...]*[]int32{&in.Args, &in.Outs} {
+		if n := d.count([...]string{"argument", "result"}[i], 1); n > 0 {
+			*ids = make([]int32, n)
+			for i := range *ids {
+				(*ids)[i] = d.i32("buffer")
+			}
 		}
 	}
-	in.Out = d.i32("buffer")
 	if n := d.count("attribute", minAttr); n > 0 {
 		in.Attrs = make([]ir.Attr, n)
 		for i := range in.Attrs {
@@ -584,6 +590,7 @@ func (d *decoder) instr(in *Instr) {
 	in.Bytes = d.i()
 	in.DType = ir.DType(d.byte())
 	in.In = d.i32("buffer")
+	in.Out = d.i32("buffer")
 	in.Event = d.i32("event")
 	in.Flops = d.f64()
 	in.Stage = d.i32("stage")

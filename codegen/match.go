@@ -534,7 +534,7 @@ func validateProgram(t Topology, p *Program) error {
 	for s := range p.Streams {
 		for i := range p.Streams[s] {
 			in := &p.Streams[s][i]
-			if err := validateInstr(t, in, bufOK, isInput, p.Events); err != nil {
+			if err := validateInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
 				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
 			}
 		}
@@ -542,7 +542,7 @@ func validateProgram(t Topology, p *Program) error {
 	return nil
 }
 
-func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool, events int) error {
+func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool, events, layouts int) error {
 	// Fields an opcode does not use must still hold known values, so that
 	// printing them can never surprise.
 	switch {
@@ -573,13 +573,29 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 		if !knownOp[in.Kern] {
 			return fmt.Errorf("kernel without an op")
 		}
+		info := in.Kern.Info()
+		if len(in.Args) != info.Arity || len(in.Outs) != info.NumResults() {
+			return fmt.Errorf("kernel %v: %d arguments and %d results, want %d and %d", in.Kern, len(in.Args), len(in.Outs), info.Arity, info.NumResults())
+		}
 		for _, a := range in.Args {
 			if !bufOK(a) {
 				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
 			}
 		}
-		if !bufOK(in.Out) {
-			return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, in.Out)
+		for _, o := range in.Outs {
+			if !bufOK(o) {
+				return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, o)
+			}
+		}
+		// Attributes as the op table declares them, so a kernel never
+		// reads a missing one as zero.
+		if err := ir.CheckAttrs(in.Kern, in.Attrs); err != nil {
+			return fmt.Errorf("kernel %v: %v", in.Kern, err)
+		}
+		// The optimizer runs on a stage's flat shard, whose layout says
+		// which elements are decayed.
+		if in.Kern == ir.AdamWStep && (in.Stage < 0 || int(in.Stage) >= layouts) {
+			return fmt.Errorf("kernel %v: stage %d has no layout (%d layouts)", in.Kern, in.Stage, layouts)
 		}
 	case Collective:
 		switch {

@@ -174,9 +174,10 @@ type Instr struct {
 	Op   OpCode
 	Buf  int32 // Alloc, Free
 	Kern ir.OpKind
-	// Kernel operands and result, as buffer ids; Attrs as in the IR.
+	// Kernel operands and results as buffer ids, the results in the op's
+	// result order (one for most ops); Attrs as in the IR.
 	Args  []int32
-	Out   int32
+	Outs  []int32
 	Attrs []ir.Attr
 	// Collective: In and Out buffers (Out may equal In), the group, and
 	// the collective's size in bytes (nccl-tests convention).
@@ -185,6 +186,7 @@ type Instr struct {
 	Bytes int64
 	DType ir.DType
 	In    int32
+	Out   int32
 	Event int32 // Record, Wait
 	// Flops is a kernel's FLOP count (for the predicted timeline and the
 	// runtime's measurements).

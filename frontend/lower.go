@@ -684,18 +684,20 @@ func (l *modelLowerer) apply(kind ir.OpKind, p ir.Pos, args []operand, given []i
 	for i, a := range args {
 		vals[i] = a.val
 	}
-	shape, dt, oerr := ir.Infer(kind, vals, attrs)
+	types, oerr := ir.Infer(kind, vals, attrs)
 	if oerr != nil {
 		l.d.errorf(blame(oerr), "%s", oerr.Msg)
 		return operand{bad: true}
 	}
+	// Source ops have one result.
+	shape, dt := types[0].Shape, types[0].DType
 	if !l.sizeOK(shape, p, "result of "+kind.String()) {
 		return operand{bad: true}
 	}
 	l.temps++
 	v := &ir.Value{Name: fmt.Sprintf("%s.t%d", l.target, l.temps), Shape: shape, DType: dt,
 		Role: ir.Activation, Layer: l.layer, Pos: p}
-	v.Def = &ir.Op{Kind: kind, Args: vals, Attrs: attrs, Out: v, Pos: p}
+	v.Def = &ir.Op{Kind: kind, Args: vals, Attrs: attrs, Results: []*ir.Value{v}, Pos: p}
 	l.stmt = append(l.stmt, v)
 	return operand{val: v, pos: p, fresh: true}
 }

@@ -6,9 +6,16 @@ package ir
 
 // GradBuilder makes the ops of a backward rule.
 type GradBuilder interface {
-	// Apply makes op kind on args with attrs (in the op's spec order,
-	// defaults may be omitted) and returns its result.
-	Apply(kind OpKind, args []*Value, attrs ...Attr) *Value
+	// Apply makes op kind on args with attrs and returns its results in
+	// order. The attributes are normalised against the op's spec
+	// (defaults may be omitted); one the spec does not declare, or a
+	// missing required one, is a compiler bug and stops the pass.
+	Apply(kind OpKind, args []*Value, attrs ...Attr) []*Value
+}
+
+// apply makes a single-result op and returns its result.
+func apply(b GradBuilder, kind OpKind, args []*Value, attrs ...Attr) *Value {
+	return b.Apply(kind, args, attrs...)[0]
 }
 
 // IntAttr, FloatAttr and BoolAttr build attributes.
@@ -21,6 +28,74 @@ func BoolAttr(name string, v bool) Attr { return Attr{name, AttrVal{Type: AttrBo
 // sameAttrs passes the forward op's attributes on to its backward ops.
 func sameAttrs(op *Op) []Attr { return append([]Attr(nil), op.Attrs...) }
 
+// A shape rule of one result, combined into a row's rule by results.
+type rule func(args []*Value, attrs []Attr) (Shape, DType, *OpError)
+
+func results(rules ...rule) func([]*Value, []Attr) ([]Type, *OpError) {
+	return func(args []*Value, attrs []Attr) ([]Type, *OpError) {
+		out := make([]Type, len(rules))
+		for i, r := range rules {
+			s, dt, err := r(args, attrs)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = Type{s, dt}
+		}
+		return out, nil
+	}
+}
+
+// like(i) is operand i's type.
+func like(i int) rule {
+	return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+		return append(Shape{}, args[i].Shape...), args[i].DType, nil
+	}
+}
+
+// lastDim(i) is a vector of operand i's last dim, of its dtype.
+func lastDim(i int) rule {
+	return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+		s := args[i].Shape
+		if len(s) == 0 {
+			return nil, 0, argErr(i, "operand %s is a scalar", args[i].Name)
+		}
+		return Shape{s[len(s)-1]}, args[i].DType, nil
+	}
+}
+
+// normGrad checks a norm backward's operands (x, w, dy): dy shaped like x,
+// w a vector of x's last dim. Its result is dx.
+func normGrad(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	x, w, dy := args[0], args[1], args[2]
+	if len(x.Shape) == 0 {
+		return nil, 0, argErr(0, "cannot normalise scalar %s", x.Name)
+	}
+	if !dy.Shape.Equal(x.Shape) {
+		return nil, 0, argErr(2, "gradient %s is %s, want %s like %s", dy.Name, dy.Shape, x.Shape, x.Name)
+	}
+	if d := x.Shape[len(x.Shape)-1]; len(w.Shape) != 1 || w.Shape[0] != d {
+		return nil, 0, argErr(1, "norm parameter %s is %s, want [%d]", w.Name, w.Shape, d)
+	}
+	return append(Shape{}, x.Shape...), x.DType, nil
+}
+
+// adamw checks (weights, m, v, grad): one shape, fp32 states. Each result
+// is an fp32 tensor of that shape.
+func adamw(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	for j, a := range args {
+		if !a.Shape.Equal(args[0].Shape) {
+			return nil, 0, argErr(j, "operand %s is %s, want %s", a.Name, a.Shape, args[0].Shape)
+		}
+		if j < 3 && a.DType != F32 {
+			return nil, 0, argErr(j, "optimizer state %s must be f32, not %s", a.Name, a.DType)
+		}
+	}
+	if err := needFloat(args, 3); err != nil {
+		return nil, 0, err
+	}
+	return append(Shape{}, args[0].Shape...), F32, nil
+}
+
 func initGradOps() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	ropeAttrs := opTable[RoPE].Attrs
@@ -29,92 +104,83 @@ func initGradOps() {
 		{Name: "kv_heads", Type: AttrInt, Required: true},
 		{Name: "causal", Type: AttrBool, Default: AttrVal{Type: AttrBool}},
 	}
-	like := func(i int) func([]*Value, []Attr) (Shape, DType, *OpError) {
-		return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
-			return append(Shape{}, args[i].Shape...), args[i].DType, nil
+	required := func(names ...string) []AttrSpec {
+		specs := make([]AttrSpec, len(names))
+		for i, n := range names {
+			specs[i] = AttrSpec{Name: n, Type: AttrFloat, Required: true}
 		}
+		return specs
 	}
-	lastDim := func(i int) func([]*Value, []Attr) (Shape, DType, *OpError) {
-		return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
-			s := args[i].Shape
-			if len(s) == 0 {
-				return nil, 0, argErr(i, "operand %s is a scalar", args[i].Name)
-			}
-			return Shape{s[len(s)-1]}, args[i].DType, nil
-		}
-	}
-	// Backward FLOPs: matmul gradients are matmuls, attention's backward
-	// recomputes the scores (about 2.5x its forward, split over q, k, v).
+	// Backward FLOPs: matmul gradients are matmuls; attention's backward
+	// recomputes the scores, about 2.5x its forward.
 	mm := func(op *Op) float64 {
-		return 2 * float64(op.Out.Shape.NumElements()) * float64(op.Args[0].Shape[len(op.Args[0].Shape)-1])
+		return 2 * float64(op.Out().Shape.NumElements()) * float64(op.Args[0].Shape[len(op.Args[0].Shape)-1])
 	}
 	mmB := func(op *Op) float64 {
-		return 2 * float64(op.Args[0].Shape.NumElements()) * float64(op.Out.Shape[1])
+		return 2 * float64(op.Args[0].Shape.NumElements()) * float64(op.Out().Shape[1])
 	}
 	attn := func(op *Op) float64 {
 		q := op.Args[0].Shape
-		return 10.0 / 3 * float64(q[0]) * float64(q[1]) * float64(q[1]) * float64(q[2])
+		return 10 * float64(q[0]) * float64(q[1]) * float64(q[1]) * float64(q[2])
 	}
 	internal := func(info OpInfo) OpInfo { info.Internal = true; return info }
 	rows := map[OpKind]OpInfo{
 		EmbedGrad: {Name: "embed_grad", Arity: 2, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}},
-			Infer: func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				v, _ := attrInt(attrs, "vocab")
 				dy := args[1].Shape
+				if len(dy) == 0 {
+					return nil, 0, argErr(1, "operand %s is a scalar", args[1].Name)
+				}
 				return Shape{v, dy[len(dy)-1]}, args[1].DType, nil
-			}, Flops: elementwise(1)},
+			}), Flops: elementwise(1)},
 		MatMulGradA: {Name: "matmul_grad_a", Arity: 2, Flops: mm,
-			Infer: func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				dy, b := args[0].Shape, args[1].Shape
-				if len(b) != 2 || dy[len(dy)-1] != b[1] {
+				if len(dy) == 0 || len(b) != 2 || dy[len(dy)-1] != b[1] {
 					return nil, 0, opErr("matmul_grad_a of %s and %s", dy, b)
 				}
 				return append(append(Shape{}, dy[:len(dy)-1]...), b[0]), args[0].DType, nil
-			}},
+			})},
 		MatMulGradB: {Name: "matmul_grad_b", Arity: 2, Flops: mmB,
-			Infer: func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				a, dy := args[0].Shape, args[1].Shape
-				if len(a) != len(dy) || !a[:len(a)-1].Equal(dy[:len(dy)-1]) {
+				if len(a) == 0 || len(a) != len(dy) || !a[:len(a)-1].Equal(dy[:len(dy)-1]) {
 					return nil, 0, opErr("matmul_grad_b of %s and %s", a, dy)
 				}
 				return Shape{a[len(a)-1], dy[len(dy)-1]}, args[1].DType, nil
-			}},
-		RMSNormGradX:     {Name: "rmsnorm_grad_x", Arity: 3, Attrs: []AttrSpec{eps}, Infer: like(0), Flops: elementwise(8)},
-		RMSNormGradW:     {Name: "rmsnorm_grad_w", Arity: 2, Attrs: []AttrSpec{eps}, Infer: lastDim(0), Flops: elementwise(4)},
-		LayerNormGradX:   {Name: "layernorm_grad_x", Arity: 3, Attrs: []AttrSpec{eps}, Infer: like(0), Flops: elementwise(12)},
-		LayerNormGradW:   {Name: "layernorm_grad_w", Arity: 2, Attrs: []AttrSpec{eps}, Infer: lastDim(0), Flops: elementwise(6)},
-		SumRows:          {Name: "sum_rows", Arity: 1, Infer: lastDim(0), Flops: elementwise(1)},
-		RoPEGrad:         {Name: "rope_grad", Arity: 1, Attrs: ropeAttrs, Infer: like(0), Flops: elementwise(3)},
-		AttentionGradQ:   {Name: "attention_grad_q", Arity: 5, Attrs: attnAttrs, Infer: like(0), Flops: attn},
-		AttentionGradK:   {Name: "attention_grad_k", Arity: 5, Attrs: attnAttrs, Infer: like(1), Flops: attn},
-		AttentionGradV:   {Name: "attention_grad_v", Arity: 5, Attrs: attnAttrs, Infer: like(2), Flops: attn},
-		SiLUGrad:         {Name: "silu_grad", Arity: 2, Infer: like(0), Flops: elementwise(6)},
-		GELUGrad:         {Name: "gelu_grad", Arity: 2, Infer: like(0), Flops: elementwise(10)},
-		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: like(0), Flops: elementwise(5)},
-		AdamM: {Name: "adam_m", Arity: 2, Attrs: []AttrSpec{{Name: "beta1", Type: AttrFloat, Required: true}},
-			Infer: f32Like(0), Flops: elementwise(3)},
-		AdamV: {Name: "adam_v", Arity: 2, Attrs: []AttrSpec{{Name: "beta2", Type: AttrFloat, Required: true}},
-			Infer: f32Like(0), Flops: elementwise(4)},
-		// adam_update(master, m, v): the AdamW step of NUMERICS.md, with the
-		// step count t supplied at run time; weight_decay 0 for params
-		// that are not decayed.
-		AdamUpdate: {Name: "adam_update", Arity: 3, Attrs: []AttrSpec{
-			{Name: "lr", Type: AttrFloat, Required: true},
-			{Name: "beta1", Type: AttrFloat, Required: true},
-			{Name: "beta2", Type: AttrFloat, Required: true},
-			{Name: "eps", Type: AttrFloat, Required: true},
-			{Name: "weight_decay", Type: AttrFloat, Required: true},
-		}, Infer: f32Like(0), Flops: elementwise(10)},
+			})},
+		// The norms' backward computes every gradient in one pass over
+		// the rows: dx, dw (and layernorm's db, the row sum of dy).
+		RMSNormGrad: {Name: "rmsnorm_grad", Arity: 3, Results: 2, Attrs: []AttrSpec{eps},
+			Infer: results(normGrad, lastDim(0)), Flops: elementwise(12)},
+		LayerNormGrad: {Name: "layernorm_grad", Arity: 3, Results: 3, Attrs: []AttrSpec{eps},
+			Infer: results(normGrad, lastDim(0), lastDim(2)), Flops: elementwise(19)},
+		SumRows:  {Name: "sum_rows", Arity: 1, Infer: results(lastDim(0)), Flops: elementwise(1)},
+		RoPEGrad: {Name: "rope_grad", Arity: 1, Attrs: ropeAttrs, Infer: results(like(0)), Flops: elementwise(3)},
+		// Flash-attention style: one pass gives all three gradients.
+		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Attrs: attnAttrs,
+			Infer: results(like(0), like(1), like(2)), Flops: attn},
+		SiLUGrad:         {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad:         {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
+		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5)},
+		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
+		// NUMERICS.md, the compiler's one definition of it. The step
+		// count t is supplied at run time; weight_decay is 0 for params
+		// that are not decayed. weights is the fp32 master, or P itself
+		// when P is fp32.
+		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
+			Infer: results(adamw, adamw, adamw), Flops: elementwise(17)},
 		// cast(x, dtype=D): D is a DType code (2 bf16, 3 f16, 4 f32);
 		// rounding to nearest even.
 		Cast: {Name: "cast", Arity: 1, Attrs: []AttrSpec{{Name: "dtype", Type: AttrInt, Required: true}},
-			Infer: func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				d, _ := attrInt(attrs, "dtype")
 				if dt := DType(d); d < int64(BF16) || d > int64(F32) || !dt.IsFloat() {
 					return nil, 0, attrErr("dtype", "cast to dtype code %d (2 bf16, 3 f16, 4 f32)", d)
 				}
 				return append(Shape{}, args[0].Shape...), DType(d), nil
-			}, Flops: elementwise(1)},
+			}), Flops: elementwise(1)},
 	}
 	for k, info := range rows {
 		opTable[k] = internal(info)
@@ -122,49 +188,35 @@ func initGradOps() {
 
 	opTable[Embed].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		vocab := op.Args[1].Shape[0]
-		return []*Value{nil, b.Apply(EmbedGrad, []*Value{op.Args[0], dy}, IntAttr("vocab", vocab))}
+		return []*Value{nil, apply(b, EmbedGrad, []*Value{op.Args[0], dy}, IntAttr("vocab", vocab))}
 	}
 	opTable[MatMul].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		a, w := op.Args[0], op.Args[1]
-		return []*Value{b.Apply(MatMulGradA, []*Value{dy, w}), b.Apply(MatMulGradB, []*Value{a, dy})}
+		return []*Value{apply(b, MatMulGradA, []*Value{dy, w}), apply(b, MatMulGradB, []*Value{a, dy})}
 	}
 	opTable[RMSNorm].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		x, w := op.Args[0], op.Args[1]
-		return []*Value{
-			b.Apply(RMSNormGradX, []*Value{x, w, dy}, sameAttrs(op)...),
-			b.Apply(RMSNormGradW, []*Value{x, dy}, sameAttrs(op)...),
-		}
+		return b.Apply(RMSNormGrad, []*Value{op.Args[0], op.Args[1], dy}, sameAttrs(op)...)
 	}
 	opTable[LayerNorm].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		x, w := op.Args[0], op.Args[1]
-		return []*Value{
-			b.Apply(LayerNormGradX, []*Value{x, w, dy}, sameAttrs(op)...),
-			b.Apply(LayerNormGradW, []*Value{x, dy}, sameAttrs(op)...),
-			b.Apply(SumRows, []*Value{dy}),
-		}
+		return b.Apply(LayerNormGrad, []*Value{op.Args[0], op.Args[1], dy}, sameAttrs(op)...)
 	}
 	opTable[RoPE].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		return []*Value{b.Apply(RoPEGrad, []*Value{dy}, sameAttrs(op)...)}
+		return []*Value{apply(b, RoPEGrad, []*Value{dy}, sameAttrs(op)...)}
 	}
 	opTable[Attention].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		args := []*Value{op.Args[0], op.Args[1], op.Args[2], op.Out, dy}
-		return []*Value{
-			b.Apply(AttentionGradQ, args, sameAttrs(op)...),
-			b.Apply(AttentionGradK, args, sameAttrs(op)...),
-			b.Apply(AttentionGradV, args, sameAttrs(op)...),
-		}
+		return b.Apply(AttentionGrad, []*Value{op.Args[0], op.Args[1], op.Args[2], op.Out(), dy}, sameAttrs(op)...)
 	}
 	opTable[SiLU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		return []*Value{b.Apply(SiLUGrad, []*Value{op.Args[0], dy})}
+		return []*Value{apply(b, SiLUGrad, []*Value{op.Args[0], dy})}
 	}
 	opTable[GELU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
-		return []*Value{b.Apply(GELUGrad, []*Value{op.Args[0], dy})}
+		return []*Value{apply(b, GELUGrad, []*Value{op.Args[0], dy})}
 	}
 	// Broadcast operands (a 1-D right operand) get their gradient summed
 	// over the rows.
 	reduce := func(b GradBuilder, g *Value, like *Value) *Value {
 		if len(like.Shape) == 1 && len(g.Shape) > 1 {
-			return b.Apply(SumRows, []*Value{g})
+			return apply(b, SumRows, []*Value{g})
 		}
 		return g
 	}
@@ -173,17 +225,6 @@ func initGradOps() {
 	}
 	opTable[Mul].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		x, y := op.Args[0], op.Args[1]
-		return []*Value{b.Apply(Mul, []*Value{dy, y}), reduce(b, b.Apply(Mul, []*Value{dy, x}), y)}
-	}
-}
-
-func f32Like(i int) func([]*Value, []Attr) (Shape, DType, *OpError) {
-	return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
-		for j, a := range args {
-			if !a.Shape.Equal(args[i].Shape) {
-				return nil, 0, argErr(j, "operand %s is %s, want %s", a.Name, a.Shape, args[i].Shape)
-			}
-		}
-		return append(Shape{}, args[i].Shape...), F32, nil
+		return []*Value{apply(b, Mul, []*Value{dy, y}), reduce(b, apply(b, Mul, []*Value{dy, x}), y)}
 	}
 }

@@ -214,7 +214,7 @@ type Value struct {
 	Shape Shape
 	DType DType
 	Role  Role
-	Def   *Op  // the op computing it; nil for inputs, params and states
+	Def   *Op  // the op computing it (one of its results); nil for inputs, params and states
 	Init  Init // params only
 	Layer int  // index of the repeated block it belongs to, or -1
 	Pos   Pos
@@ -227,14 +227,29 @@ type Value struct {
 // Bytes is the size of the value's data.
 func (v *Value) Bytes() int64 { return v.Shape.NumElements() * v.DType.Size() }
 
-// Op computes one value from its operands.
+// Op computes one or more values, its results, from its operands. The
+// results sit next to each other in Graph.Values, in result order, and
+// share the op's layer and position.
 type Op struct {
-	Kind  OpKind
-	Args  []*Value
-	Attrs []Attr // in the op table's attribute order
-	Out   *Value
-	Pos   Pos
+	Kind    OpKind
+	Args    []*Value
+	Attrs   []Attr   // in the op table's attribute order
+	Results []*Value // each result's Def is the op
+	Pos     Pos
 }
+
+// Out is the op's result: the only one of most ops, the first of a
+// multi-result op (nil if the op has none, which Verify rejects).
+func (op *Op) Out() *Value {
+	if len(op.Results) == 0 {
+		return nil
+	}
+	return op.Results[0]
+}
+
+// definedAt reports whether v is the op's first result: where a walk over
+// values meets the op once.
+func (op *Op) definedAt(v *Value) bool { return len(op.Results) > 0 && op.Results[0] == v }
 
 // Attr is a named constant argument of an op.
 type Attr struct {
@@ -342,11 +357,12 @@ func (g *Graph) Dim(name string) (int64, bool) {
 	return 0, false
 }
 
-// Ops returns the ops in definition order.
+// Ops returns the ops in definition order, each once (at its first
+// result).
 func (g *Graph) Ops() []*Op {
 	var ops []*Op
 	for _, v := range g.Values {
-		if v.Def != nil {
+		if v.Def != nil && v.Def.definedAt(v) {
 			ops = append(ops, v.Def)
 		}
 	}
@@ -388,13 +404,20 @@ func (g *Graph) LossValue() *Value {
 // Uses returns, for every value, the ops that read it, in definition order.
 func (g *Graph) Uses() map[*Value][]*Op {
 	uses := make(map[*Value][]*Op)
-	for _, v := range g.Values {
-		if v.Def == nil {
-			continue
-		}
-		for _, a := range v.Def.Args {
-			uses[a] = append(uses[a], v.Def)
+	for _, op := range g.Ops() {
+		for _, a := range op.Args {
+			uses[a] = append(uses[a], op)
 		}
 	}
 	return uses
+}
+
+// hasResult reports whether v is one of the op's results.
+func (op *Op) hasResult(v *Value) bool {
+	for _, r := range op.Results {
+		if r == v {
+			return true
+		}
+	}
+	return false
 }

@@ -140,7 +140,7 @@ func parseCase(t *testing.T, path string) *Graph {
 }
 
 // TestVerifyStructural covers the invariants Parse itself guarantees
-// (names resolve to earlier lines, Out points back), so text cannot break
+// (names resolve to earlier lines, results point back), so text cannot break
 // them; a buggy pass can, so Verify must still catch each.
 func TestVerifyStructural(t *testing.T) {
 	// Values of testdata/verify/base_ok.txtar by index: 0 tokens, 1 targets,
@@ -156,8 +156,8 @@ func TestVerifyStructural(t *testing.T) {
 		{"unprintable name", func(g *Graph) { g.Values[1].Name = "a b" }, `name "a b" is not a printable name`},
 		{"invalid role", func(g *Graph) { g.Values[1].Role = 0 }, "targets (t.amsp:4:3): invalid role invalid"},
 		{"invalid dtype", func(g *Graph) { g.Values[1].DType = 9 }, "invalid dtype dtype(9)"},
-		{"out not value", func(g *Graph) { g.Values[3].Def.Out = g.Values[7] },
-			"x (t.amsp:6:3): defining op's Out is logits, not the value"},
+		{"result not value", func(g *Graph) { g.Values[3].Def.Results = []*Value{g.Values[7]} },
+			"x (t.amsp:6:3): defining op's results (logits) do not include the value"},
 		{"nil operand", func(g *Graph) { g.Values[3].Def.Args[1] = nil }, "operand 1 of embed is nil"},
 		{"foreign operand", func(g *Graph) { g.Values[3].Def.Args[1] = &Value{Name: "ghost"} },
 			"operand ghost of embed is not in the graph"},
@@ -188,6 +188,83 @@ func TestVerifyStructural(t *testing.T) {
 				t.Errorf("error is %T, want *VerifyError", err)
 			}
 		})
+	}
+}
+
+// TestVerifyMultiResult breaks the wiring of a multi-result op in the
+// ways a buggy pass could.
+func TestVerifyMultiResult(t *testing.T) {
+	// Values of testdata/verify/multi_result_ok.txtar by index: 11 d.x and
+	// 12 grad.layers.0.norm are rmsnorm_grad's results.
+	tests := []struct {
+		name   string
+		mutate func(g *Graph)
+		want   string
+	}{
+		{"apart", func(g *Graph) { g.Values[11], g.Values[12] = g.Values[12], g.Values[11] },
+			"grad.layers.0.norm (t.amsp:8:5): result 1 of rmsnorm_grad does not follow the op's result 0 directly"},
+		{"other op", func(g *Graph) { g.Values[12].Def = g.Values[7].Def },
+			"grad.layers.0.norm (t.amsp:8:5): result 1 of rmsnorm_grad is defined by another op"},
+		{"layer", func(g *Graph) { g.Values[12].Layer = -1 },
+			"grad.layers.0.norm (t.amsp:8:5): results of one rmsnorm_grad differ in layer or position (0 at t.amsp:8:5, -1 at t.amsp:8:5)"},
+		{"reads own result", func(g *Graph) { g.Values[11].Def.Args[2] = g.Values[12] },
+			"d.x (t.amsp:8:5): rmsnorm_grad reads its own result grad.layers.0.norm"},
+		{"nil result", func(g *Graph) { g.Values[11].Def.Results[1] = nil }, "d.x (t.amsp:8:5): result 1 of rmsnorm_grad is nil"},
+		{"missing result", func(g *Graph) { g.Values = append(g.Values[:12], g.Values[13:]...) },
+			"result 1 of rmsnorm_grad does not follow the op's result 0 directly"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := parseCase(t, "testdata/verify/multi_result_ok.txtar")
+			if err := Verify(g); err != nil {
+				t.Fatalf("base graph: %v", err)
+			}
+			// 12 computed values, two of the ops with 2 and 3 results.
+			if ops := len(g.Ops()); ops != 9 {
+				t.Fatalf("%d ops, want 9: Ops must list each op once", ops)
+			}
+			tt.mutate(g)
+			Print(g) // must not panic on a broken graph either
+			err := Verify(g)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Verify = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestNewOp: the constructor passes use normalises attributes and types
+// every result; a misspelt or missing attribute is an error, never a
+// default.
+func TestNewOp(t *testing.T) {
+	g := parseCase(t, "testdata/verify/multi_result_ok.txtar")
+	x, w, dy := g.Lookup("x"), g.Lookup("layers.0.norm"), g.Lookup("d.h")
+	op, err := NewOp(RMSNormGrad, []*Value{x, w, dy}, nil, x.Pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(op.Results) != 2 || op.Out() != op.Results[0] || op.Results[1].Def != op ||
+		!op.Results[1].Shape.Equal(Shape{8}) || len(op.Attrs) != 1 || op.Attrs[0].Val.Float != 1e-5 {
+		t.Errorf("rmsnorm_grad: results %v, attrs %v", op.Results, op.Attrs)
+	}
+	for _, c := range []struct {
+		attrs []Attr
+		want  string
+	}{
+		{[]Attr{FloatAttr("epsilon", 1e-6)}, `rmsnorm_grad: rmsnorm_grad has no attribute "epsilon" (it takes eps)`},
+		{[]Attr{IntAttr("eps", 1), FloatAttr("eps", 2)}, `rmsnorm_grad: attribute "eps" given twice`},
+		{[]Attr{BoolAttr("eps", true)}, "rmsnorm_grad: attribute eps of rmsnorm_grad must be a number, not true"},
+	} {
+		if _, err := NewOp(RMSNormGrad, []*Value{x, w, dy}, c.attrs, x.Pos); err == nil || err.Error() != c.want {
+			t.Errorf("NewOp(%v) = %v, want %q", c.attrs, err, c.want)
+		}
+	}
+	if _, err := NewOp(AdamWStep, []*Value{x, x, x, x}, []Attr{FloatAttr("lr", 1)}, x.Pos); err == nil ||
+		err.Error() != "adamw: adamw needs attribute beta1=" {
+		t.Errorf("adamw without beta1: %v", err)
+	}
+	if _, err := NewOp(RMSNormGrad, []*Value{x, w}, nil, x.Pos); err == nil || !strings.Contains(err.Error(), "takes 3 operands, got 2") {
+		t.Errorf("arity: %v", err)
 	}
 }
 
@@ -232,7 +309,7 @@ act y : f32[1,2,4] = rope(x, heads=2, theta=500, extra=7, other=0.5, flag=false)
 		t.Fatal(err)
 	}
 	op := g.Values[1].Def
-	if op.Out != g.Values[1] || op.Args[0] != g.Values[0] || op.Pos != g.Values[1].Pos {
+	if op.Out() != g.Values[1] || op.Args[0] != g.Values[0] || op.Pos != g.Values[1].Pos {
 		t.Errorf("op not wired: %+v", op)
 	}
 	want := []AttrVal{

@@ -30,23 +30,17 @@ const (
 	EmbedGrad
 	MatMulGradA
 	MatMulGradB
-	RMSNormGradX
-	RMSNormGradW
-	LayerNormGradX
-	LayerNormGradW
+	RMSNormGrad   // (x, w, dy) -> dx, dw
+	LayerNormGrad // (x, w, dy) -> dx, dw, db
 	SumRows
 	RoPEGrad
-	AttentionGradQ
-	AttentionGradK
-	AttentionGradV
+	AttentionGrad // (q, k, v, out, dy) -> dq, dk, dv
 	SiLUGrad
 	GELUGrad
 	CrossEntropyGrad
 
 	// Optimizer ops, made by the optimizer pass.
-	AdamM
-	AdamV
-	AdamUpdate
+	AdamWStep // adamw(weights, m, v, grad) -> new weights, new m, new v
 	Cast
 	numOps
 )
@@ -82,15 +76,24 @@ func opErr(format string, a ...any) *OpError {
 	return &OpError{Arg: -1, Msg: fmt.Sprintf(format, a...)}
 }
 
+// Type is the shape and dtype of a value.
+type Type struct {
+	Shape Shape
+	DType DType
+}
+
 // OpInfo is one row of the op table.
 type OpInfo struct {
 	Name  string // spelling in the language and in printed IR
 	Infix string // operator spelling for binary infix ops ("@", "+", "*")
 	Arity int
-	Attrs []AttrSpec
-	// Infer computes the result type from operand types and attributes
-	// (attributes already defaulted and ordered as in Attrs).
-	Infer func(args []*Value, attrs []Attr) (Shape, DType, *OpError)
+	// Results is the number of values the op computes; 0 means 1. Only
+	// internal ops have several (a fused backward, the optimizer step).
+	Results int
+	Attrs   []AttrSpec
+	// Infer computes the type of each result from operand types and
+	// attributes (attributes already defaulted and ordered as in Attrs).
+	Infer func(args []*Value, attrs []Attr) ([]Type, *OpError)
 	// Flops is the forward FLOP count of one application (a float: the
 	// counts of shapes that fit in memory can still overflow an int64).
 	Flops func(op *Op) float64
@@ -103,7 +106,16 @@ type OpInfo struct {
 	Internal bool
 	// Backward returns the gradient of each operand given the gradient
 	// dy of the result (nil where an operand has none: ids, targets).
+	// Only single-result ops have one.
 	Backward func(b GradBuilder, op *Op, dy *Value) []*Value
+}
+
+// NumResults is the number of values an op of this kind computes.
+func (info *OpInfo) NumResults() int {
+	if info.Results == 0 {
+		return 1
+	}
+	return info.Results
 }
 
 var opTable [numOps]OpInfo
@@ -111,36 +123,46 @@ var opTable [numOps]OpInfo
 func init() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	opTable = [numOps]OpInfo{
-		Embed: {Name: "embed", Arity: 2, Infer: inferEmbed, Save: []int{0},
+		Embed: {Name: "embed", Arity: 2, Infer: one(inferEmbed), Save: []int{0},
 			Flops: func(*Op) float64 { return 0 }}, // a gather, no arithmetic
-		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: inferMatMul, Save: []int{0, 1},
+		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: one(inferMatMul), Save: []int{0, 1},
 			Flops: func(op *Op) float64 {
 				k := float64(op.Args[1].Shape[0])
-				return 2 * float64(op.Out.Shape.NumElements()) * k
+				return 2 * float64(op.Out().Shape.NumElements()) * k
 			}},
-		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: inferNorm, Save: []int{0, 1},
+		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
 			Flops: elementwise(4)}, // square, mean, scale, weight
-		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: inferNorm, Save: []int{0, 1, 2},
+		// Backward reads x and w, never the bias.
+		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
 			Flops: elementwise(7)},
 		RoPE: {Name: "rope", Arity: 1, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}},
-		}, Infer: inferRoPE, Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
+		}, Infer: one(inferRoPE), Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
 		Attention: {Name: "attention", Arity: 3, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "kv_heads", Type: AttrInt}, // defaults to heads
 			{Name: "causal", Type: AttrBool, Default: AttrVal{Type: AttrBool}},
-		}, Infer: inferAttention, Flops: attentionFlops,
+		}, Infer: one(inferAttention), Flops: attentionFlops,
 			// Flash-attention style: q, k, v and the output (plus a
 			// per-row log-sum-exp, negligible), never the s x s scores.
 			Save: []int{0, 1, 2}, SaveOut: true},
-		SiLU:         {Name: "silu", Arity: 1, Infer: inferUnary, Flops: elementwise(4), Save: []int{0}},
-		GELU:         {Name: "gelu", Arity: 1, Infer: inferUnary, Flops: elementwise(8), Save: []int{0}},
-		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1)},
-		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: inferBroadcast, Flops: elementwise(1), Save: []int{0, 1}},
-		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: inferCrossEntropy, Flops: crossEntropyFlops, Save: []int{0, 1}},
+		SiLU:         {Name: "silu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(4), Save: []int{0}},
+		GELU:         {Name: "gelu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
+		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
+		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
+		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1}},
 	}
 	initGradOps()
+}
+
+// OpKinds lists every op kind in table order.
+func OpKinds() []OpKind {
+	kinds := make([]OpKind, 0, numOps-1)
+	for k := InvalidOp + 1; k < numOps; k++ {
+		kinds = append(kinds, k)
+	}
+	return kinds
 }
 
 // Info returns the op table row of k.
@@ -244,6 +266,20 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 	return out, nil
 }
 
+// CheckAttrs reports whether attrs are k's attributes in normal form,
+// exactly as NormalizeAttrs returns them: what a kernel instruction
+// carries, so that no kernel reads a missing attribute as zero.
+func CheckAttrs(k OpKind, attrs []Attr) error {
+	norm, oerr := NormalizeAttrs(k, attrs)
+	if oerr != nil {
+		return oerr
+	}
+	if !attrsEqual(attrs, norm) {
+		return fmt.Errorf("attributes (%s) are not in normal form (%s)", attrString(attrs), attrString(norm))
+	}
+	return nil
+}
+
 func attrList(info *OpInfo) string {
 	if len(info.Attrs) == 0 {
 		return " (it takes none)"
@@ -258,13 +294,49 @@ func attrList(info *OpInfo) string {
 	return s + ")"
 }
 
-// Infer runs k's shape rule after checking arity.
-func Infer(k OpKind, args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+// Infer runs k's shape rule after checking arity: the type of each
+// result, in order.
+func Infer(k OpKind, args []*Value, attrs []Attr) ([]Type, *OpError) {
 	info := k.Info()
 	if len(args) != info.Arity {
-		return nil, InvalidDType, opErr("%s takes %d operand%s, got %d", info.Name, info.Arity, plural(info.Arity), len(args))
+		return nil, opErr("%s takes %d operand%s, got %d", info.Name, info.Arity, plural(info.Arity), len(args))
 	}
-	return info.Infer(args, attrs)
+	for i, a := range args {
+		if a == nil {
+			return nil, argErr(i, "operand %d of %s is missing", i, info.Name)
+		}
+	}
+	types, oerr := info.Infer(args, attrs)
+	if oerr == nil && len(types) != info.NumResults() {
+		// A shape rule disagreeing with its row is a table bug.
+		panic(fmt.Sprintf("ir: %s's shape rule gives %d results, the table says %d", info.Name, len(types), info.NumResults()))
+	}
+	return types, oerr
+}
+
+// NewOp makes an op of kind on args, the way every pass builds one: the
+// attributes are normalised against the op's spec (a misspelt, repeated,
+// mistyped or missing required attribute is an error, never a silent
+// default) and each result's type comes from the shape rule. The results
+// are fresh values of role Activation, with no name, layer -1 and the
+// op's position; the caller names them and adds them to a graph.
+func NewOp(kind OpKind, args []*Value, attrs []Attr, pos Pos) (*Op, error) {
+	if kind <= InvalidOp || kind >= numOps {
+		return nil, fmt.Errorf("invalid op kind %d", int(kind))
+	}
+	norm, oerr := NormalizeAttrs(kind, attrs)
+	if oerr != nil {
+		return nil, fmt.Errorf("%s: %s", kind, oerr.Msg)
+	}
+	types, oerr := Infer(kind, args, norm)
+	if oerr != nil {
+		return nil, fmt.Errorf("%s: %s", kind, oerr.Msg)
+	}
+	op := &Op{Kind: kind, Args: args, Attrs: norm, Pos: pos}
+	for _, t := range types {
+		op.Results = append(op.Results, &Value{Shape: t.Shape, DType: t.DType, Role: Activation, Def: op, Layer: -1, Pos: pos})
+	}
+	return op, nil
 }
 
 func plural(n int) string {
@@ -453,8 +525,20 @@ func inferCrossEntropy(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	return Shape{}, F32, nil
 }
 
+// one adapts a single-result shape rule to the table's form.
+func one(f func([]*Value, []Attr) (Shape, DType, *OpError)) func([]*Value, []Attr) ([]Type, *OpError) {
+	return func(args []*Value, attrs []Attr) ([]Type, *OpError) {
+		s, dt, err := f(args, attrs)
+		if err != nil {
+			return nil, err
+		}
+		return []Type{{s, dt}}, nil
+	}
+}
+
+// elementwise counts perElem FLOPs per element of the (first) result.
 func elementwise(perElem float64) func(op *Op) float64 {
-	return func(op *Op) float64 { return perElem * float64(op.Out.Shape.NumElements()) }
+	return func(op *Op) float64 { return perElem * float64(op.Out().Shape.NumElements()) }
 }
 
 // attentionFlops counts QK^T and the weighted sum of V over the full s x s

@@ -132,9 +132,78 @@ func (p *parser) dim() {
 	p.g.Dims = append(p.g.Dims, d)
 }
 
-// value parses the rest of `ROLE NAME : DTYPE[SHAPE] [init I] [= OP(...)]
+// value parses the rest of a value line: `ROLE NAME : DTYPE[SHAPE]
+// [init I] [updates STATE]`, then for an op's further results
+// `, ROLE NAME : DTYPE[SHAPE] [updates STATE]` each, then `[= OP(...)]
 // [layer N] [@POS]`; the clauses are optional but must come in that order.
 func (p *parser) value(role Role) {
+	heads := []head{p.head(role)}
+	for p.skipSpace(); p.peek() == ','; p.skipSpace() {
+		p.off++
+		p.skipSpace()
+		col := p.off
+		kw := p.word("role")
+		role, ok := ParseRole(kw)
+		if !ok {
+			p.failAt(col, "unknown role %q", kw)
+		}
+		h := p.head(role)
+		for _, prev := range heads {
+			if prev.v.Name == h.v.Name {
+				p.failAt(col, "redefined name %q (first defined on line %d)", h.v.Name, p.lineNo)
+			}
+		}
+		heads = append(heads, h)
+	}
+	var op *Op
+	if p.peek() == '=' {
+		p.off++
+		op = p.op()
+	}
+	for _, h := range heads {
+		switch {
+		case op == nil && h.noInit >= 0:
+			p.failAt(h.noInit, "malformed line: %s %s needs an init clause", h.v.Role, h.v.Name)
+		case op != nil && h.initAt >= 0:
+			p.failAt(h.initAt, "malformed line: init on %s %s, which %s computes", h.v.Role, h.v.Name, op.Kind)
+		}
+	}
+	if op == nil && len(heads) > 1 {
+		p.failf("malformed line: %d values on one line need the op computing them", len(heads))
+	}
+	p.skipSpace()
+	layer := -1
+	if p.peekWord() == "layer" {
+		p.word("layer")
+		layer = p.intWord("layer", 0)
+	}
+	pos := p.optPos()
+	if op != nil {
+		op.Pos = pos
+	}
+	for _, h := range heads {
+		v := h.v
+		v.Layer, v.Pos = layer, pos
+		if op != nil {
+			v.Def = op
+			op.Results = append(op.Results, v)
+		}
+		p.defs[v.Name] = v
+		p.defLine[v.Name] = p.lineNo
+		p.g.Values = append(p.g.Values, v)
+	}
+}
+
+// head is one value of a line, as far as its head says.
+type head struct {
+	v      *Value
+	noInit int // where a missing init clause was due; -1 if given, or not a state
+	initAt int // where the init clause is, -1 if none
+}
+
+// head parses `NAME : DTYPE[SHAPE] [init I] [updates STATE]` of a value
+// of role.
+func (p *parser) head(role Role) (h head) {
 	p.skipSpace()
 	nameCol := p.off
 	v := &Value{Name: p.word("value name"), Role: role, Layer: -1}
@@ -150,26 +219,18 @@ func (p *parser) value(role Role) {
 		p.failAt(col, "unknown dtype %q", dt)
 	}
 	v.Shape = p.shape()
-
+	h = head{v: v, noInit: -1, initAt: -1}
 	p.skipSpace()
-	hasInit := role == Param || role == OptState
-	if hasInit && p.peek() == '=' {
-		hasInit = false // an update: computed, replacing a state
-	}
+	isState := role == Param || role == OptState
 	switch {
-	case p.peekWord() == "init" && hasInit:
+	case p.peekWord() == "init" && isState:
+		h.initAt = p.off
 		p.word("init")
 		v.Init = p.init()
 	case p.peekWord() == "init":
 		p.failAt(p.off, "malformed line: init on %s %s (only params and optimizer states have one)", role, v.Name)
-	case hasInit:
-		p.failf("malformed line: %s %s needs an init clause", role, v.Name)
-	}
-	p.skipSpace()
-	if p.peek() == '=' {
-		p.off++
-		v.Def = p.op()
-		v.Def.Out = v
+	case isState:
+		h.noInit = p.off
 	}
 	p.skipSpace()
 	if p.peekWord() == "updates" {
@@ -183,18 +244,7 @@ func (p *parser) value(role Role) {
 		}
 		v.Updates = target
 	}
-	p.skipSpace()
-	if p.peekWord() == "layer" {
-		p.word("layer")
-		v.Layer = p.intWord("layer", 0)
-	}
-	v.Pos = p.optPos()
-	if v.Def != nil {
-		v.Def.Pos = v.Pos
-	}
-	p.defs[v.Name] = v
-	p.defLine[v.Name] = p.lineNo
-	p.g.Values = append(p.g.Values, v)
+	return h
 }
 
 // shape parses `[D,D,...]`; any int64 is accepted so Verify can be tested

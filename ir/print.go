@@ -9,7 +9,12 @@ package ir
 //	param tok_emb : f32[256,64] init normal(0.02) @16:3
 //	act x : f32[2,64,64] = embed(tokens, tok_emb) @17:7
 //	act layers.0.h : f32[2,64,64] = rmsnorm(x, layers.0.attn_norm, eps=1e-05) layer 0 @25:9
+//	act d.x : f32[2,64,64], grad grad.w : f32[64] = rmsnorm_grad(x, w, d.h, eps=1e-05) @25:9
+//	param w.new : bf16[64] updates w = cast(os.master.w.new, dtype=2) @7:3
 //
+// A line is one value, or all the results of one op in order (a head
+// "ROLE NAME : TYPE [updates STATE]" each, comma-separated), followed by
+// what they share: the op, the layer and the position.
 // It is the IR's test and debugging language: goldens hold it, -dump-after
 // prints it, and Parse reads it back, so every choice here (single spaces,
 // shortest floats, positions relative to the model's file) exists to make
@@ -62,6 +67,9 @@ func printGraph(b *strings.Builder, g *Graph) {
 		b.WriteByte('\n')
 	}
 	for _, v := range g.Values {
+		if v != nil && v.Def != nil && len(v.Def.Results) > 1 && !v.Def.definedAt(v) && v.Def.hasResult(v) {
+			continue // printed on its op's line
+		}
 		printValue(b, v, g.Pos.File)
 		b.WriteByte('\n')
 	}
@@ -73,17 +81,18 @@ func printValue(b *strings.Builder, v *Value, file string) {
 		b.WriteString("<nil value>")
 		return
 	}
-	b.WriteString(v.Role.String())
-	b.WriteByte(' ')
-	b.WriteString(v.Name)
-	b.WriteString(" : ")
-	b.WriteString(v.DType.String())
-	b.WriteString(v.Shape.String())
-	if (v.Role == Param || v.Role == OptState) && v.Def == nil {
-		b.WriteString(" init ")
-		b.WriteString(v.Init.String())
+	op := v.Def
+	heads := []*Value{v}
+	if op != nil && len(op.Results) > 1 && op.definedAt(v) {
+		heads = op.Results
 	}
-	if op := v.Def; op != nil {
+	for i, r := range heads {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		printHead(b, r)
+	}
+	if op != nil {
 		b.WriteString(" = ")
 		b.WriteString(op.Kind.String())
 		b.WriteByte('(')
@@ -107,10 +116,6 @@ func printValue(b *strings.Builder, v *Value, file string) {
 		}
 		b.WriteByte(')')
 	}
-	if v.Updates != nil {
-		b.WriteString(" updates ")
-		b.WriteString(v.Updates.Name)
-	}
 	if v.Layer >= 0 {
 		b.WriteString(" layer ")
 		b.WriteString(strconv.Itoa(v.Layer))
@@ -118,6 +123,29 @@ func printValue(b *strings.Builder, v *Value, file string) {
 	// The op's position is the value's (the frontend gives both the
 	// expression's), so it is printed once.
 	writePos(b, v.Pos, file)
+}
+
+// printHead writes what is a value's own: role, name, type, and its init
+// or the state it updates.
+func printHead(b *strings.Builder, v *Value) {
+	if v == nil {
+		b.WriteString("<nil value>")
+		return
+	}
+	b.WriteString(v.Role.String())
+	b.WriteByte(' ')
+	b.WriteString(v.Name)
+	b.WriteString(" : ")
+	b.WriteString(v.DType.String())
+	b.WriteString(v.Shape.String())
+	if (v.Role == Param || v.Role == OptState) && v.Def == nil {
+		b.WriteString(" init ")
+		b.WriteString(v.Init.String())
+	}
+	if v.Updates != nil {
+		b.WriteString(" updates ")
+		b.WriteString(v.Updates.Name)
+	}
 }
 
 // writePos writes " @L:C", or " @"FILE":L:C" for a position outside the

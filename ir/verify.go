@@ -240,14 +240,46 @@ func (vf *verifier) value(i int, v *Value, names map[string]*Value) error {
 }
 
 // op checks v's defining op: wiring, operand order, arity, attribute normal
-// form and that the op table's shape rule agrees with the stored type.
+// form and that the op table's shape rule agrees with the stored type of
+// each result. A multi-result op is checked once, at its first result; its
+// other results must follow it directly in definition order.
 func (vf *verifier) op(i int, v *Value) error {
 	op := v.Def
-	if op.Out != v {
-		return verr(v, "defining op's Out is %s, not the value", nameOf(op.Out))
+	k := -1
+	for j, r := range op.Results {
+		if r == v {
+			k = j
+			break
+		}
+	}
+	if k < 0 {
+		return verr(v, "defining op's results (%s) do not include the value", resultNames(op))
+	}
+	if k > 0 {
+		// Checked with the first result; only the wiring is left.
+		if i < k || vf.g.Values[i-k] != op.Results[0] {
+			return verr(v, "result %d of %s does not follow the op's result %d directly", k, op.Kind, k-1)
+		}
+		return nil
 	}
 	if op.Kind <= InvalidOp || op.Kind >= numOps {
 		return verr(v, "invalid op kind %s", op.Kind)
+	}
+	info := op.Kind.Info()
+	if len(op.Results) != info.NumResults() {
+		return verr(v, "%s has %d result%s, got %d (%s)", info.Name, info.NumResults(), plural(info.NumResults()), len(op.Results), resultNames(op))
+	}
+	for j, r := range op.Results[1:] {
+		switch {
+		case r == nil:
+			return verr(v, "result %d of %s is nil", j+1, op.Kind)
+		case i+j+1 >= len(vf.g.Values) || vf.g.Values[i+j+1] != r:
+			return verr(r, "result %d of %s does not follow the op's result %d directly", j+1, op.Kind, j)
+		case r.Def != op:
+			return verr(r, "result %d of %s is defined by another op", j+1, op.Kind)
+		case r.Layer != v.Layer || r.Pos != v.Pos:
+			return verr(r, "results of one %s differ in layer or position (%d at %s, %d at %s)", op.Kind, v.Layer, v.Pos, r.Layer, r.Pos)
+		}
 	}
 	for k, a := range op.Args {
 		if a == nil {
@@ -259,6 +291,8 @@ func (vf *verifier) op(i int, v *Value) error {
 			return verr(v, "operand %s of %s is not in the graph", a.Name, op.Kind)
 		case a == v:
 			return verr(v, "%s reads itself", v.Name)
+		case a.Def == op:
+			return verr(v, "%s reads its own result %s", op.Kind, a.Name)
 		case j < i:
 			continue
 		case vf.cycle[a] != nil && sameCycle(vf.cycle[a], v):
@@ -267,25 +301,30 @@ func (vf *verifier) op(i int, v *Value) error {
 			return verr(v, "operand %s is defined after its use (at %s)", a.Name, a.Pos)
 		}
 	}
-	info := op.Kind.Info()
 	if len(op.Args) != info.Arity {
 		return verr(v, "%s takes %d operand%s, got %d", info.Name, info.Arity, plural(info.Arity), len(op.Args))
 	}
-	norm, oerr := NormalizeAttrs(op.Kind, op.Attrs)
+	if err := CheckAttrs(op.Kind, op.Attrs); err != nil {
+		return verr(v, "%v", err)
+	}
+	types, oerr := Infer(op.Kind, op.Args, op.Attrs)
 	if oerr != nil {
 		return verr(v, "%s", oerr.Msg)
 	}
-	if !attrsEqual(op.Attrs, norm) {
-		return verr(v, "attributes (%s) are not in normal form (%s)", attrString(op.Attrs), attrString(norm))
-	}
-	shape, dt, oerr := Infer(op.Kind, op.Args, norm)
-	if oerr != nil {
-		return verr(v, "%s", oerr.Msg)
-	}
-	if !shape.Equal(v.Shape) || dt != v.DType {
-		return verr(v, "type %s%s differs from the inferred %s%s", v.DType, v.Shape, dt, shape)
+	for j, r := range op.Results {
+		if t := types[j]; !t.Shape.Equal(r.Shape) || t.DType != r.DType {
+			return verr(r, "type %s%s differs from the inferred %s%s", r.DType, r.Shape, t.DType, t.Shape)
+		}
 	}
 	return nil
+}
+
+func resultNames(op *Op) string {
+	names := make([]string, len(op.Results))
+	for i, r := range op.Results {
+		names[i] = nameOf(r)
+	}
+	return strings.Join(names, ", ")
 }
 
 func sameCycle(members []*Value, v *Value) bool {

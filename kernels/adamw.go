@@ -1,36 +1,57 @@
 package kernels
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Range is the index range [Lo, Hi) of a slice.
+type Range struct{ Lo, Hi int }
 
 // AdamW applies one torch.optim.AdamW step (t = step, counting from 1) to
 // parameters p with moments m and v and gradient g:
 //
-//	p *= 1 - lr*wd                      (only when decay)
+//	p *= 1 - lr*wd                      (only the decayed elements)
 //	m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
 //	p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //
-// Each element is updated in float64 and stored back as float32 (the
-// master copy; a bf16 run rounds it with RoundBF16 afterwards).
-func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decay bool) {
+// decayed lists the index ranges of p that are decayed, ascending and
+// disjoint: on a flat shard holding several params, those with two or
+// more dims (NUMERICS.md); every other element is not. Each element is
+// updated in float64 and stored back as float32 (the master copy; a bf16
+// run rounds it with RoundBF16 afterwards).
+func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decayed []Range) {
 	n := len(p)
 	m, v, g = m[:n], v[:n], g[:n]
 	if step < 1 {
 		panic("kernels: AdamW: step counts from 1")
 	}
+	for i, r := range decayed {
+		if r.Lo > r.Hi || r.Lo < 0 || r.Hi > n || (i > 0 && r.Lo < decayed[i-1].Hi) {
+			panic(fmt.Sprintf("kernels: AdamW: decayed range %d [%d, %d) is not ascending, disjoint and inside [0, %d)", i, r.Lo, r.Hi, n))
+		}
+	}
 	t := float64(step)
 	stepSize := lr / (1 - math.Pow(beta1, t))
 	bc2 := math.Sqrt(1 - math.Pow(beta2, t))
-	keep := 1.0
-	if decay {
-		keep = 1 - lr*weightDecay
-	}
+	keep := 1 - lr*weightDecay
 	parallelFor(n, 20, func(lo, hi int) {
+		// r is the first decayed range not wholly before i.
+		r := sort.Search(len(decayed), func(j int) bool { return decayed[j].Hi > lo })
 		for i := lo; i < hi; i++ {
+			for r < len(decayed) && decayed[r].Hi <= i {
+				r++
+			}
+			pi := float64(p[i])
+			if r < len(decayed) && decayed[r].Lo <= i {
+				pi *= keep
+			}
 			gi := float64(g[i])
 			mi := beta1*float64(m[i]) + (1-beta1)*gi
 			vi := beta2*float64(v[i]) + (1-beta2)*gi*gi
 			m[i], v[i] = float32(mi), float32(vi)
-			p[i] = float32(float64(p[i])*keep - stepSize*mi/(math.Sqrt(vi)/bc2+eps))
+			p[i] = float32(pi - stepSize*mi/(math.Sqrt(vi)/bc2+eps))
 		}
 	})
 }

@@ -270,20 +270,36 @@ func TestCrossEntropyBadTarget(t *testing.T) {
 }
 
 // TestAdamW follows torch.optim.AdamW's single-tensor loop in float64 for
-// three steps with changing gradients.
+// three steps with changing gradients: nothing decayed, everything, and
+// two ranges of a flat shard (the params of 2+ dims among 1-D ones).
 func TestAdamW(t *testing.T) {
 	const lr, b1, b2, eps, wd = 1e-2, 0.9, 0.95, 1e-8, 0.1
-	for _, decay := range []bool{false, true} {
+	const n = 50
+	for _, c := range []struct {
+		name    string
+		decayed []Range
+	}{
+		{"none", nil},
+		{"all", []Range{{0, n}}},
+		{"ranges", []Range{{3, 17}, {17, 20}, {31, 50}}},
+	} {
 		rng := newRand(18)
-		n := 50
 		p, p64 := randVec(rng, n)
 		m, v := make([]float32, n), make([]float32, n)
 		m64, v64 := make([]float64, n), make([]float64, n)
+		decay := func(i int) bool {
+			for _, r := range c.decayed {
+				if r.Lo <= i && i < r.Hi {
+					return true
+				}
+			}
+			return false
+		}
 		for step := 1; step <= 3; step++ {
 			g, g64 := randVec(rng, n)
-			AdamW(p, m, v, g, step, lr, b1, b2, eps, wd, decay)
+			AdamW(p, m, v, g, step, lr, b1, b2, eps, wd, c.decayed)
 			for i := range p64 {
-				if decay {
+				if decay(i) {
 					p64[i] *= 1 - lr*wd
 				}
 				m64[i] = b1*m64[i] + (1-b1)*g64[i]
@@ -293,11 +309,27 @@ func TestAdamW(t *testing.T) {
 				denom := math.Sqrt(v64[i])/math.Sqrt(bc2) + eps
 				p64[i] -= lr / bc1 * m64[i] / denom
 			}
-			name := fmt.Sprintf("adamw decay=%v step %d", decay, step)
+			name := fmt.Sprintf("adamw decay %s step %d", c.name, step)
 			checkClose(t, name+" p", p, p64, 1e-6)
 			checkClose(t, name+" m", m, m64, 1e-6)
 			checkClose(t, name+" v", v, v64, 1e-6)
 		}
+	}
+}
+
+// TestAdamWRanges: decayed ranges out of order, overlapping or outside
+// the shard are a caller's bug.
+func TestAdamWRanges(t *testing.T) {
+	for _, bad := range [][]Range{{{5, 3}}, {{0, 4}, {3, 6}}, {{2, 11}}, {{-1, 2}}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "not ascending, disjoint and inside [0, 10)") {
+					t.Errorf("%v: recovered %v", bad, r)
+				}
+			}()
+			x := make([]float32, 10)
+			AdamW(x, x, x, x, 1, 1, 0.9, 0.9, 1e-8, 0, bad)
+		}()
 	}
 }
 

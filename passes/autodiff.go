@@ -35,7 +35,7 @@ func autodiff(s *State) error {
 	// The seed: d loss / d logits of the weighted micro-batch mean.
 	ce := loss.Def
 	b.at(loss)
-	seed := b.Apply(ir.CrossEntropyGrad, []*ir.Value{ce.Args[0], ce.Args[1]}, ir.FloatAttr("scale", s.LossScale))
+	seed := b.one(ir.CrossEntropyGrad, []*ir.Value{ce.Args[0], ce.Args[1]}, ir.FloatAttr("scale", s.LossScale))
 	add(ce.Args[0], seed)
 
 	fwd := g.Values[:len(g.Values)-1] // everything before the seed
@@ -43,6 +43,9 @@ func autodiff(s *State) error {
 		v := fwd[i]
 		if v.Def == nil || v == loss || len(contrib[v]) == 0 {
 			continue
+		}
+		if len(v.Def.Results) != 1 {
+			return fmt.Errorf("%s of %s has %d results; only single-result ops have a backward rule", v.Def.Kind, v.Name, len(v.Def.Results))
 		}
 		b.at(v)
 		dy := b.sum("d."+v.Name, contrib[v], shared)
@@ -66,7 +69,7 @@ func autodiff(s *State) error {
 		if gp.Name != "grad."+p.Name {
 			// The contribution is another value's gradient (x + p passes
 			// dy through): copy it, so the param's gradient is its own.
-			gp = b.Apply(ir.Cast, []*ir.Value{gp}, ir.IntAttr("dtype", int64(gp.DType)))
+			gp = b.one(ir.Cast, []*ir.Value{gp}, ir.IntAttr("dtype", int64(gp.DType)))
 			gp.Name = "grad." + p.Name
 		}
 		gp.Role = ir.Grad
@@ -94,28 +97,33 @@ type gradBuilder struct {
 
 func (b *gradBuilder) at(v *ir.Value) { b.cur, b.temps = v, 0 }
 
-func (b *gradBuilder) Apply(kind ir.OpKind, args []*ir.Value, attrs ...ir.Attr) *ir.Value {
-	norm, oerr := ir.NormalizeAttrs(kind, attrs)
-	if oerr != nil {
-		panic(fmt.Sprintf("autodiff: %s: %s", kind, oerr.Msg))
+// Apply makes an op through ir.NewOp, so its attributes are checked
+// against the op's spec: a bad one is a bug in a backward rule or a pass,
+// which panics, and runPass reports it as an internal error naming the
+// pass. The results are named bwd.<value>.<n> in order.
+func (b *gradBuilder) Apply(kind ir.OpKind, args []*ir.Value, attrs ...ir.Attr) []*ir.Value {
+	op, err := ir.NewOp(kind, args, attrs, b.cur.Pos)
+	if err != nil {
+		panic(fmt.Sprintf("making the %s of %s: %v", kind, b.cur.Name, err))
 	}
-	shape, dt, oerr := ir.Infer(kind, args, norm)
-	if oerr != nil {
-		panic(fmt.Sprintf("autodiff: %s of %s: %s", kind, b.cur.Name, oerr.Msg))
-	}
-	b.temps++
-	v := &ir.Value{Name: fmt.Sprintf("bwd.%s.%d", b.cur.Name, b.temps), Shape: shape, DType: dt,
-		Role: ir.Activation, Layer: b.cur.Layer, Pos: b.cur.Pos}
-	v.Def = &ir.Op{Kind: kind, Args: args, Attrs: norm, Out: v, Pos: b.cur.Pos}
-	b.g.Add(v)
 	if b.made == nil {
 		b.made = map[*ir.Value]bool{}
 	}
-	b.made[v] = true
-	if b.origin != nil {
-		b.origin[v] = b.cur
+	for _, v := range op.Results {
+		b.temps++
+		v.Name, v.Layer = fmt.Sprintf("bwd.%s.%d", b.cur.Name, b.temps), b.cur.Layer
+		b.g.Add(v)
+		b.made[v] = true
+		if b.origin != nil {
+			b.origin[v] = b.cur
+		}
 	}
-	return v
+	return op.Results
+}
+
+// one makes a single-result op and returns its result.
+func (b *gradBuilder) one(kind ir.OpKind, args []*ir.Value, attrs ...ir.Attr) *ir.Value {
+	return b.Apply(kind, args, attrs...)[0]
 }
 
 // sum adds up gradient contributions into one value named name (or gives
@@ -130,7 +138,7 @@ func (b *gradBuilder) sum(name string, parts []*ir.Value, shared map[*ir.Value]i
 	}
 	acc := parts[0]
 	for _, p := range parts[1:] {
-		acc = b.Apply(ir.Add, []*ir.Value{acc, p})
+		acc = b.one(ir.Add, []*ir.Value{acc, p})
 	}
 	acc.Name = name
 	return acc

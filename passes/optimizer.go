@@ -13,13 +13,19 @@ type ParamStates struct {
 	M, V   *ir.Value
 	// NewParam is the param after the step (role Param, updating Param).
 	NewParam *ir.Value
+	// Step is the param's adamw op: the optimizer's hyper-parameters as
+	// the scheduler emits them on flat shards.
+	Step *ir.Op
 }
 
 // optimizer adds AdamW (NUMERICS.md) for every param: fp32 states m and
-// v, an fp32 master copy under mixed precision, and the update of each
-// state and of P (the master rounded to P's dtype). 1-D params (norm
-// weights) are not decayed. The states are values of role OptState that
-// the sharding pass will shard over the os-group.
+// v, an fp32 master copy under mixed precision, one adamw op updating the
+// weights (the master, or P itself in fp32) and both moments, and under
+// mixed precision P as the master's rounding. 1-D params (norm weights)
+// are not decayed. This is the compiler's only definition of the step:
+// the scheduler runs these ops' attributes on flat shards. The states are
+// values of role OptState that the sharding pass will shard over the
+// os-group.
 func optimizer(s *State) error {
 	if len(s.Grads) == 0 {
 		return fmt.Errorf("no gradients: autodiff must run first")
@@ -48,20 +54,21 @@ func optimizer(s *State) error {
 			v.Name, v.Role, v.Updates = target.Name+".new", target.Role, target
 			return v
 		}
-		m := update(b.Apply(ir.AdamM, []*ir.Value{ps.M, grad}, ir.FloatAttr("beta1", opt.Beta1)), ps.M)
-		v := update(b.Apply(ir.AdamV, []*ir.Value{ps.V, grad}, ir.FloatAttr("beta2", opt.Beta2)), ps.V)
 		wd := opt.WeightDecay
 		if len(p.Shape) < 2 {
 			wd = 0
 		}
-		w := b.Apply(ir.AdamUpdate, []*ir.Value{weights, m, v},
+		r := b.Apply(ir.AdamWStep, []*ir.Value{weights, ps.M, ps.V, grad},
 			ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
 			ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", wd))
+		ps.Step = r[0].Def
+		update(r[1], ps.M)
+		update(r[2], ps.V)
 		if ps.Master != nil {
-			update(w, ps.Master)
-			ps.NewParam = update(b.Apply(ir.Cast, []*ir.Value{w}, ir.IntAttr("dtype", int64(p.DType))), p)
+			update(r[0], ps.Master)
+			ps.NewParam = update(b.one(ir.Cast, []*ir.Value{r[0]}, ir.IntAttr("dtype", int64(p.DType))), p)
 		} else {
-			ps.NewParam = update(w, p)
+			ps.NewParam = update(r[0], p)
 		}
 		s.States = append(s.States, ps)
 	}

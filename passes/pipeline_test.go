@@ -54,8 +54,8 @@ func TestPipeline(t *testing.T) {
 	}
 }
 
-// TestEveryParamGetsStates: each param has a gradient, AdamW states and
-// an update, on the example models.
+// TestEveryParamGetsStates: each param has a gradient, AdamW states, one
+// adamw op and an update, on the example models.
 func TestEveryParamGetsStates(t *testing.T) {
 	for _, name := range []string{"tiny", "llama-7b"} {
 		job := testjob.Load(t, name)
@@ -71,6 +71,9 @@ func TestEveryParamGetsStates(t *testing.T) {
 			if ps.Param != params[i] || s.Grads[i].Grad.Role != ir.Grad || ps.NewParam.Updates != params[i] {
 				t.Errorf("%s: param %s is not wired to its grad and update", name, params[i].Name)
 			}
+			if st := ps.Step; st == nil || st.Kind != ir.AdamWStep || st.Args[3] != s.Grads[i].Grad || st.Results[1].Updates != ps.M || st.Results[2].Updates != ps.V {
+				t.Errorf("%s: param %s's adamw op is not wired to its grad and moments", name, params[i].Name)
+			}
 			mixed := params[i].DType != ir.F32
 			if (ps.Master != nil) != mixed {
 				t.Errorf("%s: master copy of %s: %v, mixed precision %v", name, params[i].Name, ps.Master != nil, mixed)
@@ -84,7 +87,7 @@ func TestDumpAfter(t *testing.T) {
 	if _, err := passes.Run(testjob.Load(t, "tiny"), passes.Options{DumpAfter: "autodiff", Dump: &b}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(b.String(), "# after autodiff\nmodel tiny") || strings.Contains(b.String(), "adam_") {
+	if !strings.HasPrefix(b.String(), "# after autodiff\nmodel tiny") || strings.Contains(b.String(), "adamw") {
 		t.Errorf("dump after autodiff:\n%.200s", b.String())
 	}
 	if _, err := passes.Run(testjob.Load(t, "tiny"), passes.Options{DumpAfter: "nosuch"}); err == nil || !strings.Contains(err.Error(), "no such pass") {

@@ -3,119 +3,161 @@ package runtime
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
 
+// attr is a kernel's attribute. Validate has checked that every kernel
+// carries its op's attributes, so a missing one is a runtime bug, never
+// a zero.
 func attr(in *codegen.Instr, name string) ir.AttrVal {
 	for _, a := range in.Attrs {
 		if a.Name == name {
 			return a.Val
 		}
 	}
-	return ir.AttrVal{}
+	panic(fmt.Sprintf("kernel %v has no attribute %s", in.Kern, name))
 }
 
 func (k *rank) shape(id int32) []int64 { return k.p.Buffers[id].Shape }
 
 func last(s []int64) int { return int(s[len(s)-1]) }
 
-// kernel runs one kernel instruction on the CPU backend (fp32).
-func (k *rank) kernel(in *codegen.Instr) error {
-	a := func(i int) []float32 { return k.f(in.Args[i]) }
-	out := func() []float32 { return k.f(in.Out) }
-	switch in.Kern {
-	case ir.Embed:
+// cpuKernel runs one kernel instruction on the CPU backend (fp32): it
+// reads in.Args and writes every buffer of in.Outs in full.
+type cpuKernel func(k *rank, in *codegen.Instr) error
+
+// cpuKernels is the CPU backend's kernel of every op a bundle can name
+// (TestEveryOpHasACPUKernel checks the table is complete).
+var cpuKernels = map[ir.OpKind]cpuKernel{
+	ir.Embed: func(k *rank, in *codegen.Instr) error {
 		t := k.shape(in.Args[1])
-		if err := kernels.Embed(out(), k.ints(in.Args[0]), a(1), int(t[0]), int(t[1])); err != nil {
-			return err
-		}
-	case ir.EmbedGrad:
-		o := k.shape(in.Out)
-		kernels.EmbedGrad(out(), k.ints(in.Args[0]), a(1), int(o[0]), int(o[1]))
-	case ir.MatMul:
+		return kernels.Embed(k.out(in, 0), k.ints(in.Args[0]), k.arg(in, 1), int(t[0]), int(t[1]))
+	},
+	ir.EmbedGrad: func(k *rank, in *codegen.Instr) error {
+		o := k.shape(in.Outs[0])
+		kernels.EmbedGrad(k.out(in, 0), k.ints(in.Args[0]), k.arg(in, 1), int(o[0]), int(o[1]))
+		return nil
+	},
+	ir.MatMul: func(k *rank, in *codegen.Instr) error {
 		b := k.shape(in.Args[1])
 		kk, n := int(b[0]), int(b[1])
-		kernels.MatMul(out(), a(0), a(1), len(a(0))/kk, kk, n)
-	case ir.MatMulGradA:
+		kernels.MatMul(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/kk, kk, n)
+		return nil
+	},
+	ir.MatMulGradA: func(k *rank, in *codegen.Instr) error {
 		b := k.shape(in.Args[1])
 		kk, n := int(b[0]), int(b[1])
-		kernels.MatMulGradA(out(), a(0), a(1), len(a(0))/n, kk, n)
-	case ir.MatMulGradB:
-		o := k.shape(in.Out)
+		kernels.MatMulGradA(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/n, kk, n)
+		return nil
+	},
+	ir.MatMulGradB: func(k *rank, in *codegen.Instr) error {
+		o := k.shape(in.Outs[0])
 		kk, n := int(o[0]), int(o[1])
-		kernels.MatMulGradB(out(), a(0), a(1), len(a(0))/kk, kk, n)
-	case ir.RMSNorm:
-		d := len(a(1))
-		kernels.RMSNorm(out(), a(0), a(1), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.RMSNormGradX:
-		d := len(a(1))
-		dw := make([]float32, d)
-		kernels.RMSNormGrad(out(), dw, a(0), a(1), a(2), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.RMSNormGradW:
-		d := last(k.shape(in.Args[0]))
-		dx := make([]float32, len(a(0)))
-		kernels.RMSNormGrad(dx, out(), a(0), ones(d), a(1), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.LayerNorm:
-		d := len(a(1))
-		kernels.LayerNorm(out(), a(0), a(1), a(2), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.LayerNormGradX:
-		d := len(a(1))
-		dw, db := make([]float32, d), make([]float32, d)
-		kernels.LayerNormGrad(out(), dw, db, a(0), a(1), a(2), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.LayerNormGradW:
-		d := last(k.shape(in.Args[0]))
-		dx, db := make([]float32, len(a(0))), make([]float32, d)
-		kernels.LayerNormGrad(dx, out(), db, a(0), ones(d), a(1), len(a(0))/d, d, float32(attr(in, "eps").Float))
-	case ir.SumRows:
-		kernels.AddGradBroadcast(out(), a(0))
-	case ir.RoPE, ir.RoPEGrad:
-		s := k.shape(in.Args[0])
-		heads := int(attr(in, "heads").Int)
-		hd := int(s[2]) / heads
-		if in.Kern == ir.RoPE {
-			kernels.RoPE(out(), a(0), int(s[0]), int(s[1]), heads, hd, attr(in, "theta").Float)
-		} else {
-			kernels.RoPEGrad(out(), a(0), int(s[0]), int(s[1]), heads, hd, attr(in, "theta").Float)
-		}
-	case ir.Attention:
+		kernels.MatMulGradB(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/kk, kk, n)
+		return nil
+	},
+	ir.RMSNorm: func(k *rank, in *codegen.Instr) error {
+		x, w := k.arg(in, 0), k.arg(in, 1)
+		kernels.RMSNorm(k.out(in, 0), x, w, len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+		return nil
+	},
+	ir.RMSNormGrad: func(k *rank, in *codegen.Instr) error {
+		x, w := k.arg(in, 0), k.arg(in, 1)
+		kernels.RMSNormGrad(k.out(in, 0), k.out(in, 1), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+		return nil
+	},
+	ir.LayerNorm: func(k *rank, in *codegen.Instr) error {
+		x, w := k.arg(in, 0), k.arg(in, 1)
+		kernels.LayerNorm(k.out(in, 0), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+		return nil
+	},
+	ir.LayerNormGrad: func(k *rank, in *codegen.Instr) error {
+		x, w := k.arg(in, 0), k.arg(in, 1)
+		kernels.LayerNormGrad(k.out(in, 0), k.out(in, 1), k.out(in, 2), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+		return nil
+	},
+	ir.SumRows: func(k *rank, in *codegen.Instr) error {
+		kernels.AddGradBroadcast(k.out(in, 0), k.arg(in, 0))
+		return nil
+	},
+	ir.RoPE: func(k *rank, in *codegen.Instr) error {
+		b, s, heads, hd := k.ropeDims(in)
+		kernels.RoPE(k.out(in, 0), k.arg(in, 0), b, s, heads, hd, attr(in, "theta").Float)
+		return nil
+	},
+	ir.RoPEGrad: func(k *rank, in *codegen.Instr) error {
+		b, s, heads, hd := k.ropeDims(in)
+		kernels.RoPEGrad(k.out(in, 0), k.arg(in, 0), b, s, heads, hd, attr(in, "theta").Float)
+		return nil
+	},
+	ir.Attention: func(k *rank, in *codegen.Instr) error {
 		b, s, heads, kvh, hd := k.attnDims(in)
 		lse := make([]float32, b*heads*s)
-		kernels.Attention(out(), lse, a(0), a(1), a(2), b, s, heads, kvh, hd, attr(in, "causal").Bool)
-	case ir.AttentionGradQ, ir.AttentionGradK, ir.AttentionGradV:
-		k.attentionGrad(in, out())
-	case ir.SiLU:
-		kernels.SiLU(out(), a(0))
-	case ir.SiLUGrad:
-		kernels.SiLUGrad(out(), a(0), a(1))
-	case ir.GELU:
-		kernels.GELU(out(), a(0))
-	case ir.GELUGrad:
-		kernels.GELUGrad(out(), a(0), a(1))
-	case ir.Add:
-		kernels.Add(out(), a(0), a(1))
-	case ir.Mul:
-		kernels.Mul(out(), a(0), a(1))
-	case ir.CrossEntropy:
+		kernels.Attention(k.out(in, 0), lse, k.arg(in, 0), k.arg(in, 1), k.arg(in, 2), b, s, heads, kvh, hd, attr(in, "causal").Bool)
+		return nil
+	},
+	// One fused backward gives dq, dk and dv. Forward's log-sum-exp is
+	// not kept, so forward runs again for it.
+	ir.AttentionGrad: func(k *rank, in *codegen.Instr) error {
+		b, s, heads, kvh, hd := k.attnDims(in)
+		causal := attr(in, "causal").Bool
+		q, kk, v, o, dout := k.arg(in, 0), k.arg(in, 1), k.arg(in, 2), k.arg(in, 3), k.arg(in, 4)
+		lse := make([]float32, b*heads*s)
+		kernels.Attention(make([]float32, len(o)), lse, q, kk, v, b, s, heads, kvh, hd, causal)
+		kernels.AttentionGrad(k.out(in, 0), k.out(in, 1), k.out(in, 2), q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
+		return nil
+	},
+	ir.SiLU: func(k *rank, in *codegen.Instr) error {
+		kernels.SiLU(k.out(in, 0), k.arg(in, 0))
+		return nil
+	},
+	ir.SiLUGrad: func(k *rank, in *codegen.Instr) error {
+		kernels.SiLUGrad(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+		return nil
+	},
+	ir.GELU: func(k *rank, in *codegen.Instr) error {
+		kernels.GELU(k.out(in, 0), k.arg(in, 0))
+		return nil
+	},
+	ir.GELUGrad: func(k *rank, in *codegen.Instr) error {
+		kernels.GELUGrad(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+		return nil
+	},
+	ir.Add: func(k *rank, in *codegen.Instr) error {
+		kernels.Add(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+		return nil
+	},
+	ir.Mul: func(k *rank, in *codegen.Instr) error {
+		kernels.Mul(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+		return nil
+	},
+	ir.CrossEntropy: func(k *rank, in *codegen.Instr) error {
+		logits := k.arg(in, 0)
 		v := last(k.shape(in.Args[0]))
-		loss, err := kernels.CrossEntropy(a(0), k.ints(in.Args[1]), len(a(0))/v, v)
+		loss, err := kernels.CrossEntropy(logits, k.ints(in.Args[1]), len(logits)/v, v)
 		if err != nil {
 			return err
 		}
-		out()[0] = float32(loss)
+		k.out(in, 0)[0] = float32(loss)
 		k.losses = append(k.losses, loss)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("loss is %v", loss)
 		}
 		return nil
-	case ir.CrossEntropyGrad:
+	},
+	ir.CrossEntropyGrad: func(k *rank, in *codegen.Instr) error {
+		logits := k.arg(in, 0)
 		v := last(k.shape(in.Args[0]))
-		kernels.CrossEntropyGrad(out(), a(0), k.ints(in.Args[1]), len(a(0))/v, v, float32(attr(in, "scale").Float))
-	case ir.Cast:
-		o, x := out(), a(0)
-		switch ir.DType(attr(in, "dtype").Int) {
+		kernels.CrossEntropyGrad(k.out(in, 0), logits, k.ints(in.Args[1]), len(logits)/v, v, float32(attr(in, "scale").Float))
+		return nil
+	},
+	ir.Cast: func(k *rank, in *codegen.Instr) error {
+		o, x := k.out(in, 0), k.arg(in, 0)
+		switch dt := ir.DType(attr(in, "dtype").Int); dt {
 		case ir.F32:
 			copy(o, x)
 		case ir.BF16:
@@ -123,30 +165,36 @@ func (k *rank) kernel(in *codegen.Instr) error {
 				o[i] = kernels.RoundBF16(v)
 			}
 		default:
-			return fmt.Errorf("cast to %v is not supported on the CPU backend yet", ir.DType(attr(in, "dtype").Int))
+			return fmt.Errorf("cast to %v is not supported on the CPU backend yet", dt)
 		}
-	case ir.AdamM:
-		b1 := float32(attr(in, "beta1").Float)
-		m, g := out(), a(1)
-		for i := range m {
-			m[i] = b1*m[i] + (1-b1)*g[i]
-		}
-	case ir.AdamV:
-		b2 := float32(attr(in, "beta2").Float)
-		v, g := out(), a(1)
-		for i := range v {
-			v[i] = b2*v[i] + (1-b2)*g[i]*g[i]
-		}
-	case ir.AdamUpdate:
-		err := k.adamUpdate(in)
-		k.round(in.Out)
-		return err
-	default:
+		return nil
+	},
+	ir.AdamWStep: func(k *rank, in *codegen.Instr) error { return k.adamw(in) },
+}
+
+// kernel runs one kernel instruction: one call of its op's CPU kernel.
+// Every result is then stored at its buffer's precision and checked for
+// NaN and Inf.
+func (k *rank) kernel(in *codegen.Instr) error {
+	run := cpuKernels[in.Kern]
+	if run == nil {
 		return fmt.Errorf("no CPU kernel for %v", in.Kern)
 	}
-	k.round(in.Out)
-	return checkFinite(out())
+	if err := run(k, in); err != nil {
+		return err
+	}
+	for _, o := range in.Outs {
+		k.round(o)
+		if err := checkFinite(k.f(o)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// arg and out are the storage of operand i and result i.
+func (k *rank) arg(in *codegen.Instr, i int) []float32 { return k.f(in.Args[i]) }
+func (k *rank) out(in *codegen.Instr, i int) []float32 { return k.f(in.Outs[i]) }
 
 // round stores a bf16 buffer's values as bf16: kernels compute in fp32
 // and every bf16 result is rounded to nearest even, as a bf16 tensor would
@@ -161,45 +209,6 @@ func (k *rank) round(id int32) {
 	}
 }
 
-// attentionGrad computes one of attention's three gradients. One fused
-// backward yields all three; the IR asks for them as three ops on the same
-// operands, so the first computes them all and keeps the other two for its
-// siblings (keyed by operands, step and micro-batch, so nothing stale is
-// ever reused).
-func (k *rank) attentionGrad(in *codegen.Instr, out []float32) {
-	key := fmt.Sprint(k.step, in.Micro, in.Args)
-	if e, ok := k.attnCache[key]; ok {
-		if g, ok := e[in.Kern]; ok {
-			copy(out, g)
-			delete(e, in.Kern)
-			if len(e) == 0 {
-				delete(k.attnCache, key)
-			}
-			return
-		}
-	}
-	a := func(i int) []float32 { return k.f(in.Args[i]) }
-	b, s, heads, kvh, hd := k.attnDims(in)
-	causal := attr(in, "causal").Bool
-	q, kk, v, o, dout := a(0), a(1), a(2), a(3), a(4)
-	// The log-sum-exp of forward is not kept, so forward runs again.
-	lse := make([]float32, b*heads*s)
-	kernels.Attention(make([]float32, len(o)), lse, q, kk, v, b, s, heads, kvh, hd, causal)
-	grads := map[ir.OpKind][]float32{
-		ir.AttentionGradQ: make([]float32, len(q)),
-		ir.AttentionGradK: make([]float32, len(kk)),
-		ir.AttentionGradV: make([]float32, len(v)),
-	}
-	kernels.AttentionGrad(grads[ir.AttentionGradQ], grads[ir.AttentionGradK], grads[ir.AttentionGradV],
-		q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
-	copy(out, grads[in.Kern])
-	delete(grads, in.Kern)
-	if k.attnCache == nil {
-		k.attnCache = map[string]map[ir.OpKind][]float32{}
-	}
-	k.attnCache[key] = grads
-}
-
 func (k *rank) attnDims(in *codegen.Instr) (b, s, heads, kvh, hd int) {
 	q := k.shape(in.Args[0])
 	heads = int(attr(in, "heads").Int)
@@ -210,45 +219,49 @@ func (k *rank) attnDims(in *codegen.Instr) (b, s, heads, kvh, hd int) {
 	return int(q[0]), int(q[1]), heads, kvh, int(q[2]) / heads
 }
 
-func ones(n int) []float32 {
-	o := make([]float32, n)
-	for i := range o {
-		o[i] = 1
-	}
-	return o
+func (k *rank) ropeDims(in *codegen.Instr) (b, s, heads, hd int) {
+	x := k.shape(in.Args[0])
+	heads = int(attr(in, "heads").Int)
+	return int(x[0]), int(x[1]), heads, int(x[2]) / heads
 }
 
-// adamUpdate is AdamW on a flat os-shard (NUMERICS.md, torch.optim.AdamW):
-// decoupled decay first (p *= 1 - lr wd, only for params of 2+ dims,
-// which the stage's layout says element by element), then the bias-
-// corrected Adam step, t counting from 1.
-func (k *rank) adamUpdate(in *codegen.Instr) error {
-	lay := k.p.Layouts[attr(in, "layout").Int]
-	lr, b1, b2 := attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float
-	eps, wd := attr(in, "eps").Float, attr(in, "weight_decay").Float
-	w, m, v := k.f(in.Out), k.f(in.Args[1]), k.f(in.Args[2])
-	sp := int64(lay.PShard.Size())
-	chunk := lay.Padded / sp
-	start := int64(lay.PShard.Index(k.topo, k.r))*chunk + int64(lay.OSShard.Index(k.topo, k.r))*int64(len(w))
-	c1 := 1 - math.Pow(b1, float64(k.step))
-	c2 := 1 - math.Pow(b2, float64(k.step))
-	slot := 0
-	for i := range w {
-		g := start + int64(i)
-		for slot < len(lay.Params) && g >= lay.Params[slot].Offset+lay.Params[slot].Elems {
-			slot++
+// adamw is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a
+// flat os-shard of a stage: kernels.AdamW on (weights, m, v, grad),
+// updating weights, m and v in place (results that are other buffers get
+// a copy first), decaying only the params of 2+ dims, which the stage's
+// layout places element by element; t is the run's step, from 1.
+func (k *rank) adamw(in *codegen.Instr) error {
+	for i := range 3 {
+		if in.Outs[i] != in.Args[i] {
+			copy(k.out(in, i), k.arg(in, i))
 		}
-		if slot >= len(lay.Params) {
-			break // padding
-		}
-		p := float64(w[i])
-		if lay.Params[slot].Decay {
-			p *= 1 - lr*wd
-		}
-		mh := float64(m[i]) / c1
-		vh := float64(v[i]) / c2
-		p -= lr * mh / (math.Sqrt(vh) + eps)
-		w[i] = float32(p)
 	}
-	return checkFinite(w)
+	w, m, v, g := k.out(in, 0), k.out(in, 1), k.out(in, 2), k.arg(in, 3)
+	decayed, err := k.decayed(in, int64(len(w)))
+	if err != nil {
+		return err
+	}
+	kernels.AdamW(w, m, v, g, k.step, attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float,
+		attr(in, "eps").Float, attr(in, "weight_decay").Float, decayed)
+	return nil
+}
+
+// decayed lists the ranges of this rank's os-shard (n elements) of stage
+// in.Stage's flat params that hold params with weight decay.
+func (k *rank) decayed(in *codegen.Instr, n int64) ([]kernels.Range, error) {
+	lay := k.p.Layouts[in.Stage]
+	sp, sos := int64(lay.PShard.Size()), int64(lay.OSShard.Size())
+	if sp < 1 || sos < 1 || n*sp*sos != lay.Padded {
+		return nil, fmt.Errorf("%d elements are not an os-shard of stage %s (%d elements in %d x %d shards)", n, lay.Stage, lay.Padded, sp, sos)
+	}
+	start := int64(lay.PShard.Index(k.topo, k.r))*(lay.Padded/sp) + int64(lay.OSShard.Index(k.topo, k.r))*n
+	var out []kernels.Range
+	for _, s := range lay.Params {
+		lo, hi := max(s.Offset, start), min(s.Offset+s.Elems, start+n)
+		if s.Decay && lo < hi {
+			out = append(out, kernels.Range{Lo: int(lo - start), Hi: int(hi - start)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Lo < out[j].Lo })
+	return out, nil
 }

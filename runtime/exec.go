@@ -42,10 +42,6 @@ type rank struct {
 	losses []float64
 	events []chan struct{}
 
-	// attnCache holds attention gradients computed for a sibling op
-	// (compute stream only).
-	attnCache map[string]map[ir.OpKind][]float32
-
 	timeMu sync.Mutex
 	timing map[string]*Timing // per instruction kind, summed over steps
 }
@@ -156,7 +152,6 @@ var ErrStopped = errors.New("stopped because another rank failed")
 // runStep runs one step of this rank's program: three goroutines, one per
 // stream. A failure aborts the Comm, so every rank stops.
 func (k *rank) runStep(abort <-chan struct{}) error {
-	k.attnCache = nil // anything unclaimed belongs to the last step
 	k.events = make([]chan struct{}, k.p.Events)
 	for i := range k.events {
 		k.events[i] = make(chan struct{})

@@ -130,6 +130,11 @@ type Run struct {
 // Start prepares every rank: buffers, initial params.
 func (r *Run) Start() error {
 	b := r.Bundle
+	// A bundle that did not come from Decode is checked here, so that
+	// kernels can index buffers and read attributes without checks.
+	if err := codegen.Validate(b); err != nil {
+		return err
+	}
 	for _, p := range b.Templates {
 		for _, buf := range p.Buffers {
 			if buf.DType == ir.F16 {

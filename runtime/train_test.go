@@ -213,8 +213,8 @@ func TestInfStopsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := r.Step()
-	if err == nil || !strings.Contains(err.Error(), "adam_update") || !strings.Contains(err.Error(), "Inf") {
-		t.Fatalf("error %v, want adam_update producing Inf", err)
+	if err == nil || !strings.Contains(err.Error(), "adamw") || !strings.Contains(err.Error(), "Inf") {
+		t.Fatalf("error %v, want adamw producing Inf", err)
 	}
 }
 

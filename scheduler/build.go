@@ -72,6 +72,7 @@ type stage struct {
 	pShard, pFull, pSec, gAcc, gFull, gPC int32
 	gSel, osSel, pOS                      int32 // views: my g-slice and os-slice of the p-chunk, my os-slice of P
 	master, m, v                          int32
+	adamw                                 []ir.Attr // the optimizer pass's AdamW attributes for the stage
 }
 
 type builder struct {
@@ -212,6 +213,9 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 		b.markDropped()
 	}
 	b.buffers()
+	if err := b.adamwAttrs(); err != nil {
+		return nil, err
+	}
 	b.copyBack, b.bucketLast = map[int]int32{}, map[int]int32{}
 	b.pFreed = make([]int32, len(b.stages))
 	b.final = make([]int32, len(b.stages))
@@ -369,42 +373,60 @@ func (b *builder) step() {
 	b.optimizer()
 }
 
+// opsOf lists the ops computing values vs, in order, each once: an op
+// with several results is one kernel.
+func opsOf(vs []*ir.Value) []*ir.Op {
+	ops := make([]*ir.Op, 0, len(vs))
+	seen := make(map[*ir.Op]bool, len(vs))
+	for _, v := range vs {
+		if !seen[v.Def] {
+			seen[v.Def] = true
+			ops = append(ops, v.Def)
+		}
+	}
+	return ops
+}
+
 // lastUses maps each value read in a micro-batch to the position (in
-// emission order: forward stages, then backward stages reversed) of its
-// last reader.
+// emission order: forward stages, then backward stages reversed, one
+// position per op) of its last reader.
 func (b *builder) lastUses() map[use]int {
 	last := map[use]int{}
 	i := 0
-	visit := func(vs []*ir.Value, backward bool) {
-		for _, v := range vs {
-			for _, a := range v.Def.Args {
+	visit := func(ops []*ir.Op, backward bool) {
+		for _, op := range ops {
+			for _, a := range op.Args {
 				last[b.instance(a, backward)] = i
 			}
 			i++
 		}
 	}
 	for _, st := range b.stages {
-		visit(st.fwd, false)
+		visit(opsOf(st.fwd), false)
 	}
 	for j := len(b.stages) - 1; j >= 0; j-- {
-		visit(b.recomputed(b.stages[j]), true)
-		visit(b.stages[j].bwd, true)
+		visit(opsOf(b.recomputed(b.stages[j])), true)
+		visit(opsOf(b.stages[j].bwd), true)
 	}
 	return last
 }
 
-func (b *builder) kernel(v *ir.Value, stageIdx, m int) {
-	op := v.Def
+// kernel emits op as one kernel instruction, allocating its results
+// first (gradients of params are views of the stage's flat gradient).
+func (b *builder) kernel(op *ir.Op, stageIdx, m int) {
 	args := make([]int32, len(op.Args))
 	for i, a := range op.Args {
 		args[i] = b.buf[a]
 	}
-	out := b.buf[v]
-	if !b.prog.Buffers[out].IsView() {
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: out, Stage: int32(stageIdx), Micro: int32(m)})
-		b.live[out] = true
+	outs := make([]int32, len(op.Results))
+	for i, r := range op.Results {
+		outs[i] = b.buf[r]
+		if !b.prog.Buffers[outs[i]].IsView() {
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: outs[i], Stage: int32(stageIdx), Micro: int32(m)})
+			b.live[outs[i]] = true
+		}
 	}
-	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Out: out,
+	b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Args: args, Outs: outs,
 		Attrs: op.Attrs, Stage: int32(stageIdx), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)})
 }
 
@@ -420,8 +442,8 @@ func (b *builder) spreadStage(i int) int32 {
 
 func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	order := 0
-	freeDead := func(v *ir.Value, stageIdx int, backward bool) {
-		for _, a := range v.Def.Args {
+	freeDead := func(op *ir.Op, stageIdx int, backward bool) {
+		for _, a := range op.Args {
 			if last[b.instance(a, backward)] == order && a.Role != ir.Param && a.Role != ir.Input {
 				if id := b.buf[a]; b.live[id] {
 					b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(stageIdx), Micro: int32(m)})
@@ -452,9 +474,9 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(i), Micro: int32(m)})
 			}
 		}
-		for _, v := range st.fwd {
-			b.kernel(v, i, m)
-			freeDead(v, i, false)
+		for _, op := range opsOf(st.fwd) {
+			b.kernel(op, i, m)
+			freeDead(op, i, false)
 		}
 		// Full recompute: drop what backward will compute again.
 		for _, v := range b.recomputed(st) {
@@ -490,16 +512,16 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		}
 		// Full recompute runs the block's forward again on the parameters
 		// gathered for its backward, which stay for the backward.
-		for _, v := range b.recomputed(st) {
-			b.kernel(v, j, m)
-			freeDead(v, j, true)
+		for _, op := range opsOf(b.recomputed(st)) {
+			b.kernel(op, j, m)
+			freeDead(op, j, true)
 		}
 		if st.hasParams() {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
 		}
-		for _, v := range st.bwd {
-			b.kernel(v, j, m)
-			freeDead(v, j, true)
+		for _, op := range opsOf(st.bwd) {
+			b.kernel(op, j, m)
+			freeDead(op, j, true)
 		}
 		if !st.hasParams() {
 			continue
@@ -575,7 +597,7 @@ func (b *builder) release(i int, st *stage, m int, freed []int32, forward bool) 
 	}
 	if forward && st.pSec >= 0 {
 		sec := b.view("P.full."+st.name+"[sec]", st.pFull, b.prog.Buffers[st.pSec].Elems, 0, group(st.f.Secondary, one))
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Out: st.pSec,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sec}, Outs: []int32{st.pSec},
 			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pSec].DType))}, Stage: int32(i), Micro: int32(m),
 			Comment: "keep the secondary shard (hpZ)"})
 	}
@@ -620,13 +642,13 @@ func (b *builder) finish(j int, st *stage, m int, synced int32) {
 	switch {
 	case b.M == 1:
 	case m == 0:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sel}, Out: st.gAcc,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{sel}, Outs: []int32{st.gAcc},
 			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gAcc].DType))}, Stage: int32(j), Micro: int32(m), Comment: "start accumulating"})
 	case !lastMB:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, sel}, Out: st.gAcc,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, sel}, Outs: []int32{st.gAcc},
 			Stage: int32(j), Micro: int32(m), Comment: "accumulate"})
 	default:
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Out: sel,
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Add, Args: []int32{sel, st.gAcc}, Outs: []int32{sel},
 			Stage: int32(j), Micro: int32(m), Comment: "fold in the accumulated micro-batches"})
 	}
 	if lastMB && b.dp.Size() > f.P.Size() && f.OS.Size() > f.P.Size() {
@@ -688,7 +710,7 @@ func (b *builder) flush(m int) {
 			pc := b.prog.Buffers[b.stages[j].gPC]
 			part := b.view(fmt.Sprintf("G.bucket.%s[%s]", names, b.stages[j].name), id, pc.Elems, off, codegen.Group{})
 			off += pc.Elems
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{b.stages[j].gPC}, Out: part,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{b.stages[j].gPC}, Outs: []int32{part},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(pc.DType))}, Stage: int32(j), Micro: int32(m), Comment: "into the bucket"})
 			b.copyBack[j] = part
 		}
@@ -775,10 +797,67 @@ func (b *builder) collective(s int, c codegen.Coll, in, out int32, g codegen.Gro
 	}
 }
 
-// optimizer runs AdamW on every stage's os-slice and writes the updated
-// slice of P; the spread at the next step's start completes P.
+// adamwAttrs takes each stage's AdamW attributes from the adamw ops the
+// optimizer pass made for its params, the one definition of the step. One
+// flat kernel runs them all, so they must agree, but for weight_decay:
+// one value on the params the stage's layout decays, 0 on the others.
+func (b *builder) adamwAttrs() error {
+	steps := map[string]*ir.Op{}
+	for _, ps := range b.s.States {
+		steps[ps.Param.Name] = ps.Step
+	}
+	fail := func(format string, a ...any) error {
+		return &passes.InternalError{Pass: "scheduler", Err: fmt.Errorf(format, a...)}
+	}
+	for _, st := range b.stages {
+		var first string // the param whose attributes the stage takes
+		wd, decayedBy := 0.0, ""
+		for _, slot := range st.layout.Params {
+			op := steps[slot.Name]
+			if op == nil || op.Kind != ir.AdamWStep {
+				return fail("param %s has no adamw op", slot.Name)
+			}
+			if first == "" {
+				first, st.adamw = slot.Name, append([]ir.Attr(nil), op.Attrs...)
+			} else if !sameBut(op.Attrs, st.adamw, "weight_decay") {
+				return fail("params %s and %s of stage %s differ in their AdamW settings", first, slot.Name, st.name)
+			}
+			d, _ := op.Attr("weight_decay")
+			switch {
+			case !slot.Decay && d.Float != 0:
+				return fail("param %s is not decayed in stage %s's layout, yet its adamw has weight_decay=%v", slot.Name, st.name, d)
+			case slot.Decay && decayedBy == "":
+				wd, decayedBy = d.Float, slot.Name
+			case slot.Decay && d.Float != wd:
+				return fail("params %s and %s of stage %s have weight_decay %v and %v", decayedBy, slot.Name, st.name, wd, d)
+			}
+		}
+		for i := range st.adamw {
+			if st.adamw[i].Name == "weight_decay" {
+				st.adamw[i] = ir.FloatAttr("weight_decay", wd)
+			}
+		}
+	}
+	return nil
+}
+
+// sameBut compares two ops' attributes (both in normal form) but one.
+func sameBut(a, b []ir.Attr, except string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || (a[i].Name != except && a[i].Val != b[i].Val) {
+			return false
+		}
+	}
+	return true
+}
+
+// optimizer runs AdamW on every stage's os-slice, with the attributes of
+// the optimizer pass's adamw ops, and writes the updated slice of P; the
+// spread at the next step's start completes P.
 func (b *builder) optimizer() {
-	opt := b.s.Job.Train.Optimizer
 	for i, st := range b.stages {
 		if len(st.layout.Params) == 0 {
 			continue
@@ -787,27 +866,25 @@ func (b *builder) optimizer() {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: b.final[i], Stage: int32(i), Micro: -1})
 		}
 		if part, ok := b.copyBack[i]; ok {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{part}, Out: st.gPC,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{part}, Outs: []int32{st.gPC},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.gPC].DType))}, Stage: int32(i), Micro: -1, Comment: "out of the bucket"})
 		}
 		if id, ok := b.bucketLast[i]; ok {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: -1})
 		}
-		attrs := func(a ...ir.Attr) []ir.Attr { return append(a, ir.IntAttr("layout", int64(i))) }
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamM, Args: []int32{st.m, st.osSel}, Out: st.m,
-			Attrs: attrs(ir.FloatAttr("beta1", opt.Beta1)), Stage: int32(i), Micro: -1})
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamV, Args: []int32{st.v, st.osSel}, Out: st.v,
-			Attrs: attrs(ir.FloatAttr("beta2", opt.Beta2)), Stage: int32(i), Micro: -1})
 		w := st.master
 		if w < 0 {
 			w = st.pOS
 		}
-		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamUpdate, Args: []int32{w, st.m, st.v}, Out: w,
-			Attrs: attrs(ir.FloatAttr("lr", opt.LR), ir.FloatAttr("beta1", opt.Beta1), ir.FloatAttr("beta2", opt.Beta2),
-				ir.FloatAttr("eps", opt.Eps), ir.FloatAttr("weight_decay", opt.WeightDecay)),
+		// In place on the shard; the instruction's stage names the
+		// layout that says which elements are decayed. No FLOPs: the
+		// timeline prices compute-bound kernels, and AdamW is bound by
+		// memory.
+		b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamWStep,
+			Args: []int32{w, st.m, st.v, st.osSel}, Outs: []int32{w, st.m, st.v}, Attrs: st.adamw,
 			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
 		if st.master >= 0 {
-			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Out: st.pOS,
+			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Kernel, Kern: ir.Cast, Args: []int32{st.master}, Outs: []int32{st.pOS},
 				Attrs: []ir.Attr{ir.IntAttr("dtype", int64(b.prog.Buffers[st.pOS].DType))}, Stage: int32(i), Micro: -1})
 		}
 		if st.f.P.Size() > 1 {

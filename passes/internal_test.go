@@ -1,0 +1,44 @@
+package passes
+
+import (
+	"strings"
+	"testing"
+
+	"amspc/internal/testjob"
+	"amspc/ir"
+)
+
+// TestBadAttrIsInternalError: an op built with an attribute its spec does
+// not declare, or without a required one, stops the pass with an internal
+// compiler error naming it, never a silent default.
+func TestBadAttrIsInternalError(t *testing.T) {
+	g := testjob.Load(t, "tiny").Graph
+	x, w := g.Lookup("x"), g.Lookup("layers.0.attn_norm")
+	for _, c := range []struct {
+		attrs []ir.Attr
+		want  string
+	}{
+		{[]ir.Attr{ir.FloatAttr("epsilon", 1e-6)}, `internal compiler error: broken: making the rmsnorm_grad of x: rmsnorm_grad: rmsnorm_grad has no attribute "epsilon" (it takes eps)`},
+		{[]ir.Attr{ir.IntAttr("eps", 1), ir.IntAttr("eps", 2)}, `attribute "eps" given twice`},
+	} {
+		pass := Pass{Name: "broken", Run: func(s *State) error {
+			b := &gradBuilder{g: s.Graph}
+			b.at(x)
+			b.Apply(ir.RMSNormGrad, []*ir.Value{x, w, x}, c.attrs...)
+			return nil
+		}}
+		err := runPass(pass, &State{Graph: g})
+		if _, ok := err.(*InternalError); !ok || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want an internal error containing %q", err, c.want)
+		}
+	}
+	pass := Pass{Name: "broken", Run: func(s *State) error {
+		b := &gradBuilder{g: s.Graph}
+		b.at(x)
+		b.Apply(ir.AdamWStep, []*ir.Value{w, w, w, w}, ir.FloatAttr("lr", 1))
+		return nil
+	}}
+	if err := runPass(pass, &State{Graph: g}); err == nil || !strings.Contains(err.Error(), "adamw needs attribute beta1=") {
+		t.Errorf("adamw without beta1: %v", err)
+	}
+}
