@@ -6,13 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"amspc/codegen"
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/frontend"
 	"amspc/ir"
-	"amspc/passes"
 	"amspc/runtime"
-	"amspc/scheduler"
 )
 
 // wide is the wider model of the benchmarks: d 512, 8 layers.
@@ -58,25 +56,12 @@ func benchTrain(b *testing.B, name string, src []byte, f cost.Factors) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := cost.NewModel(job, cost.DefaultConfig)
+	c, err := compiler.Compile(job, cost.Uniform("", f, ir.RecomputeNone, job.Train.MicroBatch), compiler.Options{Depth: 2})
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := passes.Run(job, passes.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
-	M, _ := job.Train.MicroBatches(8)
-	prog, err := scheduler.Build(s, cost.Uniform("", f, ir.RecomputeNone, job.Train.MicroBatch), topo, int(M), scheduler.Options{Topo: m.Topo})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &runtime.Run{Bundle: &codegen.Bundle{Model: name, Topo: topo, Micro: int(M), Templates: []codegen.Program{*prog}}, Seed: 1,
+	tl := c.Timeline
+	r := &runtime.Run{Bundle: c.Bundle, Seed: 1,
 		Data: &runtime.Data{Tokens: corpus(b), SeqLen: int(job.Train.SeqLen), MicroBatch: int(job.Train.MicroBatch), Global: int(job.Train.GlobalBatch)}}
 	if err := r.Start(); err != nil {
 		b.Fatal(err)

@@ -1,8 +1,6 @@
 package runtime_test
 
 import (
-	"amspc/internal/testjob"
-	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -11,34 +9,13 @@ import (
 	"amspc/codegen"
 	"amspc/cost"
 	"amspc/ir"
-	"amspc/passes"
-	"amspc/planner"
 	"amspc/runtime"
-	"amspc/scheduler"
 )
 
-// compile builds tiny's bundle for a cluster of nodes x gpus under f.
+// compile compiles tiny for a cluster of nodes x gpus under f.
 func compile(t testing.TB, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
 	t.Helper()
-	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
-	job := testjob.Load(t, "tiny", append([]string{cl}, extra...)...)
-	s, err := passes.Run(job, passes.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo := codegen.Topology{GPUsPerNode: gpus, Nodes: nodes}
-	M, err := job.Train.MicroBatches(topo.Ranks())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// With the cluster's network, so cross-node all-reduces are lowered
-	// hierarchically where the cost model prefers it.
-	prog, err := scheduler.Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M),
-		scheduler.Options{Topo: cost.NewTopology(job.Cluster), BucketBytes: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &codegen.Bundle{Model: "tiny", Topo: topo, Micro: int(M), Templates: []codegen.Program{*prog}}
+	return compileModel(t, "tiny", nodes, gpus, f, extra...)
 }
 
 func corpus(t testing.TB) []int32 {
@@ -68,33 +45,6 @@ func train(t testing.TB, b *codegen.Bundle, steps int) []float64 {
 		losses = append(losses, l)
 	}
 	return losses
-}
-
-// TestEveryPlanTrainsLikeOneRank trains tiny on 2 nodes x 4 ranks under
-// every valid (s_p, s_g, s_os) and every baseline, and compares each loss
-// curve with a single-rank run of the same global batch.
-func TestEveryPlanTrainsLikeOneRank(t *testing.T) {
-	steps := 20
-	if testing.Short() {
-		steps = 5
-	}
-	one := ir.Factor{S0: 1, S1: 1}
-	ref := train(t, compile(t, 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
-	dp := ir.Factor{S0: 4, S1: 2}
-	plans := planner.Space(dp)
-	for _, b := range planner.Baselines(dp, 4) {
-		plans = append(plans, b.Factors)
-	}
-	for _, f := range plans {
-		got := train(t, compile(t, 2, 4, f), steps)
-		for i := range ref {
-			if d := math.Abs(got[i]-ref[i]) / math.Abs(ref[i]); d > 1e-5 {
-				t.Errorf("%v step %d: loss %.9g, single rank %.9g (relative difference %.2g)", f, i, got[i], ref[i], d)
-				break
-			}
-		}
-	}
-	t.Logf("single-rank losses: %.4f", ref)
 }
 
 // TestRecomputeIsExact: full recompute runs the same kernels on the same
