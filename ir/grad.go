@@ -206,6 +206,9 @@ func initGradOps() {
 	opTable[Attention].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(AttentionGrad, []*Value{op.Args[0], op.Args[1], op.Args[2], op.Out(), dy}, sameAttrs(op)...)
 	}
+	opTable[Transpose].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		return []*Value{apply(b, Transpose, []*Value{dy})}
+	}
 	opTable[SiLU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, SiLUGrad, []*Value{op.Args[0], dy})}
 	}

@@ -24,6 +24,7 @@ const (
 	Add
 	Mul
 	CrossEntropy
+	Transpose
 
 	// Backward ops, made by autodiff (ir/grad.go); not callable from
 	// source.
@@ -152,6 +153,9 @@ func init() {
 		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
 		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
 		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1}},
+		// transpose(w) of a 2-D tensor, for a weight read both ways (an
+		// embedding table tied to the output head); data movement only.
+		Transpose: {Name: "transpose", Arity: 1, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
 	}
 	initGradOps()
 }
@@ -505,6 +509,17 @@ func inferBroadcast(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 		return nil, 0, opErr("operands of mixed dtypes %s and %s", a.DType, b.DType)
 	}
 	return append(Shape{}, a.Shape...), a.DType, nil
+}
+
+func inferTranspose(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+	x := args[0]
+	if err := needFloat(args, 0); err != nil {
+		return nil, 0, err
+	}
+	if len(x.Shape) != 2 {
+		return nil, 0, argErr(0, "transpose takes a 2-D tensor, not %s", x.Shape)
+	}
+	return Shape{x.Shape[1], x.Shape[0]}, x.DType, nil
 }
 
 func inferCrossEntropy(args []*Value, _ []Attr) (Shape, DType, *OpError) {

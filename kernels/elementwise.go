@@ -185,3 +185,13 @@ func AddInPlace(dst, src []float32) {
 		}
 	})
 }
+
+// Transpose writes the n x m transpose of the m x n matrix x into out.
+func Transpose(out, x []float32, m, n int) {
+	for i := 0; i < m; i++ {
+		row := x[i*n : (i+1)*n]
+		for j, v := range row {
+			out[j*m+i] = v
+		}
+	}
+}

@@ -442,3 +442,15 @@ func TestParallelForCoversOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestTranspose(t *testing.T) {
+	x := []float32{1, 2, 3, 4, 5, 6} // 2 x 3
+	out := make([]float32, 6)
+	Transpose(out, x, 2, 3)
+	want := []float32{1, 4, 2, 5, 3, 6}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Fatalf("transpose: %v, want %v", out, want)
+		}
+	}
+}

@@ -111,6 +111,11 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.AttentionGrad(k.out(in, 0), k.out(in, 1), k.out(in, 2), q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
 		return nil
 	},
+	ir.Transpose: func(k *rank, in *codegen.Instr) error {
+		s := k.shape(in.Args[0])
+		kernels.Transpose(k.out(in, 0), k.arg(in, 0), int(s[0]), int(s[1]))
+		return nil
+	},
 	ir.SiLU: func(k *rank, in *codegen.Instr) error {
 		kernels.SiLU(k.out(in, 0), k.arg(in, 0))
 		return nil

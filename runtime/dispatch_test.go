@@ -150,6 +150,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 		{ir.Attention, []*ir.Value{f32("q", 1, 4, 16), f32("k", 1, 4, 8), f32("v", 1, 4, 8)},
 			[]ir.Attr{ir.IntAttr("heads", 4), ir.IntAttr("kv_heads", 2), ir.BoolAttr("causal", true)}},
 		{ir.Attention, []*ir.Value{f32("q", 2, 3, 8), f32("k", 2, 3, 8), f32("v", 2, 3, 8)}, []ir.Attr{ir.IntAttr("heads", 2)}},
+		{ir.Transpose, []*ir.Value{f32("w", 3, 5)}, nil},
 		{ir.SiLU, []*ir.Value{f32("x", 2, 6)}, nil},
 		{ir.GELU, []*ir.Value{f32("x", 2, 6)}, nil},
 		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil},

@@ -49,7 +49,7 @@ func TestModelsTrainLikeOneRank(t *testing.T) {
 	}
 	full := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
   optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = full }`
-	for _, model := range []string{"shared", "norepeat"} {
+	for _, model := range []string{"shared", "norepeat", "tied"} {
 		ref := train(t, compileModel(t, model, 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
 		for _, rc := range []string{"none", "full"} {
 			var extra []string
