@@ -116,7 +116,7 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 		if opts.DumpAfter == p.Name || opts.DumpAfter == "all" {
 			fmt.Fprintf(opts.Dump, "# after %s\n%s", p.Name, ir.Print(s.Graph))
 			if p.Name == "partition" {
-				dumpPartition(opts.Dump, s.Partition)
+				DumpPartition(opts.Dump, s.Partition)
 			}
 		}
 		if opts.Check {
@@ -157,8 +157,9 @@ func known(name string) bool {
 	return false
 }
 
-// dumpPartition prints the stages as comment lines after the graph.
-func dumpPartition(w io.Writer, p *ir.Partition) {
+// DumpPartition prints the stages as comment lines (after the graph in
+// -dump-after=partition).
+func DumpPartition(w io.Writer, p *ir.Partition) {
 	fmt.Fprintf(w, "# stages\n")
 	for i, st := range p.Stages {
 		var params []string

@@ -49,7 +49,9 @@ func TestPipeline(t *testing.T) {
 			if ir.Print(g) != text {
 				t.Fatal("print(parse(x)) != x")
 			}
-			golden.Archive(t, path, ar, map[string]string{"ir": text})
+			var stages strings.Builder
+			passes.DumpPartition(&stages, s.Partition)
+			golden.Archive(t, path, ar, map[string]string{"ir": text, "stages": stages.String()})
 		})
 	}
 }
