@@ -18,14 +18,26 @@ import (
 // compileModel compiles an example model for nodes x gpus under f.
 func compileModel(t testing.TB, model string, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
 	t.Helper()
+	var groups [cost.NumGroups]cost.Factors
+	for g := range groups {
+		groups[g] = f
+	}
+	return compileGroups(t, model, nodes, gpus, groups, extra...)
+}
+
+// compileGroups compiles an example model for nodes x gpus with factors
+// per layer group.
+func compileGroups(t testing.TB, model string, nodes, gpus int, groups [cost.NumGroups]cost.Factors, extra ...string) *codegen.Bundle {
+	t.Helper()
 	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
 	job := testjob.Load(t, model, append([]string{cl}, extra...)...)
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = 64 << 10
-	r, err := compiler.Compile(job, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch),
-		compiler.Options{Passes: passes.Options{Check: true}, Config: cfg, Depth: 2})
+	p := cost.Uniform("", groups[0], job.Train.Recompute, job.Train.MicroBatch)
+	p.Groups = groups
+	r, err := compiler.Compile(job, p, compiler.Options{Passes: passes.Options{Check: true}, Config: cfg, Depth: 2})
 	if err != nil {
-		t.Fatalf("%s %v: %v", model, f, err)
+		t.Fatalf("%s %v: %v", model, groups, err)
 	}
 	return r.Bundle
 }
@@ -56,11 +68,23 @@ func TestModelsTrainLikeOneRank(t *testing.T) {
 			if rc == "full" {
 				extra = []string{full}
 			}
+			// Uniform plans, and one whose groups differ, so a param tied
+			// across stages is gathered under its owner's factors.
+			var bundles []*codegen.Bundle
 			for _, f := range plans {
-				got := train(t, compileModel(t, model, 2, 4, f, extra...), steps)
+				bundles = append(bundles, compileModel(t, model, 2, 4, f, extra...))
+			}
+			mixed := [cost.NumGroups]cost.Factors{
+				cost.Embedding: {P: F(4, 2), G: F(4, 2), OS: F(4, 2)},
+				cost.Blocks:    {P: F(2, 1), G: F(2, 1), OS: F(4, 2)},
+				cost.Head:      {P: F(1, 1), G: F(1, 1), OS: F(1, 1)},
+			}
+			bundles = append(bundles, compileGroups(t, model, 2, 4, mixed, extra...))
+			for _, b := range bundles {
+				got := train(t, b, steps)
 				for i := range ref {
 					if d := math.Abs(got[i]-ref[i]) / math.Abs(ref[i]); d > 1e-5 {
-						t.Errorf("%s %v recompute %s step %d: loss %.9g, single rank %.9g (relative difference %.2g)", model, f, rc, i, got[i], ref[i], d)
+						t.Errorf("%s plan %s recompute %s step %d: loss %.9g, single rank %.9g (relative difference %.2g)", model, b.Plan, rc, i, got[i], ref[i], d)
 						break
 					}
 				}
