@@ -309,20 +309,35 @@ func (m *Model) groupComm(e *Estimate, g Group, out []stageComm) {
 	if f.Secondary.Size() > 1 {
 		bwd = f.Secondary
 	}
+	// The scheduler keeps the params released at or after the last stage
+	// with params gathered into backward, instead of gathering them again.
+	lastParams := -1
+	for i, s := range m.Stages {
+		if len(s.Params) > 0 {
+			lastParams = i
+		}
+	}
 	for i, s := range m.Stages {
 		if s.Group != g {
 			continue
 		}
 		// Per module (T_p): all-gathers before forward and backward,
-		// reduce-scatter after backward, every micro-batch.
+		// reduce-scatter after backward, every micro-batch. The paper's
+		// T_p counts the backward all-gather of every module.
 		if f.P.Size() > 1 {
+			kept := s.LastUser >= lastParams
 			for _, n := range s.Params {
 				pb, gb := float64(n)*m.pBytes, float64(n)*m.gBytes
 				ag := m.coll(e, AllGather, pb, f.P, M)
-				agb := m.coll(e, AllGather, pb, bwd, M)
+				var agb float64
+				if kept {
+					agb = m.Topo.Collective(AllGather, pb, bwd).Time
+				} else {
+					agb = m.coll(e, AllGather, pb, bwd, M)
+					out[i].agBwd += agb
+				}
 				rs := m.coll(e, ReduceScatter, gb, f.P, M)
 				out[i].agFwd += ag
-				out[i].agBwd += agb
 				out[i].rs += rs
 				e.Tp += M * (ag + agb + rs)
 			}

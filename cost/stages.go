@@ -34,6 +34,9 @@ type Stage struct {
 	// MaxValue is the largest activation the stage makes (bytes): its
 	// gradient and a temporary are the backward's workspace.
 	MaxValue int64
+	// LastUser is the index of the last stage that reads the stage's
+	// params (the partition's).
+	LastUser int
 }
 
 // ParamCount is the stage's total parameter elements.
@@ -53,7 +56,7 @@ func Stages(g *ir.Graph) []*Stage {
 	stageOf := map[*ir.Value]*Stage{}
 	var stages []*Stage
 	for _, ps := range part.Stages {
-		st := &Stage{Name: ps.Name, Group: ps.Group, Layer: ps.Layer}
+		st := &Stage{Name: ps.Name, Group: ps.Group, Layer: ps.Layer, LastUser: ps.LastUser}
 		for _, p := range ps.Params {
 			st.Params = append(st.Params, p.Shape.NumElements())
 		}

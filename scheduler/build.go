@@ -464,6 +464,16 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 	for k := range freed {
 		freed[k] = -1
 	}
+	// Params released at or after the last stage that has params are
+	// needed again at once by backward, with no gather in between: they
+	// stay gathered (kept) instead of being freed and gathered again.
+	lastParams := -1
+	for i, st := range b.stages {
+		if st.hasParams() {
+			lastParams = i
+		}
+	}
+	kept := make([]bool, len(b.stages))
 	for i, st := range b.stages {
 		if spread[i] && st.hasParams() {
 			ev := b.spreadStage(i)
@@ -488,7 +498,11 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		// Release this stage's params and those of earlier stages whose
 		// last user this is.
 		for _, k := range append(append([]int{}, st.borrowed...), i) {
-			if b.stages[k].lastUser == i && b.stages[k].hasParams() {
+			switch {
+			case b.stages[k].lastUser != i || !b.stages[k].hasParams():
+			case i >= lastParams && b.stages[k].f.P.Size() > 1:
+				kept[k] = true
+			default:
 				b.release(k, b.stages[k], m, freed, true)
 			}
 		}
@@ -503,7 +517,7 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		// Gather this stage's params, and those of earlier stages whose
 		// first backward user this is.
 		for _, k := range append([]int{j}, st.borrowed...) {
-			if b.stages[k].lastUser != j || !b.stages[k].hasParams() {
+			if b.stages[k].lastUser != j || !b.stages[k].hasParams() || kept[k] {
 				continue
 			}
 			if gathered := b.gather(k, j, b.stages[k], m, freed, true); gathered >= 0 {
