@@ -76,6 +76,7 @@ type stage struct {
 }
 
 type builder struct {
+	views map[viewKey]int32 // views declared, so each is declared once
 	s       *passes.State
 	prog    *codegen.Program
 	topo    codegen.Topology
@@ -174,8 +175,27 @@ func (b *builder) view(name string, parent int32, elems, offset int64, part code
 	if part.Outer.Size() == 0 {
 		part = group(one, one) // the same place on every rank
 	}
+	// The same view (a hierarchical collective's node block, issued every
+	// micro-batch) is declared once.
+	key := viewKey{name, parent, elems, offset, part}
+	if id, ok := b.views[key]; ok {
+		return id
+	}
 	dt := b.prog.Buffers[parent].DType
-	return b.addBuf(codegen.Buffer{Name: name, DType: dt, Elems: elems, Parent: parent, Offset: offset, Part: part})
+	id := b.addBuf(codegen.Buffer{Name: name, DType: dt, Elems: elems, Parent: parent, Offset: offset, Part: part})
+	if b.views == nil {
+		b.views = map[viewKey]int32{}
+	}
+	b.views[key] = id
+	return id
+}
+
+// viewKey identifies a view.
+type viewKey struct {
+	name          string
+	parent        int32
+	elems, offset int64
+	part          codegen.Group
 }
 
 func (b *builder) event() int32 {
