@@ -76,7 +76,7 @@ type stage struct {
 }
 
 type builder struct {
-	views map[viewKey]int32 // views declared, so each is declared once
+	views   map[viewKey]int32 // views declared, so each is declared once
 	s       *passes.State
 	prog    *codegen.Program
 	topo    codegen.Topology
