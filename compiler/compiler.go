@@ -65,7 +65,9 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := passes.Run(job, opts.Passes)
+	po := opts.Passes
+	po.Recompute = plan.Recompute
+	s, err := passes.Run(job, po)
 	if err != nil {
 		return nil, err
 	}

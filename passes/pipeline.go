@@ -26,6 +26,7 @@ type Pass struct {
 var Pipeline = []Pass{
 	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff},
 	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer},
+	{"recompute", "needs the backward graph, which it makes read copies; before partition, which places the copies in their blocks' backward", recompute},
 	{"partition", "needs the backward graph and each backward value's origin; splits the step into stages by the rule the cost model uses on the forward graph", partition},
 }
 
@@ -44,12 +45,18 @@ type State struct {
 	Origin map[*ir.Value]*ir.Value
 	// Partition splits the step into stages (partition).
 	Partition *ir.Partition
+	// Recompute is what the recompute pass did: full recompute copies
+	// each block's forward into its backward.
+	Recompute ir.Recompute
 }
 
 // Options steer a run of the pipeline.
 type Options struct {
 	// DP is the data-parallel size the loss is averaged over.
 	DP int
+	// Recompute is the plan's activation recompute (the recompute
+	// pass).
+	Recompute ir.Recompute
 	// Check verifies the graph after every pass (-d=check).
 	Check bool
 	// DumpAfter prints the graph after the named pass, or after every
@@ -108,7 +115,7 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 	if merr != nil {
 		return nil, merr
 	}
-	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp)), Origin: map[*ir.Value]*ir.Value{}}
+	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp)), Origin: map[*ir.Value]*ir.Value{}, Recompute: opts.Recompute}
 	for _, p := range Pipeline {
 		if err := runPass(p, s); err != nil {
 			return nil, err

@@ -34,7 +34,7 @@ func TestPipeline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := passes.Run(job, passes.Options{Check: true})
+			s, err := passes.Run(job, passes.Options{Check: true, Recompute: job.Train.Recompute})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -93,10 +93,6 @@ type builder struct {
 	// final[i] is recorded when stage i's gradient is fully reduced (the
 	// optimizer waits for it), -1 when no all-reduce runs.
 	final []int32
-	// dropped are the block activations full recompute frees after
-	// forward and computes again before the block's backward: all but the
-	// ones later stages read.
-	dropped map[*ir.Value]bool
 	// The bucket being filled: stages whose replica all-reduce waits to
 	// be fused, their group and bytes.
 	bucket      []int
@@ -109,58 +105,7 @@ type builder struct {
 	bucketLast map[int]int32
 }
 
-// markDropped decides what full recompute drops: every value a block
-// computes in forward that no other stage's forward reads.
-func (b *builder) markDropped() {
-	b.dropped = map[*ir.Value]bool{}
-	readElsewhere := map[*ir.Value]bool{}
-	for _, st := range b.stages {
-		for _, v := range st.fwd {
-			for _, a := range v.Def.Args {
-				if b.stageOf[a] != nil && b.stageOf[a] != st {
-					readElsewhere[a] = true
-				}
-			}
-		}
-	}
-	for _, st := range b.stages {
-		if st.group != cost.Blocks {
-			continue
-		}
-		for _, v := range st.fwd {
-			if !readElsewhere[v] {
-				b.dropped[v] = true
-			}
-		}
-	}
-}
-
-// recomputed lists the values stage st computes again before its backward.
-func (b *builder) recomputed(st *stage) []*ir.Value {
-	var out []*ir.Value
-	for _, v := range st.fwd {
-		if b.dropped[v] {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 func (st *stage) hasParams() bool { return len(st.layout.Params) > 0 }
-
-// use names one live range of a value: instance 1 is a dropped value's
-// recomputation.
-type use struct {
-	v    *ir.Value
-	inst int
-}
-
-func (b *builder) instance(a *ir.Value, backward bool) use {
-	if backward && b.dropped[a] {
-		return use{a, 1}
-	}
-	return use{a, 0}
-}
 
 func (b *builder) addBuf(buf codegen.Buffer) int32 {
 	b.prog.Buffers = append(b.prog.Buffers, buf)
@@ -229,8 +174,10 @@ func Build(s *passes.State, plan cost.Plan, topo codegen.Topology, M int, opts O
 	if err := b.split(plan); err != nil {
 		return nil, err
 	}
-	if plan.Recompute == ir.RecomputeFull {
-		b.markDropped()
+	// Full recompute is the recompute pass's copies of each block's
+	// forward in its backward: the plan must ask for what the passes did.
+	if plan.Recompute != b.s.Recompute {
+		return nil, &passes.InternalError{Pass: "scheduler", Err: fmt.Errorf("plan %s has recompute %v, the passes ran with %v", plan.Name, plan.Recompute, b.s.Recompute)}
 	}
 	b.buffers()
 	if err := b.adamwAttrs(); err != nil {
@@ -410,23 +357,22 @@ func opsOf(vs []*ir.Value) []*ir.Op {
 // lastUses maps each value read in a micro-batch to the position (in
 // emission order: forward stages, then backward stages reversed, one
 // position per op) of its last reader.
-func (b *builder) lastUses() map[use]int {
-	last := map[use]int{}
+func (b *builder) lastUses() map[*ir.Value]int {
+	last := map[*ir.Value]int{}
 	i := 0
-	visit := func(ops []*ir.Op, backward bool) {
+	visit := func(ops []*ir.Op) {
 		for _, op := range ops {
 			for _, a := range op.Args {
-				last[b.instance(a, backward)] = i
+				last[a] = i
 			}
 			i++
 		}
 	}
 	for _, st := range b.stages {
-		visit(opsOf(st.fwd), false)
+		visit(opsOf(st.fwd))
 	}
 	for j := len(b.stages) - 1; j >= 0; j-- {
-		visit(opsOf(b.recomputed(b.stages[j])), true)
-		visit(opsOf(b.stages[j].bwd), true)
+		visit(opsOf(b.stages[j].bwd))
 	}
 	return last
 }
@@ -460,11 +406,11 @@ func (b *builder) spreadStage(i int) int32 {
 	return ev
 }
 
-func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
+func (b *builder) microBatch(m int, spread []bool, last map[*ir.Value]int) {
 	order := 0
-	freeDead := func(op *ir.Op, stageIdx int, backward bool) {
+	freeDead := func(op *ir.Op, stageIdx int) {
 		for _, a := range op.Args {
-			if last[b.instance(a, backward)] == order && a.Role != ir.Param && a.Role != ir.Input {
+			if last[a] == order && a.Role != ir.Param && a.Role != ir.Input {
 				if id := b.buf[a]; b.live[id] {
 					b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(stageIdx), Micro: int32(m)})
 					delete(b.live, id)
@@ -506,14 +452,7 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 		}
 		for _, op := range opsOf(st.fwd) {
 			b.kernel(op, i, m)
-			freeDead(op, i, false)
-		}
-		// Full recompute: drop what backward will compute again.
-		for _, v := range b.recomputed(st) {
-			if id := b.buf[v]; b.live[id] {
-				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Free, Buf: id, Stage: int32(i), Micro: int32(m), Comment: "recomputed in backward"})
-				delete(b.live, id)
-			}
+			freeDead(op, i)
 		}
 		// Release this stage's params and those of earlier stages whose
 		// last user this is.
@@ -544,18 +483,12 @@ func (b *builder) microBatch(m int, spread []bool, last map[use]int) {
 				b.emit(codegen.Compute, codegen.Instr{Op: codegen.Wait, Event: gathered, Stage: int32(j), Micro: int32(m)})
 			}
 		}
-		// Full recompute runs the block's forward again on the parameters
-		// gathered for its backward, which stay for the backward.
-		for _, op := range opsOf(b.recomputed(st)) {
-			b.kernel(op, j, m)
-			freeDead(op, j, true)
-		}
 		if st.hasParams() {
 			b.emit(codegen.Compute, codegen.Instr{Op: codegen.Alloc, Buf: st.gFull, Stage: int32(j), Micro: int32(m)})
 		}
 		for _, op := range opsOf(st.bwd) {
 			b.kernel(op, j, m)
-			freeDead(op, j, true)
+			freeDead(op, j)
 		}
 		if !st.hasParams() {
 			continue

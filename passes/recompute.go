@@ -1,0 +1,134 @@
+package passes
+
+import (
+	"fmt"
+
+	"amspc/ir"
+)
+
+// recompute (full recompute only) computes again, at the start of each
+// block's backward, the values the block computes in forward that no other
+// stage's forward reads and that backward needs (read by backward, or by
+// another such value), and makes backward read the copies. The
+// originals then die in forward (only the blocks' inputs and outputs stay
+// for backward), and the copies live from the block's backward start to
+// their last backward use. The copies run on the params gathered for the
+// block's backward; each is named after its original with ".rc" and made
+// for it (Origin), so the partition places it in the original's stage.
+func recompute(s *State) error {
+	if s.Recompute != ir.RecomputeFull {
+		return nil
+	}
+	g := s.Graph
+	fwd, err := ir.PartitionGraph(g, nil)
+	if err != nil {
+		return err
+	}
+	stageOf := func(v *ir.Value) int {
+		i, ok := fwd.Of(v)
+		if !ok {
+			return -1
+		}
+		return i
+	}
+	readElsewhere := map[*ir.Value]bool{}
+	for i, st := range fwd.Stages {
+		for _, v := range st.Fwd {
+			for _, a := range v.Def.Args {
+				if j := stageOf(a); j >= 0 && j != i && a.Role != ir.Param {
+					readElsewhere[a] = true
+				}
+			}
+		}
+	}
+	// Only what backward reads is computed again, and what that needs.
+	loss := g.LossValue()
+	end := 0
+	for i, v := range g.Values {
+		if v == loss {
+			end = i + 1
+		}
+	}
+	dropped := func(v *ir.Value) bool {
+		i := stageOf(v)
+		return i >= 0 && fwd.Stages[i].Group == ir.BlocksGroup && v.Def != nil && !readElsewhere[v]
+	}
+	needed := map[*ir.Value]bool{}
+	for _, v := range g.Values[end:] {
+		if v.Def != nil {
+			for _, a := range v.Def.Args {
+				if dropped(a) {
+					needed[a] = true
+				}
+			}
+		}
+	}
+	for i := end - 1; i >= 0; i-- {
+		if v := g.Values[i]; needed[v] {
+			for _, a := range v.Def.Args {
+				if dropped(a) {
+					needed[a] = true
+				}
+			}
+		}
+	}
+	// The copies of each block, in forward order.
+	clone := map[*ir.Value]*ir.Value{}
+	copies := map[int][]*ir.Value{}
+	for i, st := range fwd.Stages {
+		if st.Group != ir.BlocksGroup {
+			continue
+		}
+		for _, v := range st.Fwd {
+			if !needed[v] {
+				continue
+			}
+			op := v.Def
+			args := make([]*ir.Value, len(op.Args))
+			for k, a := range op.Args {
+				args[k] = a
+				if c := clone[a]; c != nil {
+					args[k] = c
+				}
+			}
+			cop, err := ir.NewOp(op.Kind, args, op.Attrs, op.Pos)
+			if err != nil {
+				return fmt.Errorf("copying %s: %v", v.Name, err)
+			}
+			if len(cop.Results) != 1 {
+				return fmt.Errorf("copying %s: %s has %d results", v.Name, op.Kind, len(cop.Results))
+			}
+			c := cop.Results[0]
+			c.Name, c.Layer, c.Pos = v.Name+".rc", v.Layer, v.Pos
+			clone[v] = c
+			s.Origin[c] = v
+			copies[i] = append(copies[i], c)
+		}
+	}
+	// Insert each block's copies before its first backward value, and
+	// make backward read them.
+	out := append([]*ir.Value{}, g.Values[:end]...)
+	for _, v := range g.Values[end:] {
+		o := v
+		for s.Origin[o] != nil {
+			o = s.Origin[o]
+		}
+		if i := stageOf(o); i >= 0 && copies[i] != nil {
+			out = append(out, copies[i]...)
+			delete(copies, i)
+		}
+		if v.Def != nil {
+			for k, a := range v.Def.Args {
+				if c := clone[a]; c != nil {
+					v.Def.Args[k] = c
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	if len(copies) != 0 {
+		return fmt.Errorf("%d blocks have copies but no backward", len(copies))
+	}
+	g.Values = out
+	return nil
+}
