@@ -158,3 +158,36 @@ func TestOnePartition(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeCostsWhatIsCopied: the FLOPs the cost model charges full
+// recompute (from the op table's Save facts on the forward graph) are
+// those of the ops the recompute pass copies into backward, stage by
+// stage.
+func TestRecomputeCostsWhatIsCopied(t *testing.T) {
+	for _, model := range []string{"tiny", "shared", "tied", "norepeat"} {
+		job := testjob.Load(t, model)
+		f := cost.Factors{P: ir.Factor{S0: 2, S1: 1}, G: ir.Factor{S0: 2, S1: 1}, OS: ir.Factor{S0: 4, S1: 2}}
+		r, err := compiler.Compile(job, cost.Uniform("", f, ir.RecomputeFull, job.Train.MicroBatch), compiler.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := make([]float64, len(r.State.Partition.Stages))
+		n := 0
+		for i, st := range r.State.Partition.Stages {
+			for _, v := range st.Bwd {
+				if r.State.Origin[v] != nil && r.State.Origin[v].Name+".rc" == v.Name {
+					copied[i] += v.Def.Kind.Info().Flops(v.Def)
+					n++
+				}
+			}
+		}
+		if n == 0 && model != "norepeat" {
+			t.Errorf("%s: nothing recomputed", model)
+		}
+		for i, st := range cost.Stages(job.Graph) {
+			if st.RecomputeFlops != copied[i] {
+				t.Errorf("%s stage %s: the cost model recomputes %g FLOPs, the pass copies %g", model, st.Name, st.RecomputeFlops, copied[i])
+			}
+		}
+	}
+}

@@ -37,6 +37,11 @@ type Stage struct {
 	// LastUser is the index of the last stage that reads the stage's
 	// params (the partition's).
 	LastUser int
+	// RecomputeFlops is the forward FLOPs full recompute runs again
+	// before the stage's backward (blocks only): the ops whose values
+	// backward reads (the op table's Save facts) and no other stage does,
+	// and those they need, as the recompute pass copies them.
+	RecomputeFlops float64
 }
 
 // ParamCount is the stage's total parameter elements.
@@ -64,6 +69,49 @@ func Stages(g *ir.Graph) []*Stage {
 			stageOf[v] = st
 		}
 		stages = append(stages, st)
+	}
+	// What full recompute copies: block values no other stage reads that
+	// backward reads, and what those need.
+	readElsewhere := map[*ir.Value]bool{}
+	for _, ps := range part.Stages {
+		for _, v := range ps.Fwd {
+			for _, a := range v.Def.Args {
+				if s, ok := stageOf[a]; ok && s != stageOf[v] {
+					readElsewhere[a] = true
+				}
+			}
+		}
+	}
+	dropped := func(v *ir.Value) bool {
+		s, ok := stageOf[v]
+		return ok && s.Group == Blocks && !readElsewhere[v]
+	}
+	needed := map[*ir.Value]bool{}
+	for _, ps := range part.Stages {
+		for _, v := range ps.Fwd {
+			info := v.Def.Kind.Info()
+			for _, i := range info.Save {
+				if a := v.Def.Args[i]; dropped(a) {
+					needed[a] = true
+				}
+			}
+			if info.SaveOut && dropped(v) {
+				needed[v] = true
+			}
+		}
+	}
+	for i := len(part.Stages) - 1; i >= 0; i-- {
+		fw := part.Stages[i].Fwd
+		for j := len(fw) - 1; j >= 0; j-- {
+			if v := fw[j]; needed[v] {
+				stageOf[v].RecomputeFlops += v.Def.Kind.Info().Flops(v.Def)
+				for _, a := range v.Def.Args {
+					if dropped(a) {
+						needed[a] = true
+					}
+				}
+			}
+		}
 	}
 	boundary := map[boundaryKey]bool{}
 	saved := map[*ir.Value]bool{}
