@@ -243,3 +243,42 @@ func roundBF16(x float32) float32 {
 	b += 0x7fff + (b>>16)&1
 	return math.Float32frombits(b &^ 0xffff)
 }
+
+// CheckVocab refuses data whose largest token id does not fit a table it
+// indexes: an embed's table, or the classes of a cross_entropy whose
+// targets come from the data. amspc run calls it before any work, so the
+// error names the op's source position instead of a rank's failing step.
+func CheckVocab(b *codegen.Bundle, tokens []int32) error {
+	var top int32 = -1
+	for _, t := range tokens {
+		top = max(top, t)
+	}
+	for ti := range b.Templates {
+		p := &b.Templates[ti]
+		input := map[int32]bool{}
+		for _, in := range p.Inputs {
+			input[in.Buf] = true
+		}
+		for _, in := range p.Streams[codegen.Compute] {
+			if in.Op != codegen.Kernel {
+				continue
+			}
+			var ids int32
+			var n int64
+			switch in.Kern {
+			case ir.Embed:
+				ids, n = in.Args[0], p.Buffers[in.Args[1]].Shape[0]
+			case ir.CrossEntropy:
+				s := p.Buffers[in.Args[0]].Shape
+				ids, n = in.Args[1], s[len(s)-1]
+			default:
+				continue
+			}
+			if input[ids] && int64(top) >= n {
+				return fmt.Errorf("%s: %v of %s: the data holds token id %d, the model has %d classes (a vocab of at least %d is needed)",
+					in.Pos, in.Kern, p.Buffers[ids].Name, top, n, top+1)
+			}
+		}
+	}
+	return nil
+}

@@ -80,6 +80,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
 	}
+	if err := runtime.CheckVocab(bundle, tokens); err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
 	first := 0
 	if *resume != "" {
 		if err := r.Resume(*resume); err != nil {
