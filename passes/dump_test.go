@@ -1,0 +1,44 @@
+package passes_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+
+	"amspc/frontend"
+	"amspc/internal/golden"
+	"amspc/passes"
+)
+
+// TestDumpAfterEachPass pins the IR after one pass: each archive in
+// testdata/<pass>/ holds a model (model.amsp) and the expected
+// -dump-after=<pass> output (section "dump"), which -update regenerates.
+// Every pass of the pipeline has at least one case.
+func TestDumpAfterEachPass(t *testing.T) {
+	for _, name := range passes.Names() {
+		files, _ := filepath.Glob(filepath.Join("testdata", name, "*.txtar"))
+		if len(files) == 0 {
+			t.Errorf("pass %s has no golden case in testdata/%s/", name, name)
+		}
+		for _, path := range files {
+			t.Run(name+"/"+filepath.Base(path), func(t *testing.T) {
+				ar, err := txtar.ParseFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src, _ := golden.Section(ar, "model.amsp")
+				job, err := frontend.Load(frontend.Source{Name: "model.amsp", Text: []byte(src)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var dump strings.Builder
+				if _, err := passes.Run(job, passes.Options{Check: true, Recompute: job.Train.Recompute, DumpAfter: name, Dump: &dump}); err != nil {
+					t.Fatal(err)
+				}
+				golden.Archive(t, path, ar, map[string]string{"dump": dump.String()})
+			})
+		}
+	}
+}
