@@ -72,20 +72,7 @@ func Stages(g *ir.Graph) []*Stage {
 	}
 	// What full recompute copies: block values no other stage reads that
 	// backward reads, and what those need.
-	readElsewhere := map[*ir.Value]bool{}
-	for _, ps := range part.Stages {
-		for _, v := range ps.Fwd {
-			for _, a := range v.Def.Args {
-				if s, ok := stageOf[a]; ok && s != stageOf[v] {
-					readElsewhere[a] = true
-				}
-			}
-		}
-	}
-	dropped := func(v *ir.Value) bool {
-		s, ok := stageOf[v]
-		return ok && s.Group == Blocks && !readElsewhere[v]
-	}
+	dropped := part.Droppable
 	needed := map[*ir.Value]bool{}
 	for _, ps := range part.Stages {
 		for _, v := range ps.Fwd {

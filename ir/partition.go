@@ -49,6 +49,17 @@ type Stage struct {
 type Partition struct {
 	Stages []*Stage
 	of     map[*Value]int
+	// shared are forward values that a stage other than their own reads.
+	shared map[*Value]bool
+}
+
+// Droppable reports whether v is a block's forward value that no other
+// stage's forward reads: what full recompute may free after forward and
+// compute again for backward (the recompute pass copies it; the cost
+// model charges it).
+func (p *Partition) Droppable(v *Value) bool {
+	i, ok := p.of[v]
+	return ok && v.Def != nil && v.Role != Param && p.Stages[i].Group == BlocksGroup && !p.shared[v]
 }
 
 // Of returns the index of the stage that computes v (or owns v, a param).
@@ -65,7 +76,7 @@ func (p *Partition) Of(v *Value) (int, bool) {
 // optimizer's (optimizer states, values replacing a state, and what is
 // computed from them), which the scheduler's flat kernels replace.
 func PartitionGraph(g *Graph, origin map[*Value]*Value) (*Partition, error) {
-	p := &Partition{of: map[*Value]int{}}
+	p := &Partition{of: map[*Value]int{}, shared: map[*Value]bool{}}
 	p.Stages = append(p.Stages, &Stage{Name: "embedding", Group: EmbeddingGroup, Layer: -1})
 	for i := 0; i < g.Layers; i++ {
 		p.Stages = append(p.Stages, &Stage{Name: fmt.Sprintf("layers.%d", i), Group: BlocksGroup, Layer: i})
@@ -100,6 +111,15 @@ func PartitionGraph(g *Graph, origin map[*Value]*Value) (*Partition, error) {
 		if v == loss {
 			end = i + 1
 			break
+		}
+	}
+	for i, st := range p.Stages {
+		for _, v := range st.Fwd {
+			for _, a := range v.Def.Args {
+				if j, ok := p.of[a]; ok && j != i && a.Role != Param {
+					p.shared[a] = true
+				}
+			}
 		}
 	}
 	if origin != nil {

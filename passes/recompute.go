@@ -31,16 +31,6 @@ func recompute(s *State) error {
 		}
 		return i
 	}
-	readElsewhere := map[*ir.Value]bool{}
-	for i, st := range fwd.Stages {
-		for _, v := range st.Fwd {
-			for _, a := range v.Def.Args {
-				if j := stageOf(a); j >= 0 && j != i && a.Role != ir.Param {
-					readElsewhere[a] = true
-				}
-			}
-		}
-	}
 	// Only what backward reads is computed again, and what that needs.
 	loss := g.LossValue()
 	end := 0
@@ -49,10 +39,7 @@ func recompute(s *State) error {
 			end = i + 1
 		}
 	}
-	dropped := func(v *ir.Value) bool {
-		i := stageOf(v)
-		return i >= 0 && fwd.Stages[i].Group == ir.BlocksGroup && v.Def != nil && !readElsewhere[v]
-	}
+	dropped := fwd.Droppable
 	needed := map[*ir.Value]bool{}
 	for _, v := range g.Values[end:] {
 		if v.Def != nil {

@@ -12,7 +12,6 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
-	"amspc/runtime"
 )
 
 // compileModel compiles an example model for nodes x gpus under f.
@@ -107,7 +106,7 @@ func TestEveryPlanEveryMicroBatch(t *testing.T) {
 		steps = 3
 	}
 	one := ir.Factor{S0: 1, S1: 1}
-	ref := trainBundle(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
+	ref := train(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
 	dp := ir.Factor{S0: 4, S1: 2}
 	var plans []cost.Factors
 	for i, f := range planner.Space(dp) {
@@ -126,7 +125,7 @@ func TestEveryPlanEveryMicroBatch(t *testing.T) {
 			for _, f := range plans {
 				b := compileModel(t, "tiny", 2, 4, f, tr)
 				hier += hierarchical(b)
-				got := trainBundle(t, b, steps)
+				got := train(t, b, steps)
 				for i := range ref {
 					if d := math.Abs(got[i]-ref[i]) / math.Abs(ref[i]); d > 1e-5 {
 						t.Errorf("%v micro-batch %d recompute %s step %d: loss %.9g, single rank %.9g (relative difference %.2g)", f, mb, rc, i, got[i], ref[i], d)
@@ -155,24 +154,4 @@ func hierarchical(b *codegen.Bundle) int {
 		}
 	}
 	return n
-}
-
-// trainBundle trains a bundle on the README for steps steps, with the
-// data windows its train section says.
-func trainBundle(t testing.TB, b *codegen.Bundle, steps int) []float64 {
-	t.Helper()
-	tr := b.Train
-	r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var losses []float64
-	for i := 0; i < steps; i++ {
-		l, err := r.Step()
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		losses = append(losses, l)
-	}
-	return losses
 }

@@ -30,9 +30,12 @@ func corpus(t testing.TB) []int32 {
 	return out
 }
 
+// train trains a bundle on the README for steps steps, with the data
+// windows its train section says.
 func train(t testing.TB, b *codegen.Bundle, steps int) []float64 {
 	t.Helper()
-	r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: 64, MicroBatch: 2, Global: 32}}
+	tr := b.Train
+	r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}

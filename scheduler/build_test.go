@@ -9,25 +9,14 @@ import (
 	"amspc/codegen"
 	"amspc/cost"
 	"amspc/ir"
-	"amspc/passes"
 	"amspc/planner"
 	. "amspc/scheduler"
 )
 
 // buildFor compiles tiny on 2 nodes x 4 ranks under uniform factors f.
-func buildFor(t testing.TB, f cost.Factors) *codegen.Program {
+func buildFor(t *testing.T, f cost.Factors) *codegen.Program {
 	t.Helper()
-	job := testjob.Load(t, "tiny")
-	s, err := passes.Run(job, passes.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
-	M, err := job.Train.MicroBatches(topo.Ranks())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M), Options{})
+	_, prog, err := compileTiny(t, f)
 	if err != nil {
 		t.Fatal(err)
 	}
