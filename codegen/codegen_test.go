@@ -246,6 +246,9 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		seen[typ] = true
 		var names []string
 		for f := range typ.Fields() {
+			if typ == reflect.TypeFor[Program]() && f.Name == "Seq" {
+				continue // the unscheduled form: Validate refuses it (TestValidateRefusesSequence)
+			}
 			names = append(names, f.Name)
 			walk(f.Type)
 		}
@@ -473,7 +476,7 @@ func TestGroupRanks(t *testing.T) {
 // that the groups partition the ranks, each member lists the same group,
 // Index finds the rank in it, and GroupID is the least member.
 func TestGroupPartition(t *testing.T) {
-	for _, topo := range []Topology{{4, 2}, {8, 4}, {2, 6}, {1, 3}} {
+	for _, topo := range []Topology{{GPUsPerNode: 4, Nodes: 2}, {GPUsPerNode: 8, Nodes: 4}, {GPUsPerNode: 2, Nodes: 6}, {GPUsPerNode: 1, Nodes: 3}} {
 		for _, g := range allGroups(topo) {
 			for r := range topo.Ranks() {
 				ranks := g.Ranks(topo, r)
@@ -783,5 +786,17 @@ func BenchmarkMatch(b *testing.B) {
 		if err := Match(bundle); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestValidateRefusesSequence: a bundle holds scheduled programs only; a
+// program still in sequence form is a compiler bug, refused before
+// encoding.
+func TestValidateRefusesSequence(t *testing.T) {
+	b := &Bundle{Model: "m", Topo: Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1,
+		Templates: []Program{{Buffers: []Buffer{{Name: "x", DType: ir.F32, Elems: 1, Parent: -1}},
+			Seq: []ir.SeqOp{{Instr: Instr{Op: Alloc, Buf: 0}}}}}}
+	if err := Validate(b); err == nil || !strings.Contains(err.Error(), "not scheduled") {
+		t.Errorf("Validate = %v, want a refusal of the unscheduled sequence", err)
 	}
 }

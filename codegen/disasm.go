@@ -154,61 +154,7 @@ func instrText(t Topology, rank int, in *Instr) string {
 }
 
 func (pr *printer) instr(in *Instr) string {
-	var b strings.Builder
-	switch in.Op {
-	case Alloc, Free, Load:
-		fmt.Fprintf(&b, "%v b%d", in.Op, in.Buf)
-	case Kernel:
-		fmt.Fprintf(&b, "kernel %v", in.Kern)
-		for i, a := range in.Args {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, " b%d", a)
-		}
-		b.WriteString(" ->")
-		for i, o := range in.Outs {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, " b%d", o)
-		}
-		if len(in.Attrs) > 0 {
-			b.WriteString(" {")
-			for i, a := range in.Attrs {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString(a.Name)
-				b.WriteByte('=')
-				b.WriteString(a.Val.String())
-			}
-			b.WriteByte('}')
-		}
-	case Collective:
-		fmt.Fprintf(&b, "%v b%d -> b%d group %s %s %v",
-			in.Coll, in.In, in.Out, pr.group(in.Group), formatBytes(in.Bytes), in.DType)
-	case Record, Wait:
-		fmt.Fprintf(&b, "%v e%d", in.Op, in.Event)
-	default:
-		b.WriteString(in.Op.String())
-	}
-	switch {
-	case in.Stage >= 0 && in.Micro >= 0:
-		fmt.Fprintf(&b, "  [stage %d mb%d]", in.Stage, in.Micro)
-	case in.Stage >= 0:
-		fmt.Fprintf(&b, "  [stage %d]", in.Stage)
-	case in.Micro >= 0:
-		fmt.Fprintf(&b, "  [mb%d]", in.Micro)
-	}
-	if in.Pos.IsValid() || in.Pos.File != "" {
-		fmt.Fprintf(&b, " @%v", in.Pos)
-	}
-	if in.Comment != "" {
-		b.WriteString("  ; ")
-		b.WriteString(oneLine(in.Comment))
-	}
-	return b.String()
+	return ir.FormatInstr(in, pr.group)
 }
 
 // group is a group's shape and, for the rank, its members.
@@ -260,37 +206,9 @@ func formatSI(v float64, unit string) string {
 	return strconv.FormatFloat(v, 'g', 4, 64) + " " + prefixes[i] + unit
 }
 
-// formatBytes is n in B, KiB, MiB, ... with at most two decimals, trailing
-// zeros dropped.
-func formatBytes(n int64) string {
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := [...]string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	v := float64(n) / 1024
-	u := 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	s := strconv.FormatFloat(v, 'f', 2, 64)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	return s + " " + units[u]
-}
+func formatBytes(n int64) string { return ir.FormatBytes(n) }
 
-// quoteName shows a buffer name as is when it is a plain word, quoted
-// otherwise, so that an empty or spaced name cannot shift the columns.
-func quoteName(s string) string {
-	if s == "" {
-		return `""`
-	}
-	for _, c := range s {
-		if c <= ' ' || c == '"' || c > '~' {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
+func quoteName(s string) string { return ir.QuoteName(s) }
 
 func plural(n int, what string) string {
 	if n == 1 {
@@ -302,9 +220,4 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-func oneLine(s string) string {
-	if strings.ContainsAny(s, "\n\r") {
-		return strconv.Quote(s)
-	}
-	return s
-}
+func oneLine(s string) string { return ir.OneLine(s) }

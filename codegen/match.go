@@ -450,6 +450,9 @@ func Validate(b *Bundle) error {
 }
 
 func validateProgram(t Topology, p *Program) error {
+	if len(p.Seq) > 0 {
+		return fmt.Errorf("program not scheduled: %d instructions still in sequence form", len(p.Seq))
+	}
 	nbuf := int32(len(p.Buffers))
 	if len(p.Buffers) > math.MaxInt32 {
 		return fmt.Errorf("%d buffers", len(p.Buffers))
