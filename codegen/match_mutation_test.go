@@ -20,7 +20,6 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
-	"amspc/scheduler"
 )
 
 var tinyTopo = codegen.Topology{GPUsPerNode: 4, Nodes: 2}
@@ -58,18 +57,16 @@ func tinyProgram(t *testing.T, plan string) *codegen.Program {
 		}
 		f = planner.Baselines(dp, 4)[i].Factors
 	}
-	s, err := passes.Run(job, passes.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	M, err := job.Train.MicroBatches(tinyTopo.Ranks())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := scheduler.Build(s, cost.Uniform(plan, f, job.Train.Recompute, job.Train.MicroBatch), tinyTopo, int(M), scheduler.Options{})
+	up := cost.Uniform(plan, f, job.Train.Recompute, job.Train.MicroBatch)
+	s, err := passes.Run(job, passes.Options{Check: true, Dist: &passes.Distribution{Groups: up.Groups, Topo: tinyTopo, Micro: int(M), Depth: 2}})
 	if err != nil {
 		t.Fatalf("%s: %v", plan, err)
 	}
+	p := s.Prog
 	tinyProgs[plan] = p
 	return p
 }
@@ -339,7 +336,7 @@ var mismatches = []mismatch{
 		"4x1 (ranks 4,5,6,7)", []int{4, 5}, 5, ""},
 	{"group narrowed", "DDP", perRank, 5, regroupFirst(codegen.CommReduce, all8, node4),
 		everyone, []int{0, 5}, 5, ""},
-	{"group moved off the node", "ZeRO++ hpZ(4)", perRank, 5, edit(codegen.CommGather, node4, 0, setGroup(all8)),
+	{"group moved off the node", "ZeRO++ hpZ(4)", perRank, 5, edit(codegen.CommGather, node4, 2, setGroup(all8)),
 		everyone, []int{0, 5}, 5, ""},
 }
 

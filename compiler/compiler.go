@@ -65,30 +65,46 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	po := opts.Passes
-	po.Recompute = plan.Recompute
-	s, err := passes.Run(job, po)
-	if err != nil {
-		return nil, err
-	}
 	c := job.Cluster
 	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	M, err := job.Train.MicroBatches(topo.Ranks())
 	if err != nil {
 		return nil, err
 	}
-	var prog *codegen.Program
-	var tl *scheduler.Timeline
-	if opts.Depth > 0 {
-		prog, err = scheduler.Build(s, plan, topo, int(M), scheduler.Options{Depth: opts.Depth, Topo: m.Topo, BucketBytes: int64(m.Config.BucketBytes)})
-		if err == nil {
-			tl, err = scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog))
-		}
-	} else {
-		prog, tl, err = scheduler.BuildWithin(s, plan, topo, int(M), m, c.GPU.MemoryBytes, StageNames)
+	depth := opts.Depth
+	if depth <= 0 {
+		depth = 2
 	}
+	po := opts.Passes
+	po.Recompute = plan.Recompute
+	po.Dist = &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: depth,
+		BucketBytes: int64(m.Config.BucketBytes),
+		Hierarchical: func(c ir.Coll, bytes float64, mesh ir.Factor) bool {
+			return m.Topo.Collective(c, bytes, mesh).Hierarchical
+		}}
+	s, err := passes.Run(job, po)
 	if err != nil {
 		return nil, err
+	}
+	prog := s.Prog
+	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog))
+	if err != nil {
+		return nil, err
+	}
+	// Without a fixed depth, the deepest prefetch (up to two stages of
+	// gathered params live) whose simulated peak fits the GPU.
+	for opts.Depth <= 0 && depth > 1 && tl.PeakBytes > float64(c.GPU.MemoryBytes) {
+		depth--
+		if prog, err = passes.Reschedule(s, depth); err != nil {
+			return nil, err
+		}
+		if tl, err = scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog)); err != nil {
+			return nil, err
+		}
+	}
+	if tl.PeakBytes > float64(c.GPU.MemoryBytes) && opts.Depth <= 0 {
+		return nil, fmt.Errorf("the schedule needs %s per rank at its peak, more than the %s of a GPU, even gathering one stage at a time",
+			cost.GiB(tl.PeakBytes), cost.GiB(float64(c.GPU.MemoryBytes)))
 	}
 	t := job.Train
 	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: int(M),

@@ -7,14 +7,9 @@ import (
 	"amspc/ir"
 )
 
-// Factors are one layer group's sharding factors. Secondary is ZeRO++
-// hpZ's secondary parameter shard (zero when unused): backward gathers P
-// from it instead of from the primary shard.
-type Factors struct {
-	P, G, OS, Secondary ir.Factor
-}
-
-func (f Factors) String() string { return fmt.Sprintf("%v/%v/%v", f.P, f.G, f.OS) }
+// Factors are one layer group's sharding factors (ir's: the
+// distribution passes lower them).
+type Factors = ir.Factors
 
 // Plan is a point of the search space: factors per layer group, recompute
 // and micro-batch size.

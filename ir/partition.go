@@ -174,3 +174,12 @@ func PartitionGraph(g *Graph, origin map[*Value]*Value) (*Partition, error) {
 	}
 	return p, nil
 }
+
+// Factors are one layer group's sharding factors. Secondary is ZeRO++
+// hpZ's secondary parameter shard (zero when unused): backward gathers P
+// from it instead of from the primary shard.
+type Factors struct {
+	P, G, OS, Secondary Factor
+}
+
+func (f Factors) String() string { return fmt.Sprintf("%v/%v/%v", f.P, f.G, f.OS) }

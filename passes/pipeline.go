@@ -15,19 +15,29 @@ import (
 	"amspc/ir"
 )
 
-// A Pass transforms the state; Why says why it sits where it does.
+// A Pass transforms the state; Why says why it sits where it does. A
+// distribution pass (Dist) works on the step program and runs only when
+// the options give a Distribution.
 type Pass struct {
 	Name string
 	Why  string
 	Run  func(*State) error
+	Dist bool
 }
 
 // Pipeline is every pass, in order.
 var Pipeline = []Pass{
-	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff},
-	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer},
-	{"recompute", "needs the backward graph, which it makes read copies; before partition, which places the copies in their blocks' backward", recompute},
-	{"partition", "needs the backward graph and each backward value's origin; splits the step into stages by the rule the cost model uses on the forward graph", partition},
+	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff, false},
+	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer, false},
+	{"recompute", "needs the backward graph, which it makes read copies; before partition, which places the copies in their blocks' backward", recompute, false},
+	{"partition", "needs the backward graph and each backward value's origin; splits the step into stages by the rule the cost model uses on the forward graph", partition, false},
+	{"lower", "needs the stages; micro-batching and sharding: flat per-stage P, G and OS buffers with shard views, the sequence of M micro-batches and the optimizer", lower, true},
+	{"collectives", "needs the sharded buffers; inserts every component's communication in its naive form", collectives, true},
+	{"reduce-scatter", "needs the naive all-reduces and their readers; an all-reduce read only through this rank's part becomes a reduce-scatter", reduceScatter, true},
+	{"redundant-gathers", "needs the gathers and frees; drops gathers of what the rank still holds", redundantGathers, true},
+	{"bucket", "needs the final gradient all-reduces; fuses consecutive ones on one group, before lowering so a bucket is lowered whole", bucket, true},
+	{"hierarchical", "needs every collective's final size; splits those spanning nodes into intra- and inter-node phases where faster", hierarchical, true},
+	{"schedule", "needs the final instructions; defers gradient use, places allocs and frees, splits into streams with events and the prefetch bound", schedule, true},
 }
 
 // State is what passes share.
@@ -48,6 +58,13 @@ type State struct {
 	// Recompute is what the recompute pass did: full recompute copies
 	// each block's forward into its backward.
 	Recompute ir.Recompute
+	// Dist is the plan the distribution passes lower for (nil: they do
+	// not run); Prog is the step program they build, scheduled at the
+	// end, and Unscheduled its sequence before the schedule pass.
+	Dist        *Distribution
+	Prog        *ir.Program
+	Unscheduled []ir.SeqOp
+	dist        *dist
 }
 
 // Options steer a run of the pipeline.
@@ -57,6 +74,8 @@ type Options struct {
 	// Recompute is the plan's activation recompute (the recompute
 	// pass).
 	Recompute ir.Recompute
+	// Dist, when set, runs the distribution passes for this plan.
+	Dist *Distribution
 	// Check verifies the graph after every pass (-d=check).
 	Check bool
 	// DumpAfter prints the graph after the named pass, or after every
@@ -116,26 +135,70 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 		return nil, merr
 	}
 	s = &State{Job: job, Graph: job.Graph, LossScale: 1 / float64(M*int64(dp)), Origin: map[*ir.Value]*ir.Value{}, Recompute: opts.Recompute}
-	for _, p := range Pipeline {
-		if err := runPass(p, s); err != nil {
+	if err := s.run(false, opts); err != nil {
+		return nil, err
+	}
+	if err := ir.Verify(s.Graph); err != nil {
+		return nil, &InternalError{Pass: "verify", Err: err}
+	}
+	if opts.Dist != nil {
+		if err := s.Distribute(opts.Dist, opts); err != nil {
 			return nil, err
 		}
+	}
+	return s, nil
+}
+
+// Distribute runs the distribution passes on a state the graph passes
+// made (Run without Options.Dist), for plan d: the step program is then
+// in s.Prog.
+func (s *State) Distribute(d *Distribution, opts Options) error {
+	if s.Partition == nil {
+		return fmt.Errorf("distributing needs the graph passes first")
+	}
+	dc := *d
+	s.Dist = &dc
+	if err := s.run(true, opts); err != nil {
+		return err
+	}
+	if err := ir.VerifyProgram(s.Prog, true); err != nil {
+		return &InternalError{Pass: "verify", Err: err}
+	}
+	return nil
+}
+
+// run runs the graph passes or the distribution passes, dumping and
+// checking after each as the options say.
+func (s *State) run(dist bool, opts Options) error {
+	for _, p := range Pipeline {
+		if p.Dist != dist {
+			continue
+		}
+		if err := runPass(p, s); err != nil {
+			return err
+		}
 		if opts.DumpAfter == p.Name || opts.DumpAfter == "all" {
-			fmt.Fprintf(opts.Dump, "# after %s\n%s", p.Name, ir.Print(s.Graph))
+			if p.Dist {
+				fmt.Fprintf(opts.Dump, "# after %s\n", p.Name)
+				ir.PrintProgram(opts.Dump, s.Prog)
+			} else {
+				fmt.Fprintf(opts.Dump, "# after %s\n%s", p.Name, ir.Print(s.Graph))
+			}
 			if p.Name == "partition" {
 				DumpPartition(opts.Dump, s.Partition)
 			}
 		}
 		if opts.Check {
-			if err := ir.Verify(s.Graph); err != nil {
-				return nil, &InternalError{Pass: p.Name, Err: err}
+			err := ir.Verify(s.Graph)
+			if err == nil && p.Dist {
+				err = ir.VerifyProgram(s.Prog, p.Name != "lower")
+			}
+			if err != nil {
+				return &InternalError{Pass: p.Name, Err: err}
 			}
 		}
 	}
-	if err := ir.Verify(s.Graph); err != nil {
-		return nil, &InternalError{Pass: "verify", Err: err}
-	}
-	return s, nil
+	return nil
 }
 
 // runPass runs one pass, turning a panic into an internal error that

@@ -11,7 +11,6 @@ import (
 	"amspc/internal/testjob"
 	"amspc/ir"
 	"amspc/passes"
-	. "amspc/scheduler"
 )
 
 // compileTiny builds tiny on 2 nodes x 4 ranks under f, with extra
@@ -19,17 +18,18 @@ import (
 func compileTiny(t *testing.T, f cost.Factors, extra ...string) (*passes.State, *codegen.Program, error) {
 	t.Helper()
 	job := testjob.Load(t, "tiny", extra...)
-	s, err := passes.Run(job, passes.Options{Recompute: job.Train.Recompute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
 	M, err := job.Train.MicroBatches(topo.Ranks())
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := Build(s, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), topo, int(M), Options{})
-	return s, prog, err
+	plan := cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch)
+	s, err := passes.Run(job, passes.Options{Recompute: job.Train.Recompute, Check: true,
+		Dist: &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: 2}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Prog, nil
 }
 
 var (
@@ -192,11 +192,11 @@ func TestAdamWFromTheOptimizerPass(t *testing.T) {
 		want   string
 	}{
 		{"lr", func(ps []passes.ParamStates) { ps[2].Step.Attrs[0] = ir.FloatAttr("lr", 0.5) },
-			"internal compiler error: scheduler: params layers.0.attn_norm and layers.0.wq of stage layers.0 differ in their AdamW settings"},
+			"internal compiler error: lower: params layers.0.attn_norm and layers.0.wq of stage layers.0 differ in their AdamW settings"},
 		{"1-D decayed", func(ps []passes.ParamStates) { ps[1].Step.Attrs[4] = ir.FloatAttr("weight_decay", 0.1) },
-			"internal compiler error: scheduler: param layers.0.attn_norm is not decayed in stage layers.0's layout, yet its adamw has weight_decay=0.1"},
+			"internal compiler error: lower: param layers.0.attn_norm is not decayed in stage layers.0's layout, yet its adamw has weight_decay=0.1"},
 		{"two decays", func(ps []passes.ParamStates) { ps[3].Step.Attrs[4] = ir.FloatAttr("weight_decay", 0.2) },
-			"internal compiler error: scheduler: params layers.0.wq and layers.0.wk of stage layers.0 have weight_decay 0.1 and 0.2"},
+			"internal compiler error: lower: params layers.0.wq and layers.0.wk of stage layers.0 have weight_decay 0.1 and 0.2"},
 	} {
 		job := testjob.Load(t, "tiny")
 		s, err := passes.Run(job, passes.Options{})
@@ -205,7 +205,7 @@ func TestAdamWFromTheOptimizerPass(t *testing.T) {
 		}
 		c.mutate(s.States)
 		topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
-		_, err = Build(s, cost.Uniform("", p2os8, ir.RecomputeNone, 2), topo, 2, Options{})
+		err = s.Distribute(&passes.Distribution{Groups: cost.Uniform("", p2os8, ir.RecomputeNone, 2).Groups, Topo: topo, Micro: 2, Depth: 2}, passes.Options{})
 		var ice *passes.InternalError
 		if !errors.As(err, &ice) || err.Error() != c.want {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)

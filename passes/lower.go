@@ -1,0 +1,374 @@
+package passes
+
+import (
+	"fmt"
+
+	"amspc/ir"
+)
+
+// Distribution is what the distribution passes lower for: the plan's
+// factors per layer group and the cluster.
+type Distribution struct {
+	Groups [ir.NumStageGroups]ir.Factors
+	Topo   ir.Topology
+	// Micro is the number of micro-batches per step.
+	Micro int
+	// Depth is how many stages' gathered params may be live at once (the
+	// stage computing and Depth-1 prefetched); at least 1.
+	Depth int
+	// BucketBytes caps a bucket of fused gradient all-reduces; 0 turns
+	// bucketing off.
+	BucketBytes int64
+	// Hierarchical reports whether collective c of bytes over a group of
+	// mesh ranks (S0 in a node, S1 nodes) is faster lowered in intra- and
+	// inter-node phases (the cost model's choice); nil means never.
+	Hierarchical func(c ir.Coll, bytes float64, mesh ir.Factor) bool
+}
+
+// dist is what the distribution passes share: each stage's buffers.
+type dist struct {
+	d      *Distribution
+	dp     ir.Factor
+	stages []*distStage
+	views  map[viewKey]int32
+}
+
+// distStage is one stage's flat buffers (ids into the program).
+type distStage struct {
+	name     string
+	f        ir.Factors
+	params   int // params in the stage's layout
+	lastUser int
+	borrowed []int
+	// P shard, gathered P, hpZ secondary shard, gradient accumulator,
+	// full gradient, p-chunk of the gradient; views: my g-slice and
+	// os-slice of the p-chunk, my os-slice of P; optimizer states.
+	pShard, pFull, pSec, gAcc, gFull, gPC int32
+	gSel, osSel, pOS                      int32
+	master, m, v                          int32
+	adamw                                 []ir.Attr
+}
+
+type viewKey struct {
+	name          string
+	parent        int32
+	elems, offset int64
+	part          ir.Group
+}
+
+var one = ir.Factor{S0: 1, S1: 1}
+
+func group(outer, inner ir.Factor) ir.Group { return ir.Group{Outer: outer, Inner: inner} }
+
+// view declares a view of parent once (the same view asked for again,
+// a hierarchical collective's node block every micro-batch, is reused).
+func (ds *dist) view(p *ir.Program, name string, parent int32, elems, offset int64, part ir.Group) int32 {
+	if part.Outer.Size() == 0 {
+		part = group(one, one)
+	}
+	key := viewKey{name, parent, elems, offset, part}
+	if id, ok := ds.views[key]; ok {
+		return id
+	}
+	id := p.AddBuffer(ir.Buffer{Name: name, DType: p.Buffers[parent].DType, Elems: elems, Parent: parent, Offset: offset, Part: part})
+	ds.views[key] = id
+	return id
+}
+
+func newBuf(p *ir.Program, name string, dt ir.DType, elems int64) int32 {
+	return p.AddBuffer(ir.Buffer{Name: name, DType: dt, Elems: elems, Parent: -1})
+}
+
+func lcm(a, c int64) int64 {
+	x, y := a, c
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * c
+}
+
+// lower is micro-batching and sharding: every stage's params, gradients
+// and optimizer states become flat buffers, padded so that every shard
+// and every data-parallel replica gets an equal part (FSDP's flat
+// parameter), with views naming this rank's shards; then the sequence of
+// M micro-batches of forward and backward kernels, each stage's gradient
+// accumulation on its g-slice, and AdamW on each stage's os-slice. The
+// buffers the collectives fill (the gathered P, the reduced gradient)
+// are read here before anything writes them: the collectives pass adds
+// their writers.
+func lower(s *State) error {
+	d := s.Dist
+	if d.Depth < 1 {
+		d.Depth = 2
+	}
+	if s.Partition == nil {
+		return fmt.Errorf("no stage partition: the partition pass must run first")
+	}
+	p := &ir.Program{}
+	ds := &dist{d: d, dp: ir.Factor{S0: d.Topo.GPUsPerNode, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
+	s.Prog, s.dist = p, ds
+	g := s.Graph
+	stageOf := map[*ir.Value]int{}
+	var layouts []ir.Layout
+	for i, ps := range s.Partition.Stages {
+		st := &distStage{name: ps.Name, f: d.Groups[ps.Group], params: len(ps.Params), lastUser: ps.LastUser, borrowed: ps.Borrowed}
+		for _, v := range ps.Fwd {
+			stageOf[v] = i
+		}
+		for _, v := range ps.Bwd {
+			stageOf[v] = i
+		}
+		l := ir.Layout{Stage: ps.Name}
+		var off int64
+		for _, a := range ps.Params {
+			n := a.Shape.NumElements()
+			l.Params = append(l.Params, ir.Slot{Name: a.Name, Offset: off, Elems: n, Decay: len(a.Shape) >= 2, Init: a.Init})
+			off += n
+		}
+		// Padded to split evenly into the shards of every component and
+		// into the data-parallel replicas, so every collective on a
+		// shard can be lowered hierarchically.
+		f := st.f
+		pad := lcm(lcm(int64(f.P.Size()), int64(f.G.Size())), lcm(int64(f.OS.Size()), int64(ds.dp.Size())))
+		if f.Secondary.Size() > 1 {
+			pad = lcm(pad, int64(f.Secondary.Size()))
+		}
+		l.Padded = (off + pad - 1) / pad * pad
+		layouts = append(layouts, l)
+		ds.stages = append(ds.stages, st)
+	}
+	gradOf := map[*ir.Value]*ir.Value{} // param -> gradient
+	paramOf := map[*ir.Value]*ir.Value{}
+	for _, gp := range s.Grads {
+		gradOf[gp.Param], paramOf[gp.Grad] = gp.Grad, gp.Param
+	}
+	for i, l := range layouts {
+		for _, slot := range l.Params {
+			if gv := gradOf[g.Lookup(slot.Name)]; gv != nil && stageOf[gv] != i {
+				return &UserError{Pos: gv.Pos, Msg: fmt.Sprintf("the gradient of %s is formed outside its stage %s (a param whose first use does not reach the loss is not supported yet)", slot.Name, l.Stage)}
+			}
+		}
+	}
+	// The stages' flat buffers.
+	prec := s.Job.Train.Precision
+	pdt := prec.DType()
+	buf := map[*ir.Value]int32{}
+	slotOf := map[string]struct {
+		stage int
+		slot  ir.Slot
+	}{}
+	for i, st := range ds.stages {
+		l := &layouts[i]
+		f, n := st.f, l.Padded
+		sp, sg, sos := int64(f.P.Size()), int64(f.G.Size()), int64(f.OS.Size())
+		st.pShard = newBuf(p, "P."+st.name, pdt, n/sp)
+		st.pFull = st.pShard
+		if sp > 1 {
+			st.pFull = newBuf(p, "P.full."+st.name, pdt, n)
+		}
+		st.pSec = -1
+		if k := int64(f.Secondary.Size()); k > 1 {
+			st.pSec = newBuf(p, "P.sec."+st.name, pdt, n/k)
+		}
+		st.gAcc = -1
+		if d.Micro > 1 {
+			st.gAcc = newBuf(p, "G."+st.name, pdt, n/sg)
+		}
+		st.gFull = newBuf(p, "G.full."+st.name, pdt, n)
+		st.gPC = st.gFull
+		if sp > 1 {
+			st.gPC = newBuf(p, "G.pchunk."+st.name, pdt, n/sp)
+		}
+		st.gSel = ds.view(p, "G.pchunk."+st.name+"[g]", st.gPC, n/sg, 0, group(f.G, f.P))
+		st.osSel = ds.view(p, "G.pchunk."+st.name+"[os]", st.gPC, n/sos, 0, group(f.OS, f.P))
+		st.pOS = ds.view(p, "P."+st.name+"[os]", st.pShard, n/sos, 0, group(f.OS, f.P))
+		st.master = -1
+		if prec != ir.FP32 {
+			st.master = newBuf(p, "OS.master."+st.name, ir.F32, n/sos)
+		}
+		st.m = newBuf(p, "OS.m."+st.name, ir.F32, n/sos)
+		st.v = newBuf(p, "OS.v."+st.name, ir.F32, n/sos)
+		for _, slot := range l.Params {
+			buf[g.Lookup(slot.Name)] = ds.view(p, slot.Name, st.pFull, slot.Elems, slot.Offset, ir.Group{})
+			slotOf[slot.Name] = struct {
+				stage int
+				slot  ir.Slot
+			}{i, slot}
+		}
+		l.PShard, l.OSShard = group(f.P, one), group(f.OS, f.P)
+		l.P, l.Master, l.M, l.V = st.pShard, st.master, st.m, st.v
+	}
+	p.Layouts = layouts
+	// One buffer per activation; a param's gradient is a view of its
+	// stage's flat gradient.
+	for _, ps := range s.Partition.Stages {
+		for _, v := range append(append([]*ir.Value{}, ps.Fwd...), ps.Bwd...) {
+			if pv, ok := paramOf[v]; ok {
+				so := slotOf[pv.Name]
+				buf[v] = ds.view(p, v.Name, ds.stages[so.stage].gFull, so.slot.Elems, so.slot.Offset, ir.Group{})
+				continue
+			}
+			buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
+		}
+	}
+	inputs := g.ByRole(ir.Input)
+	for _, v := range inputs {
+		buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
+		// An input read as cross_entropy's targets is the shifted window.
+		shift := int32(0)
+		for _, u := range g.Uses()[v] {
+			if u.Kind == ir.CrossEntropy && u.Args[1] == v {
+				shift = 1
+			}
+		}
+		p.Inputs = append(p.Inputs, ir.DataInput{Buf: buf[v], Shift: shift})
+	}
+	for v, id := range buf {
+		p.Buffers[id].Shape = append([]int64(nil), v.Shape...)
+	}
+	if err := ds.adamwAttrs(s, layouts); err != nil {
+		return err
+	}
+
+	// The sequence: M micro-batches, then the optimizer.
+	emit := func(ph ir.Phase, in ir.Instr) {
+		p.Seq = append(p.Seq, ir.SeqOp{Instr: in, Phase: ph})
+	}
+	kernel := func(op *ir.Op, stage, m int, ph ir.Phase) {
+		in := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs, Stage: int32(stage), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)}
+		for _, a := range op.Args {
+			in.Args = append(in.Args, buf[a])
+		}
+		for _, r := range op.Results {
+			in.Outs = append(in.Outs, buf[r])
+		}
+		emit(ph, in)
+	}
+	cast := func(from, to int32) ir.Instr {
+		return ir.Instr{Op: ir.Kernel, Kern: ir.Cast, Args: []int32{from}, Outs: []int32{to},
+			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(p.Buffers[to].DType))}}
+	}
+	M := d.Micro
+	for m := 0; m < M; m++ {
+		for _, v := range inputs {
+			emit(ir.Forward, ir.Instr{Op: ir.Load, Buf: buf[v], Stage: -1, Micro: int32(m)})
+		}
+		for i, ps := range s.Partition.Stages {
+			for _, op := range opsOf(ps.Fwd) {
+				kernel(op, i, m, ir.Forward)
+			}
+		}
+		for j := len(ds.stages) - 1; j >= 0; j-- {
+			for _, op := range opsOf(s.Partition.Stages[j].Bwd) {
+				kernel(op, j, m, ir.Backward)
+			}
+			st := ds.stages[j]
+			if st.params == 0 || M == 1 {
+				continue
+			}
+			// Accumulate this rank's g-slice of the reduced gradient.
+			var in ir.Instr
+			switch {
+			case m == 0:
+				in = cast(st.gSel, st.gAcc)
+				in.Comment = "start accumulating"
+			case m < M-1:
+				in = ir.Instr{Op: ir.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, st.gSel}, Outs: []int32{st.gAcc}, Comment: "accumulate"}
+			default:
+				in = ir.Instr{Op: ir.Kernel, Kern: ir.Add, Args: []int32{st.gSel, st.gAcc}, Outs: []int32{st.gSel}, Comment: "fold in the accumulated micro-batches"}
+			}
+			in.Stage, in.Micro = int32(j), int32(m)
+			emit(ir.Finish, in)
+		}
+	}
+	for i, st := range ds.stages {
+		if st.params == 0 {
+			continue
+		}
+		w := st.master
+		if w < 0 {
+			w = st.pOS
+		}
+		// In place on the shard; the instruction's stage names the layout
+		// that says which elements are decayed. No FLOPs: the timeline
+		// prices compute-bound kernels, and AdamW is bound by memory.
+		emit(ir.Optimize, ir.Instr{Op: ir.Kernel, Kern: ir.AdamWStep,
+			Args: []int32{w, st.m, st.v, st.osSel}, Outs: []int32{w, st.m, st.v}, Attrs: st.adamw,
+			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
+		if st.master >= 0 {
+			in := cast(st.master, st.pOS)
+			in.Stage, in.Micro = int32(i), -1
+			emit(ir.Optimize, in)
+		}
+	}
+	return nil
+}
+
+// opsOf lists the ops computing values vs, in order, each once: an op
+// with several results is one kernel.
+func opsOf(vs []*ir.Value) []*ir.Op {
+	ops := make([]*ir.Op, 0, len(vs))
+	seen := make(map[*ir.Op]bool, len(vs))
+	for _, v := range vs {
+		if !seen[v.Def] {
+			seen[v.Def] = true
+			ops = append(ops, v.Def)
+		}
+	}
+	return ops
+}
+
+// adamwAttrs takes each stage's AdamW attributes from the adamw ops the
+// optimizer pass made for its params, the one definition of the step. One
+// flat kernel runs them all, so they must agree, but for weight_decay:
+// one value on the params the stage's layout decays, 0 on the others.
+func (ds *dist) adamwAttrs(s *State, layouts []ir.Layout) error {
+	steps := map[string]*ir.Op{}
+	for _, ps := range s.States {
+		steps[ps.Param.Name] = ps.Step
+	}
+	for i, st := range ds.stages {
+		l := layouts[i]
+		var first string // the param whose attributes the stage takes
+		wd, decayedBy := 0.0, ""
+		for _, slot := range l.Params {
+			op := steps[slot.Name]
+			if op == nil || op.Kind != ir.AdamWStep {
+				return fmt.Errorf("param %s has no adamw op", slot.Name)
+			}
+			if first == "" {
+				first, st.adamw = slot.Name, append([]ir.Attr(nil), op.Attrs...)
+			} else if !sameBut(op.Attrs, st.adamw, "weight_decay") {
+				return fmt.Errorf("params %s and %s of stage %s differ in their AdamW settings", first, slot.Name, st.name)
+			}
+			dv, _ := op.Attr("weight_decay")
+			switch {
+			case !slot.Decay && dv.Float != 0:
+				return fmt.Errorf("param %s is not decayed in stage %s's layout, yet its adamw has weight_decay=%v", slot.Name, st.name, dv)
+			case slot.Decay && decayedBy == "":
+				wd, decayedBy = dv.Float, slot.Name
+			case slot.Decay && dv.Float != wd:
+				return fmt.Errorf("params %s and %s of stage %s have weight_decay %v and %v", decayedBy, slot.Name, st.name, wd, dv)
+			}
+		}
+		for k := range st.adamw {
+			if st.adamw[k].Name == "weight_decay" {
+				st.adamw[k] = ir.FloatAttr("weight_decay", wd)
+			}
+		}
+	}
+	return nil
+}
+
+// sameBut compares two ops' attributes (both in normal form) but one.
+func sameBut(a, b []ir.Attr, except string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || (a[i].Name != except && a[i].Val != b[i].Val) {
+			return false
+		}
+	}
+	return true
+}

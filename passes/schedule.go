@@ -1,0 +1,292 @@
+package passes
+
+import (
+	"fmt"
+	"slices"
+
+	"amspc/ir"
+)
+
+// schedule turns the sequence into the three streams every rank runs:
+//
+//   - deferral: each stage's use of its reduced gradient (its Finish
+//     run) moves after the next stage's reduction is issued, so the
+//     reduction overlaps that stage's backward instead of stalling
+//     compute;
+//   - liveness: activations and inputs are allocated before their writer
+//     and freed after their last reader;
+//   - streams: kernels and loads run on compute, collectives on the
+//     stream the collectives pass gave them, an alloc on the stream of
+//     the buffer's next user and a free on that of its last;
+//   - events: an instruction waits for the last instruction of another
+//     stream that wrote a buffer it reads, or touched a buffer it writes
+//     (allocs and frees write), unless it already waited for a later one
+//     (vector clocks); and the k-th gather waits for the release of the
+//     (k-Depth)-th gathered buffer where that release comes before it,
+//     which bounds the gathered stages live at once.
+//
+// Since every wait names an instruction earlier in the sequence and each
+// stream runs in sequence order, no schedule can deadlock.
+func schedule(s *State) error {
+	s.Unscheduled = slices.Clone(s.Prog.Seq)
+	return scheduleSeq(s.Prog, s.dist.d.Depth)
+}
+
+// Reschedule schedules the unscheduled sequence again at another
+// prefetch depth, into a copy of the program.
+func Reschedule(s *State, depth int) (*ir.Program, error) {
+	if s.Unscheduled == nil {
+		return nil, fmt.Errorf("the schedule pass has not run")
+	}
+	p := *s.Prog
+	p.Seq = slices.Clone(s.Unscheduled)
+	p.Streams = [ir.NumStreams][]ir.Instr{}
+	p.Events = 0
+	if err := scheduleSeq(&p, depth); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func scheduleSeq(p *ir.Program, depth int) error {
+	seq := deferFinish(p.Seq)
+	seq = liveness(p, seq)
+	placeAllocs(p, seq)
+	return events(p, seq, max(depth, 1))
+}
+
+// deferFinish moves each run of Finish instructions after the next run
+// of Sync instructions of the same micro-batch (the next stage's
+// reduction), or to the micro-batch's end.
+func deferFinish(seq []ir.SeqOp) []ir.SeqOp {
+	out := make([]ir.SeqOp, 0, len(seq))
+	var held []ir.SeqOp
+	for i := 0; i < len(seq); {
+		op := seq[i]
+		if op.Phase == ir.Finish && op.Micro >= 0 {
+			out = append(out, held...)
+			j := i
+			for j < len(seq) && seq[j].Phase == ir.Finish && seq[j].Micro == op.Micro {
+				j++
+			}
+			held = append([]ir.SeqOp(nil), seq[i:j]...)
+			i = j
+			continue
+		}
+		if len(held) > 0 && (op.Micro != held[0].Micro || op.Phase == ir.Forward || op.Phase == ir.Optimize) {
+			out = append(out, held...)
+			held = nil
+		}
+		out = append(out, op)
+		i++
+		if op.Phase == ir.Sync && len(held) > 0 && (i == len(seq) || seq[i].Phase != ir.Sync) {
+			out = append(out, held...)
+			held = nil
+		}
+	}
+	return append(out, held...)
+}
+
+// liveness allocates every buffer the sequence never allocates itself
+// (activations, inputs, accumulators; not the persistent state) before
+// each definition (a write of it by an instruction that does not read
+// it) and frees it after its last access before the next definition.
+func liveness(p *ir.Program, seq []ir.SeqOp) []ir.SeqOp {
+	persistent := p.Persistent()
+	explicit := map[int32]bool{}
+	for _, op := range seq {
+		if op.Op == ir.Alloc || op.Op == ir.Free {
+			explicit[op.Buf] = true
+		}
+	}
+	implicit := func(root int32) bool { return !persistent[root] && !explicit[root] }
+	before := map[int][]int32{}
+	after := map[int][]int32{}
+	live := map[int32]int{} // root -> last access
+	for i, op := range seq {
+		reads := map[int32]bool{}
+		for _, r := range op.Reads() {
+			root := p.Root(r)
+			reads[root] = true
+			if implicit(root) {
+				live[root] = i
+			}
+		}
+		for _, w := range op.Writes() {
+			root := p.Root(w)
+			if !implicit(root) {
+				continue
+			}
+			if last, ok := live[root]; ok && !reads[root] {
+				after[last] = append(after[last], root)
+				delete(live, root)
+			}
+			if _, ok := live[root]; !ok {
+				before[i] = append(before[i], root)
+			}
+			live[root] = i
+		}
+	}
+	for root, last := range live {
+		after[last] = append(after[last], root)
+	}
+	out := make([]ir.SeqOp, 0, len(seq)+2*len(before))
+	mark := func(op ir.SeqOp, c ir.OpCode, ids []int32) {
+		slices.Sort(ids)
+		for _, id := range slices.Compact(ids) {
+			out = append(out, ir.SeqOp{Instr: ir.Instr{Op: c, Buf: id, Stage: op.Stage, Micro: op.Micro}, Phase: op.Phase})
+		}
+	}
+	for i, op := range seq {
+		mark(op, ir.Alloc, before[i])
+		out = append(out, op)
+		mark(op, ir.Free, after[i])
+	}
+	return out
+}
+
+// placeAllocs puts kernels and loads on compute, an alloc on the stream
+// of the next instruction using its buffer and a free on that of the
+// last.
+func placeAllocs(p *ir.Program, seq []ir.SeqOp) {
+	uses := func(op *ir.SeqOp, root int32) bool {
+		return op.Op != ir.Alloc && op.Op != ir.Free && touches(p, &op.Instr, root)
+	}
+	for i := range seq {
+		op := &seq[i]
+		switch op.Op {
+		case ir.Kernel, ir.Load:
+			op.Stream = ir.Compute
+		case ir.Alloc:
+			for j := i + 1; j < len(seq); j++ {
+				if uses(&seq[j], op.Buf) {
+					op.Stream = seq[j].Stream
+					break
+				}
+			}
+		case ir.Free:
+			for j := i - 1; j >= 0; j-- {
+				if uses(&seq[j], op.Buf) {
+					op.Stream = seq[j].Stream
+					break
+				}
+			}
+		}
+	}
+}
+
+// events splits the sequence into streams with the record/wait pairs
+// its dependencies need.
+func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
+	type clock [ir.NumStreams]int // ops of each stream known complete
+	n := len(seq)
+	idx := make([]int, n) // position in its stream
+	snap := make([]clock, n)
+	var clocks [ir.NumStreams]clock
+	var count [ir.NumStreams]int
+	recordAfter := map[int]int32{}
+	waits := make([][]int32, n)
+	nextEvent := int32(0)
+	lastWrite := map[int32]int{}
+	readers := map[int32]*[ir.NumStreams]int{} // root -> last reader per stream since the last write (-1 none)
+
+	// The prefetch bound: the k-th gathered buffer's alloc waits for the
+	// free of the (k-depth)-th, where that free comes first.
+	bound := map[int]int{}
+	var gathers []int
+	for i, op := range seq {
+		if op.Op != ir.Alloc || op.Stream != ir.CommGather {
+			continue
+		}
+		if k := len(gathers) - depth; k >= 0 {
+			prev := gathers[k]
+			for j := prev + 1; j < i; j++ {
+				if seq[j].Op == ir.Free && seq[j].Buf == seq[prev].Buf {
+					bound[i] = j
+					break
+				}
+			}
+		}
+		gathers = append(gathers, i)
+	}
+
+	for i := range seq {
+		op := &seq[i]
+		s := op.Stream
+		if s < 0 || s >= ir.NumStreams {
+			return fmt.Errorf("instruction %d (%s) has no stream", i, ir.FormatInstr(&op.Instr, ir.Group.String))
+		}
+		idx[i] = count[s]
+		count[s]++
+		var deps []int
+		reads, writes := op.Reads(), op.Writes()
+		for _, r := range reads {
+			if j, ok := lastWrite[p.Root(r)]; ok {
+				deps = append(deps, j)
+			}
+		}
+		for _, w := range writes {
+			root := p.Root(w)
+			if j, ok := lastWrite[root]; ok {
+				deps = append(deps, j)
+			}
+			if rd := readers[root]; rd != nil {
+				for _, j := range rd {
+					if j >= 0 {
+						deps = append(deps, j)
+					}
+				}
+			}
+		}
+		if j, ok := bound[i]; ok {
+			deps = append(deps, j)
+		}
+		slices.Sort(deps)
+		for _, j := range slices.Compact(deps) {
+			t := seq[j].Stream
+			if t == s || clocks[s][t] > idx[j] {
+				continue
+			}
+			ev, ok := recordAfter[j]
+			if !ok {
+				ev = nextEvent
+				nextEvent++
+				recordAfter[j] = ev
+			}
+			waits[i] = append(waits[i], ev)
+			for k := range clocks[s] {
+				clocks[s][k] = max(clocks[s][k], snap[j][k])
+			}
+		}
+		clocks[s][s] = idx[i] + 1
+		snap[i] = clocks[s]
+		for _, r := range reads {
+			root := p.Root(r)
+			rd := readers[root]
+			if rd == nil {
+				rd = &[ir.NumStreams]int{-1, -1, -1}
+				readers[root] = rd
+			}
+			rd[s] = i
+		}
+		for _, w := range writes {
+			root := p.Root(w)
+			lastWrite[root] = i
+			delete(readers, root)
+		}
+	}
+	for i := range seq {
+		op := &seq[i]
+		s := op.Stream
+		for _, ev := range waits[i] {
+			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Wait, Event: ev, Stage: op.Stage, Micro: op.Micro})
+		}
+		p.Streams[s] = append(p.Streams[s], op.Instr)
+		if ev, ok := recordAfter[i]; ok {
+			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Record, Event: ev, Stage: op.Stage, Micro: op.Micro})
+		}
+	}
+	p.Events = int(nextEvent)
+	p.Seq = nil
+	return nil
+}
