@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/tools/txtar"
 
+	"amspc/compiler"
+	"amspc/cost"
 	"amspc/frontend"
 	"amspc/internal/golden"
 	"amspc/passes"
@@ -15,6 +17,8 @@ import (
 // TestDumpAfterEachPass pins the IR after one pass: each archive in
 // testdata/<pass>/ holds a model (model.amsp) and the expected
 // -dump-after=<pass> output (section "dump"), which -update regenerates.
+// A model with a shard section is compiled under that plan on its
+// cluster (the distribution passes need one).
 // Every pass of the pipeline has at least one case.
 func TestDumpAfterEachPass(t *testing.T) {
 	for _, name := range passes.Names() {
@@ -34,11 +38,31 @@ func TestDumpAfterEachPass(t *testing.T) {
 					t.Fatal(err)
 				}
 				var dump strings.Builder
-				if _, err := passes.Run(job, passes.Options{Check: true, Recompute: job.Train.Recompute, DumpAfter: name, Dump: &dump}); err != nil {
+				opts := passes.Options{Check: true, Recompute: job.Train.Recompute, DumpAfter: name, Dump: &dump}
+				if isDist(name) {
+					// A distribution pass: compiled under the shard
+					// section's plan on the file's cluster.
+					plan, _, err := compiler.Choose(job, cost.Config{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := compiler.Compile(job, plan, compiler.Options{Passes: opts, Depth: 2}); err != nil {
+						t.Fatal(err)
+					}
+				} else if _, err := passes.Run(job, opts); err != nil {
 					t.Fatal(err)
 				}
 				golden.Archive(t, path, ar, map[string]string{"dump": dump.String()})
 			})
 		}
 	}
+}
+
+func isDist(name string) bool {
+	for _, p := range passes.Pipeline {
+		if p.Name == name {
+			return p.Dist
+		}
+	}
+	return false
 }
