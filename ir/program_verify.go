@@ -19,6 +19,9 @@ func VerifyProgram(p *Program, written bool) error {
 		if b.Parent >= int32(i) {
 			return fmt.Errorf("view b%d %s: parent b%d not declared before it", i, b.Name, b.Parent)
 		}
+		if !b.Part.valid() {
+			return fmt.Errorf("view b%d %s: part group %v is not a group", i, b.Name, b.Part)
+		}
 		par := p.Buffers[b.Parent]
 		if par.DType != b.DType {
 			return fmt.Errorf("view b%d %s is %v, its parent %s %v", i, b.Name, b.DType, par.Name, par.DType)
@@ -40,6 +43,9 @@ func VerifyProgram(p *Program, written bool) error {
 				return fmt.Errorf("%s: unknown kernel %v", where, in.Kern)
 			}
 		case Collective:
+			if !in.Group.valid() {
+				return fmt.Errorf("%s: group %v is not a group", where, in.Group)
+			}
 			a, b, n := p.Buffers[in.In], p.Buffers[in.Out], int64(in.Group.Size())
 			ok := a.DType == b.DType
 			switch in.Coll {
@@ -112,4 +118,11 @@ func VerifyProgram(p *Program, written bool) error {
 		}
 	}
 	return nil
+}
+
+// valid reports whether g's factors are positive and Inner nests in
+// Outer.
+func (g Group) valid() bool {
+	o, i := g.Outer, g.Inner
+	return o.S0 > 0 && o.S1 > 0 && i.S0 > 0 && i.S1 > 0 && o.S0%i.S0 == 0 && o.S1%i.S1 == 0
 }

@@ -91,7 +91,30 @@ func redundantGathers(s *State) error {
 	}
 	ownPartGathers(p)
 	deadKernels(p)
+	unusedAllocs(p)
 	return nil
+}
+
+// unusedAllocs drops the allocs and frees of buffers nothing else uses.
+func unusedAllocs(p *ir.Program) {
+	used := map[int32]bool{}
+	for i := range p.Seq {
+		op := &p.Seq[i].Instr
+		if op.Op == ir.Alloc || op.Op == ir.Free {
+			continue
+		}
+		for _, b := range append(op.Reads(), op.Writes()...) {
+			used[p.Root(b)] = true
+		}
+	}
+	out := p.Seq[:0]
+	for _, op := range p.Seq {
+		if (op.Op == ir.Alloc || op.Op == ir.Free) && !used[op.Buf] {
+			continue
+		}
+		out = append(out, op)
+	}
+	p.Seq = out
 }
 
 // keepGathered removes one free/re-gather pair and reports whether it
