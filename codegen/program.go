@@ -3,7 +3,7 @@
 // record and wait) over named buffers, their text disassembly, and the
 // versioned, checksummed binary plan bundle.
 //
-// In: programs built by the scheduler. Out: a Bundle that the runtime
+// In: programs the passes scheduled (ir.Program). Out: a Bundle that the runtime
 // loads. Ranks run the same template (SPMD): a collective names its group
 // relative to the executing rank (Group), and which shard of a buffer a
 // rank owns follows from its rank, so one template serves every rank and
