@@ -42,3 +42,29 @@ func TestBadAttrIsInternalError(t *testing.T) {
 		t.Errorf("adamw without beta1: %v", err)
 	}
 }
+
+// TestPassOrder checks the pipeline against the order constraints, and
+// that each constraint names real passes.
+func TestPassOrder(t *testing.T) {
+	at := map[string]int{}
+	for i, p := range Pipeline {
+		at[p.Name] = i
+	}
+	for _, c := range passOrder {
+		a, okA := at[c[0]]
+		b, okB := at[c[1]]
+		switch {
+		case !okA || !okB:
+			t.Errorf("constraint %s before %s names a pass not in the pipeline", c[0], c[1])
+		case a >= b:
+			t.Errorf("pass %s must run before %s", c[0], c[1])
+		}
+	}
+	// Graph passes come first: a distribution pass runs only on a
+	// partitioned graph.
+	for i := 1; i < len(Pipeline); i++ {
+		if Pipeline[i-1].Dist && !Pipeline[i].Dist {
+			t.Errorf("graph pass %s after distribution pass %s", Pipeline[i].Name, Pipeline[i-1].Name)
+		}
+	}
+}

@@ -40,6 +40,26 @@ var Pipeline = []Pass{
 	{"schedule", "needs the final instructions; defers gradient use, places allocs and frees, splits into streams with events and the prefetch bound", schedule, true},
 }
 
+// passOrder lists the constraints on the pipeline's order, as the Go
+// compiler's ssa/compile.go does: each pass named first must run before
+// the second (TestPassOrder checks Pipeline against them).
+var passOrder = [...][2]string{
+	{"autodiff", "optimizer"},         // AdamW reads every param's gradient
+	{"autodiff", "recompute"},         // recompute copies what backward reads
+	{"recompute", "partition"},        // the copies are placed in their blocks' backward
+	{"partition", "lower"},            // flat buffers are per stage
+	{"optimizer", "lower"},            // lower reads the adamw ops' attributes
+	{"lower", "collectives"},          // collectives fill the sharded buffers
+	{"collectives", "reduce-scatter"}, // rewrites the naive all-reduces
+	{"collectives", "redundant-gathers"},
+	{"reduce-scatter", "bucket"},       // only the all-reduces left are bucketed
+	{"bucket", "hierarchical"},         // a bucket is lowered whole
+	{"reduce-scatter", "hierarchical"}, // final collective sizes
+	{"hierarchical", "schedule"},       // the final instructions
+	{"bucket", "schedule"},
+	{"redundant-gathers", "schedule"},
+}
+
 // State is what passes share.
 type State struct {
 	Job   *ir.Job
