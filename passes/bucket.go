@@ -111,6 +111,7 @@ func bucket(s *State) error {
 	return nil
 }
 
+// castInstr copies buffer from into to, converting to to's dtype.
 func castInstr(p *ir.Program, from, to int32) ir.Instr {
 	return ir.Instr{Op: ir.Kernel, Kern: ir.Cast, Args: []int32{from}, Outs: []int32{to},
 		Attrs: []ir.Attr{ir.IntAttr("dtype", int64(p.Buffers[to].DType))}}

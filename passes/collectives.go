@@ -65,8 +65,9 @@ func collectives(s *State) error {
 				}
 				if sk.pSec >= 0 {
 					sec := ds.view(p, p.Buffers[sk.pFull].Name+"[sec]", sk.pFull, p.Buffers[sk.pSec].Elems, 0, group(sk.f.Secondary, one))
-					emit(ir.Forward, ir.Compute, ir.Instr{Op: ir.Kernel, Kern: ir.Cast, Args: []int32{sec}, Outs: []int32{sk.pSec},
-						Attrs: []ir.Attr{ir.IntAttr("dtype", int64(p.Buffers[sk.pSec].DType))}, Comment: "keep the secondary shard (hpZ)"}, k, m)
+					keep := castInstr(p, sec, sk.pSec)
+					keep.Comment = "keep the secondary shard (hpZ)"
+					emit(ir.Forward, ir.Compute, keep, k, m)
 				}
 				emit(ir.Forward, ir.Compute, ir.Instr{Op: ir.Free, Buf: sk.pFull}, k, m)
 			}

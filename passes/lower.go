@@ -244,10 +244,6 @@ func lower(s *State) error {
 		}
 		emit(ph, in)
 	}
-	cast := func(from, to int32) ir.Instr {
-		return ir.Instr{Op: ir.Kernel, Kern: ir.Cast, Args: []int32{from}, Outs: []int32{to},
-			Attrs: []ir.Attr{ir.IntAttr("dtype", int64(p.Buffers[to].DType))}}
-	}
 	M := d.Micro
 	for m := 0; m < M; m++ {
 		for _, v := range inputs {
@@ -270,7 +266,7 @@ func lower(s *State) error {
 			var in ir.Instr
 			switch {
 			case m == 0:
-				in = cast(st.gSel, st.gAcc)
+				in = castInstr(p, st.gSel, st.gAcc)
 				in.Comment = "start accumulating"
 			case m < M-1:
 				in = ir.Instr{Op: ir.Kernel, Kern: ir.Add, Args: []int32{st.gAcc, st.gSel}, Outs: []int32{st.gAcc}, Comment: "accumulate"}
@@ -296,7 +292,7 @@ func lower(s *State) error {
 			Args: []int32{w, st.m, st.v, st.osSel}, Outs: []int32{w, st.m, st.v}, Attrs: st.adamw,
 			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
 		if st.master >= 0 {
-			in := cast(st.master, st.pOS)
+			in := castInstr(p, st.master, st.pOS)
 			in.Stage, in.Micro = int32(i), -1
 			emit(ir.Optimize, in)
 		}
