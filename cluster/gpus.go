@@ -9,6 +9,14 @@ const (
 	tF  = 1e12
 )
 
+// gpuReserve is what a training process holds on a datacenter GPU
+// besides tensors (docs/planner.md, "Memory per GPU"): the CUDA context
+// with lazily loaded modules (about 0.5 GiB on Ampere and Hopper with
+// CUDA 12), NCCL's buffers for the job's communicators (NCCL_BUFFSIZE
+// 4 MiB per channel and peer, about 1 GiB for a few communicators), and
+// the cuBLASLt and attention workspaces (a few hundred MiB).
+const gpuReserve = 2 * giB
+
 // GPUPresets are the accelerators a cluster section can name. Memory is
 // what the driver reports (nvidia-smi's total), FLOP/s the dense tensor-core
 // peak for bf16/fp16, bandwidths one direction. Sources are NVIDIA's data
@@ -22,15 +30,15 @@ const (
 // the A800 and H800's narrower NVLink. InfiniBand reaches about 90% of its
 // line rate in nccl-tests' inter-node runs.
 var GPUPresets = []ir.GPU{
-	{Name: "A100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 300 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9,
+	{Name: "A100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 300 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9, ReserveBytes: gpuReserve,
 		Source: "NVIDIA A100 datasheet (SXM4: 312 TFLOP/s bf16 dense, NVLink3 600 GB/s bidirectional); DGX A100: 8x 200 Gb/s HDR"},
-	{Name: "A800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 200 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9,
+	{Name: "A800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 312 * tF, IntraBW: 200 * gB, InterBW: 200 * gB, Efficiency: 0.55, IntraBusEff: 235.0 / 300, InterBusEff: 0.9, ReserveBytes: gpuReserve,
 		Source: "NVIDIA A800 datasheet (SXM4: 312 TFLOP/s bf16 dense, NVLink 400 GB/s bidirectional); 8x 200 Gb/s HDR"},
-	{Name: "H100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9,
+	{Name: "H100-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9, ReserveBytes: gpuReserve,
 		Source: "NVIDIA H100 datasheet (SXM5: 989 TFLOP/s bf16 dense, NVLink4 900 GB/s bidirectional); DGX H100: 8x 400 Gb/s NDR"},
-	{Name: "H800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 200 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9,
+	{Name: "H800-80GB", MemoryBytes: 80 * giB, PeakFLOPS: 989 * tF, IntraBW: 200 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9, ReserveBytes: gpuReserve,
 		Source: "NVIDIA H800 SXM5 (989 TFLOP/s bf16 dense, NVLink 400 GB/s bidirectional); 8x 400 Gb/s NDR"},
-	{Name: "H200-141GB", MemoryBytes: 143771 * miB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9,
+	{Name: "H200-141GB", MemoryBytes: 143771 * miB, PeakFLOPS: 989 * tF, IntraBW: 450 * gB, InterBW: 400 * gB, Efficiency: 0.45, IntraBusEff: 368.0 / 450, InterBusEff: 0.9, ReserveBytes: gpuReserve,
 		Source: "NVIDIA H200 datasheet (SXM: 141 GB HBM3e, 143771 MiB usable per nvidia-smi, 989 TFLOP/s bf16 dense, NVLink4 900 GB/s bidirectional)"},
 	// CPU ranks: nominal figures for planning a CPU run; the runtime's
 	// calibration replaces them with measured ones.

@@ -47,10 +47,43 @@ type Result struct {
 	Program  *codegen.Program
 	Bundle   *codegen.Bundle
 	Timeline *scheduler.Timeline // rank 0's simulated step
+	Micro    int                 // micro-batches per step
+	// Fits says the program's simulated peak, with the allocator's
+	// allowance and the GPU's reserve, fits the GPU's memory.
+	Fits bool
 }
 
-// Compile compiles job under plan.
+// Compile compiles job under plan. Without a fixed depth it fails when
+// the program does not fit the GPU even gathering one stage at a time.
 func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
+	r, err := compile(job, plan, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Fits && opts.Depth <= 0 {
+		tl := r.Timeline
+		return nil, fmt.Errorf("the schedule needs %s per rank at its peak (%s of tensors, the allocator's allowance and a %s reserve), more than the %s of a GPU, even gathering one stage at a time",
+			cost.GiB(r.Model.Needed(tl.PeakBytes, tl.PersistentBytes)), cost.GiB(tl.PeakBytes),
+			cost.GiB(r.Model.Reserve()), cost.GiB(r.Model.Limit()))
+	}
+	t := r.Job.Train
+	c := r.Job.Cluster
+	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	bundle := &codegen.Bundle{Model: r.Job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: r.Micro,
+		Templates: []codegen.Program{*r.Program}, Machine: machineOf(c),
+		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
+	if err := codegen.Match(bundle); err != nil {
+		return nil, &passes.InternalError{Pass: "match", Err: err}
+	}
+	r.Bundle = bundle
+	return r, nil
+}
+
+// compile runs the passes and simulates the program. Without a fixed
+// depth it takes the deepest prefetch (up to two stages of gathered
+// params live) whose simulated peak fits the GPU, or depth 1 with Fits
+// false.
+func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if job.Cluster == nil || job.Train == nil {
 		return nil, fmt.Errorf("compiling needs a cluster and a train section (or --cluster / --train FILE)")
 	}
@@ -91,9 +124,8 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Without a fixed depth, the deepest prefetch (up to two stages of
-	// gathered params live) whose simulated peak fits the GPU.
-	for opts.Depth <= 0 && depth > 1 && tl.PeakBytes > float64(c.GPU.MemoryBytes) {
+	fits := func() bool { return m.Needed(tl.PeakBytes, tl.PersistentBytes) <= m.Limit() }
+	for opts.Depth <= 0 && depth > 1 && !fits() {
 		depth--
 		if prog, err = passes.Reschedule(s, depth); err != nil {
 			return nil, err
@@ -102,18 +134,7 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	if tl.PeakBytes > float64(c.GPU.MemoryBytes) && opts.Depth <= 0 {
-		return nil, fmt.Errorf("the schedule needs %s per rank at its peak, more than the %s of a GPU, even gathering one stage at a time",
-			cost.GiB(tl.PeakBytes), cost.GiB(float64(c.GPU.MemoryBytes)))
-	}
-	t := job.Train
-	bundle := &codegen.Bundle{Model: job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: int(M),
-		Templates: []codegen.Program{*prog}, Machine: machineOf(c),
-		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
-	if err := codegen.Match(bundle); err != nil {
-		return nil, &passes.InternalError{Pass: "match", Err: err}
-	}
-	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: prog, Bundle: bundle, Timeline: tl}, nil
+	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: prog, Timeline: tl, Micro: int(M), Fits: fits()}, nil
 }
 
 // forPlan returns a copy of job that the passes may extend, lowered again
@@ -147,7 +168,8 @@ func forPlan(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
 }
 
 // Choose returns the shard section's plan, or the planner's choice (with
-// its analytic estimate) when the section says auto.
+// its simulated estimate, as `amspc plan` prints it) when the section
+// says auto.
 func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 	if cfg == (cost.Config{}) {
 		cfg = cost.DefaultConfig
@@ -163,7 +185,7 @@ func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 		}
 		return p, m.Evaluate(p), nil
 	}
-	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true, Config: cfg})
+	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true, Config: cfg, NewEvaluator: NewEvaluator})
 	if err != nil {
 		return cost.Plan{}, nil, err
 	}
@@ -171,25 +193,6 @@ func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 		return cost.Plan{}, nil, fmt.Errorf("%s", res.Explain()[0])
 	}
 	return res.Chosen.Plan, res.Chosen, nil
-}
-
-// Predict compiles each plan and simulates its program: the planner's
-// simulated step objective (planner.Options.Predict). Plans that do not
-// compile get a nil timeline and their error.
-func Predict(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*scheduler.Timeline, []error) {
-	out := make([]*scheduler.Timeline, len(plans))
-	errs := make([]error, len(plans))
-	for i, p := range plans {
-		// Every prediction at the same prefetch depth, and within memory
-		// only where the plan fits (the planner judges memory itself).
-		r, err := Compile(job, p, Options{Config: m.Config, Depth: 2})
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		out[i] = r.Timeline
-	}
-	return out, errs
 }
 
 // Label names a plan's factors: one triple, or one per layer group.

@@ -109,9 +109,16 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 	return m, nil
 }
 
-// Memory is the bytes a GPU holds at its peak.
+// Memory is the bytes a GPU holds at its peak. For a simulated plan,
+// Params, Grads and Optim are the program's persistent shards,
+// Activations everything its instructions hold allocated at the peak
+// (activations, gathered params, gradient buffers and buckets) and
+// Buffers the caching allocator's fragmentation allowance on that.
 type Memory struct {
-	Params, Grads, Optim, Activations, Buffers, Total float64
+	Params, Grads, Optim, Activations, Buffers float64
+	// Reserve is the GPU's runtime reserve (ir.GPU.ReserveBytes).
+	Reserve float64
+	Total   float64
 }
 
 // Estimate is a plan's predicted cost.
@@ -228,8 +235,10 @@ func (m *Model) GroupBuffers(g Group, f Factors) float64 {
 		big := float64(m.MaxStageParam[g])
 		b += float64(1+m.Config.Prefetch)*big*m.pBytes + 2*big*m.gBytes
 	}
+	// Buckets hold the p-chunk's gradient before it is reduced (ZeRO-2
+	// fills them from the full chunk, not from its own shard).
 	if f.G.Size() > f.P.Size() || m.DP.Size() > f.P.Size() {
-		b += math.Min(2*m.Config.BucketBytes, shard(n, f.G)*m.gBytes)
+		b += math.Min(2*m.Config.BucketBytes, shard(n, f.P)*m.gBytes)
 	}
 	return b
 }
@@ -265,7 +274,57 @@ func (m *Model) memory(e *Estimate, scale float64) {
 	act := m.Activations(p.Recompute, scale)
 	e.Mem.Activations = act
 	e.Mem.Buffers = buf + m.Config.Fragmentation*(act+buf)
-	e.Mem.Total = e.Mem.Params + e.Mem.Grads + e.Mem.Optim + e.Mem.Activations + e.Mem.Buffers
+	e.Mem.Reserve = m.Reserve()
+	e.Mem.Total = e.Mem.Params + e.Mem.Grads + e.Mem.Optim + e.Mem.Activations + e.Mem.Buffers + e.Mem.Reserve
+}
+
+// Reserve is the memory a GPU of the cluster holds outside tensors.
+func (m *Model) Reserve() float64 { return float64(m.Job.Cluster.GPU.ReserveBytes) }
+
+// Needed is the memory a program needs whose simulated peak is peak
+// bytes, persistent of them held for the whole run: the peak, the
+// fragmentation allowance on its transient part, and the reserve.
+func (m *Model) Needed(peak, persistent float64) float64 {
+	return peak + m.Config.Fragmentation*(peak-persistent) + m.Reserve()
+}
+
+// Limit is a GPU's memory.
+func (m *Model) Limit() float64 { return float64(m.Job.Cluster.GPU.MemoryBytes) }
+
+// Prediction is a plan's compiled program simulated on the machine
+// model (the compiler makes it; the cost package cannot import the
+// compiler).
+type Prediction struct {
+	Step, Compute, Exposed float64
+	// CommTime is the communication streams' busy time; CommIntra and
+	// CommInter the bus bytes one rank sends inside and across nodes.
+	CommTime, CommIntra, CommInter float64
+	// PeakBytes is the most memory the program holds at once,
+	// PersistentBytes the part no instruction allocates; Params, Grads
+	// and Optim split the persistent shards.
+	PeakBytes, PersistentBytes float64
+	Params, Grads, Optim       float64
+	M                          int64
+}
+
+// Apply replaces an estimate's times, traffic and memory with a
+// prediction's, and decides feasibility by the simulated peak: the peak,
+// a fragmentation allowance on its transient part, and the GPU's
+// reserve must fit the GPU's memory.
+func (m *Model) Apply(e *Estimate, pr *Prediction) {
+	m.SetTimes(e, pr.Step, pr.Compute, pr.Exposed)
+	e.CommTime, e.CommIntra, e.CommInter = pr.CommTime, pr.CommIntra, pr.CommInter
+	e.M = pr.M
+	trans := pr.PeakBytes - pr.PersistentBytes
+	e.Mem = Memory{Params: pr.Params, Grads: pr.Grads, Optim: pr.Optim, Activations: trans,
+		Buffers: m.Config.Fragmentation * trans, Reserve: m.Reserve()}
+	e.Mem.Total = m.Needed(pr.PeakBytes, pr.PersistentBytes)
+	e.Simulated = true
+	e.Feasible, e.Why = true, ""
+	if limit := m.Limit(); e.Mem.Total > limit {
+		e.Feasible = false
+		e.Why = fmt.Sprintf("needs %s > %s", GiB(e.Mem.Total), GiB(limit))
+	}
 }
 
 // ratio is the mesh of the replicas of one shard of a inside b: the

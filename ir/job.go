@@ -33,7 +33,11 @@ type GPU struct {
 	// bandwidths that NCCL's large-message bus bandwidth reaches: the
 	// preset's default bandwidth profile.
 	IntraBusEff, InterBusEff float64
-	Source                   string // where the numbers come from
+	// ReserveBytes is the memory a training process holds outside the
+	// framework's tensors: the CUDA context and module images, NCCL's
+	// communicator buffers, cuBLAS/cuBLASLt workspaces (docs/planner.md).
+	ReserveBytes int64
+	Source       string // where the numbers come from
 }
 
 // Cluster is a resolved cluster section: a preset with overrides applied.

@@ -182,4 +182,9 @@ type Factors struct {
 	P, G, OS, Secondary Factor
 }
 
-func (f Factors) String() string { return fmt.Sprintf("%v/%v/%v", f.P, f.G, f.OS) }
+func (f Factors) String() string {
+	if f.Secondary.Size() > 1 {
+		return fmt.Sprintf("%v+%v/%v/%v", f.P, f.Secondary, f.G, f.OS)
+	}
+	return fmt.Sprintf("%v/%v/%v", f.P, f.G, f.OS)
+}

@@ -91,7 +91,7 @@ func buildMILP(m *cost.Model, space []cost.Factors, sets []setting) (*solver.Pro
 	const timeScale = 1.0
 	memScale := 1 / limit
 	one := solver.Row{Sense: solver.EQ, RHS: 1}
-	memory := solver.Row{Sense: solver.LE, RHS: 1 - 1e-6}
+	memory := solver.Row{Sense: solver.LE, RHS: 1 - 1e-6 - m.Reserve()*memScale}
 	uCol := make([]int, len(sets))
 	for k, s := range sets {
 		uCol[k] = add(m.ComputeTime(s.rc, s.mb, s.M)*timeScale, 0, 1, true, milpColumn{c: -1, k: k})

@@ -2,12 +2,12 @@ package planner
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
 	"amspc/cost"
 	"amspc/ir"
-	"amspc/scheduler"
 )
 
 // Objective is what the search minimises.
@@ -40,6 +40,18 @@ func ParseObjective(s string) (Objective, bool) {
 	return 0, false
 }
 
+// Evaluator compiles plans and simulates their programs (the compiler
+// implements it; the planner cannot import the compiler, which imports
+// it).
+type Evaluator interface {
+	// Bound is a proven lower bound of a plan's simulated step time and
+	// of the memory it needs.
+	Bound(p cost.Plan) (step, mem float64, err error)
+	// Predict compiles and simulates plans; a plan that does not compile
+	// gets a nil prediction and its error.
+	Predict(plans []cost.Plan) ([]*cost.Prediction, []error)
+}
+
 // Options steer a search.
 type Options struct {
 	Objective Objective
@@ -48,16 +60,12 @@ type Options struct {
 	Config    cost.Config
 	// BaselineK is the group size of MiCS, HSDP and ZeRO++ (0: a node).
 	BaselineK int
-	// Simulate re-costs, with the step objective, the best candidates
-	// (SimulateTop of them, by the analytic model), the baselines and the
-	// shard section's plan on the scheduler's simulated timeline of their
-	// real instruction streams, and ranks by that.
-	Simulate    bool
-	SimulateTop int
-	// Predict compiles plans and simulates their programs
-	// (compiler.Predict; the planner cannot import the compiler, which
-	// imports it). Simulate needs it.
-	Predict func(job *ir.Job, m *cost.Model, plans []cost.Plan) ([]*scheduler.Timeline, []error)
+	// NewEvaluator, when set, makes the step objective the simulation of
+	// each plan's compiled program: every candidate whose bound does not
+	// rule it out is simulated (branch and bound), and the baselines, the
+	// shard section's plan and the MILP's choice are simulated and
+	// compete. Without it the step objective is the analytic model's.
+	NewEvaluator func(job *ir.Job, m *cost.Model) Evaluator
 }
 
 // Result is a search's outcome.
@@ -69,10 +77,13 @@ type Result struct {
 	Top        []*cost.Estimate // best feasible candidates, best first
 	Fastest    *cost.Estimate   // best candidate ignoring memory
 	Smallest   *cost.Estimate   // candidate needing the least memory
-	Candidates int              // plans costed
-	MILP       *MILPResult      // when PerGroup
-	SolveTime  time.Duration
-	Model      *cost.Model
+	Candidates int              // plans in the space (uniform candidates and the MILP's columns)
+	// Simulated counts the plans compiled and simulated; Pruned the
+	// candidates the bound ruled out (too slow or too big) unsimulated.
+	Simulated, Pruned int
+	MILP              *MILPResult // when PerGroup
+	SolveTime         time.Duration
+	Model             *cost.Model
 }
 
 // Score is the objective's value of an estimate.
@@ -93,6 +104,44 @@ func (o Objective) better(a, b *cost.Estimate) bool {
 	return o.Score(a) < o.Score(b)
 }
 
+// Candidates lists the uniform plans the planner searches on mesh dp:
+// the paper's space (Space), each also with ZeRO++'s secondary copy of
+// the params inside a node where s_p spans nodes, under the train
+// section's recompute and the other choice, at micro-batch mb.
+func Candidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
+	var fs []cost.Factors
+	for _, f := range Space(dp) {
+		fs = append(fs, f)
+		if node := (ir.Factor{S0: dp.S0, S1: 1}); f.P.S1 > 1 && node.Size() > 1 {
+			hp := f
+			hp.Secondary = node
+			fs = append(fs, hp)
+		}
+	}
+	var out []cost.Plan
+	for _, r := range []ir.Recompute{rc, other(rc)} {
+		for _, f := range fs {
+			name := "AMSP " + f.String()
+			if r != rc {
+				name += " recompute=" + r.String()
+			}
+			out = append(out, cost.Uniform(name, f, r, mb))
+		}
+	}
+	return out
+}
+
+func other(rc ir.Recompute) ir.Recompute {
+	if rc == ir.RecomputeFull {
+		return ir.RecomputeNone
+	}
+	return ir.RecomputeFull
+}
+
+// batch is how many candidates are simulated together: a constant, so
+// that which candidates are simulated does not depend on the machine.
+const batch = 4
+
 // Plan searches the job's space.
 func Plan(job *ir.Job, opts Options) (*Result, error) {
 	start := time.Now()
@@ -105,176 +154,239 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	}
 	res := &Result{Objective: opts.Objective, Model: m}
 	rc, mb := job.Train.Recompute, job.Train.MicroBatch
-	space := Space(m.DP)
-	var all []*cost.Estimate
-	for i, f := range space {
-		e := m.Evaluate(cost.Uniform(fmt.Sprintf("c%d", i), f, rc, mb))
-		e.Plan.Name = "AMSP " + f.String()
-		all = append(all, e)
-	}
-	res.Candidates = len(all)
-	sort.SliceStable(all, func(i, j int) bool { return opts.Objective.better(all[i], all[j]) })
-	fastest := all[0]
-	for _, e := range all {
-		if opts.Objective.Score(e) < opts.Objective.Score(fastest) && e.M > 0 {
-			fastest = e
-		}
-	}
-	res.Fastest = fastest
-	res.Smallest = all[0]
-	for _, e := range all {
-		if e.M > 0 && (res.Smallest.M == 0 || e.Mem.Total < res.Smallest.Mem.Total) {
-			res.Smallest = e
-		}
-	}
-	if all[0].Feasible {
-		res.Chosen = all[0]
-	}
-	for _, e := range all {
-		if len(res.Top) >= opts.Top || !e.Feasible {
-			break
-		}
-		res.Top = append(res.Top, e)
+	var ev Evaluator
+	if opts.NewEvaluator != nil && opts.Objective == Step {
+		ev = opts.NewEvaluator(job, m)
 	}
 	k := opts.BaselineK
 	if k == 0 {
 		k = m.DP.S0
 	}
 	for _, b := range Baselines(m.DP, k) {
-		e := m.Evaluate(cost.Uniform(b.Name, b.Factors, rc, mb))
-		res.Baselines = append(res.Baselines, e)
+		res.Baselines = append(res.Baselines, m.Evaluate(cost.Uniform(b.Name, b.Factors, rc, mb)))
 	}
-	if opts.Simulate && opts.Objective == Step {
-		top := opts.SimulateTop
-		if top <= 0 {
-			top = 8
-		}
-		var pool []*cost.Estimate
-		for _, e := range all {
-			if len(pool) >= top || !e.Feasible {
-				break
-			}
-			pool = append(pool, e)
-		}
-		if err := simulate(job, m, opts.Predict, append(append([]*cost.Estimate{}, pool...), res.Baselines...)); err != nil {
-			return nil, err
-		}
-		// Rank the simulated pool by its simulated steps; candidates
-		// outside it keep their analytic estimates and are not compared.
-		sort.SliceStable(pool, func(i, j int) bool { return opts.Objective.better(pool[i], pool[j]) })
-		res.Top = nil
-		for _, e := range pool {
-			if len(res.Top) >= opts.Top || !e.Feasible {
-				break
-			}
-			res.Top = append(res.Top, e)
-		}
-		if len(pool) > 0 && pool[0].Feasible {
-			res.Chosen = pool[0]
-		}
+	if sh := job.Shard; sh != nil && sh.Mode != ir.ShardAuto {
+		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
+		res.Fixed = m.Evaluate(cost.Uniform("shard "+sh.Label(), f, rc, mb))
 	}
+	var all []*cost.Estimate
+	for _, p := range Candidates(m.DP, rc, mb) {
+		all = append(all, m.Evaluate(p))
+	}
+	res.Candidates = len(all)
+	var milp *cost.Estimate
 	if opts.PerGroup && opts.Objective == Step {
-		mr, err := SolveMILP(m, job, space)
+		mr, err := SolveMILP(m, job, Space(m.DP))
 		if err != nil {
 			return nil, err
 		}
 		res.MILP = mr
 		res.Candidates += mr.Columns
-		if mr.Best != nil && opts.Simulate {
-			if err := simulate(job, m, opts.Predict, []*cost.Estimate{mr.Best}); err != nil {
-				return nil, err
-			}
+		milp = mr.Best
+	}
+	// The rows every user sees are simulated first: their best is the
+	// incumbent the bound prunes against.
+	rows := append([]*cost.Estimate{}, res.Baselines...)
+	if res.Fixed != nil {
+		rows = append(rows, res.Fixed)
+	}
+	if milp != nil {
+		rows = append(rows, milp)
+	}
+	if ev != nil {
+		if err := simulate(ev, m, rows); err != nil {
+			return nil, err
 		}
-		// Compare like with like: simulated with simulated, else the
-		// analytic steps of both.
-		better := func(a, b *cost.Estimate) bool {
-			if a.Simulated == b.Simulated {
-				return a.Step < b.Step*(1-1e-9)
-			}
-			return a.AnalyticStep < b.AnalyticStep*(1-1e-9)
-		}
-		if mr.Best != nil && mr.Best.Feasible && (res.Chosen == nil || better(mr.Best, res.Chosen)) {
-			res.Chosen = mr.Best
+		if err := res.branchAndBound(ev, m, all, rows); err != nil {
+			return nil, err
 		}
 	}
-	if sh := job.Shard; sh != nil && sh.Mode != ir.ShardAuto {
-		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
-		e := m.Evaluate(cost.Uniform("shard "+sh.Label(), f, rc, mb))
-		res.Fixed = e
-		if opts.Simulate && opts.Objective == Step {
-			if err := simulate(job, m, opts.Predict, []*cost.Estimate{e}); err != nil {
-				return nil, err
-			}
+	sort.SliceStable(all, func(i, j int) bool { return res.less(all[i], all[j]) })
+	for _, e := range all {
+		if len(res.Top) >= opts.Top || !e.Feasible || (ev != nil && !e.Simulated) {
+			break
+		}
+		res.Top = append(res.Top, e)
+	}
+	// The choice: the best feasible plan of every plan costed the same
+	// way, baselines included.
+	pool := append(append([]*cost.Estimate{}, rows...), all...)
+	for _, e := range pool {
+		if ev != nil && !e.Simulated {
+			continue
+		}
+		if e.Feasible && (res.Chosen == nil || res.less(e, res.Chosen)) {
+			res.Chosen = e
+		}
+		if res.Fastest == nil || res.Objective.Score(e) < res.Objective.Score(res.Fastest) {
+			res.Fastest = e
+		}
+	}
+	for _, e := range pool {
+		if e.M > 0 && (res.Smallest == nil || e.Mem.Total < res.Smallest.Mem.Total) {
+			res.Smallest = e
 		}
 	}
 	res.SolveTime = time.Since(start)
 	return res, nil
 }
 
-// simulate replaces the estimates' step times with the scheduler's
-// simulated timeline (compute, exposed communication, step).
-func simulate(job *ir.Job, m *cost.Model, predict func(*ir.Job, *cost.Model, []cost.Plan) ([]*scheduler.Timeline, []error), es []*cost.Estimate) error {
-	if predict == nil {
-		return fmt.Errorf("planner: simulating plans needs Options.Predict")
+// less orders feasible plans by the objective; ties go to the earlier.
+func (r *Result) less(a, b *cost.Estimate) bool {
+	if a.Feasible != b.Feasible {
+		return a.Feasible
 	}
-	plans := make([]cost.Plan, len(es))
-	for i, e := range es {
-		plans[i] = e.Plan
+	if a.Simulated != b.Simulated {
+		return a.Simulated
 	}
-	tls, errs := predict(job, m, plans)
-	for i, e := range es {
-		if errs[i] != nil || tls[i] == nil {
-			continue // keeps the analytic estimate
+	return r.Objective.Score(a) < r.Objective.Score(b)
+}
+
+// branchAndBound simulates the candidates in the order of their bounds,
+// a batch at a time, until the next bound is no better than the best
+// simulated feasible step; a candidate whose memory bound exceeds the
+// GPU is infeasible without simulation.
+func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.Estimate) error {
+	type cand struct {
+		e    *cost.Estimate
+		step float64
+	}
+	var open []cand
+	for _, e := range all {
+		if e.M == 0 { // the batch does not split: Evaluate said why
+			r.Pruned++
+			continue
 		}
-		m.SetTimes(e, tls[i].Step, tls[i].Compute, tls[i].Exposed)
-		e.Simulated = true
+		step, mem, err := ev.Bound(e.Plan)
+		if err != nil {
+			return err
+		}
+		if mem > m.Limit() {
+			e.Feasible = false
+			e.Why = fmt.Sprintf("needs at least %s > %s", cost.GiB(mem), cost.GiB(m.Limit()))
+			r.Pruned++
+			continue
+		}
+		open = append(open, cand{e, step})
+	}
+	sort.SliceStable(open, func(i, j int) bool { return open[i].step < open[j].step })
+	best := math.Inf(1)
+	for _, e := range rows {
+		if e.Simulated && e.Feasible {
+			best = math.Min(best, e.Step)
+		}
+	}
+	for i := 0; i < len(open); {
+		var next []*cost.Estimate
+		for ; i < len(open) && len(next) < batch && open[i].step < best; i++ {
+			next = append(next, open[i].e)
+		}
+		if len(next) == 0 {
+			r.Pruned += len(open) - i
+			break
+		}
+		if err := simulate(ev, m, next); err != nil {
+			return err
+		}
+		for _, e := range next {
+			if e.Simulated && e.Feasible {
+				best = math.Min(best, e.Step)
+			}
+		}
 	}
 	return nil
 }
 
-// Explain says in a few lines why the chosen plan won: what binds, and
-// what the runner-up loses.
+// simulate replaces estimates with the simulations of their compiled
+// programs. A plan the compiler refuses keeps its analytic estimate,
+// marked infeasible with the compiler's reason.
+func simulate(ev Evaluator, m *cost.Model, es []*cost.Estimate) error {
+	plans := make([]cost.Plan, len(es))
+	for i, e := range es {
+		plans[i] = e.Plan
+	}
+	prs, errs := ev.Predict(plans)
+	for i, e := range es {
+		if errs[i] != nil || prs[i] == nil {
+			e.Feasible = false
+			if errs[i] != nil {
+				e.Why = errs[i].Error()
+			}
+			continue
+		}
+		m.Apply(e, prs[i])
+	}
+	return nil
+}
+
+// Explain says in a few lines why the chosen plan won: whether memory
+// binds, how it compares with the best prior system and with the
+// runner-up, and what the shard section's plan costs.
 func (r *Result) Explain() []string {
 	var out []string
 	if r.Chosen == nil {
 		s := r.Smallest
+		if s == nil {
+			return []string{"no plan fits, and none could be costed"}
+		}
 		return []string{fmt.Sprintf("no plan fits: the one needing the least memory, %s, %s", s.Plan.Name, s.Why)}
 	}
 	c := r.Chosen
-	limit := float64(r.Model.Job.Cluster.GPU.MemoryBytes)
-	if r.Fastest != nil && !r.Fastest.Feasible {
-		out = append(out, fmt.Sprintf("memory binds: the fastest plan, %s, %s; the chosen plan uses %s of %s",
-			r.Fastest.Plan.Name, r.Fastest.Why, cost.GiB(c.Mem.Total), cost.GiB(limit)))
+	limit := r.Model.Limit()
+	if f := r.Fastest; f != nil && !f.Feasible && r.Objective.Score(f) < r.Objective.Score(c) {
+		out = append(out, fmt.Sprintf("memory binds: the fastest plan, %s, %s; the chosen plan needs %s of %s",
+			f.Plan.Name, f.Why, cost.GiB(c.Mem.Total), cost.GiB(limit)))
 	} else {
 		out = append(out, fmt.Sprintf("memory does not bind (%s of %s): communication decides", cost.GiB(c.Mem.Total), cost.GiB(limit)))
 	}
+	what := "step"
+	if r.Objective == Paper {
+		what = "T_comm"
+	}
+	compare := func(role string, e *cost.Estimate) string {
+		d := r.Objective.Score(e) - r.Objective.Score(c)
+		s := fmt.Sprintf("%s %s: %s %s, %s (%+.1f%%) slower", role, e.Plan.Name, what, seconds(r.Objective.Score(e)), seconds(d), 100*d/r.Objective.Score(c))
+		if r.Objective == Step && e.Exposed != c.Exposed {
+			s += fmt.Sprintf(", with %s of communication not hidden by compute against %s", seconds(e.Exposed), seconds(c.Exposed))
+		}
+		return s
+	}
+	var base *cost.Estimate
+	for _, e := range r.Baselines {
+		if e.Feasible && e.Simulated == c.Simulated && (base == nil || r.Objective.Score(e) < r.Objective.Score(base)) {
+			base = e
+		}
+	}
+	switch {
+	case base == nil:
+		out = append(out, "no prior system (DDP, ZeRO, FSDP, MiCS, HSDP, ZeRO++) fits")
+	case base == c:
+		out = append(out, fmt.Sprintf("the best plan is the prior system %s", c.Plan.Name))
+	case r.Objective.Score(base) <= r.Objective.Score(c):
+		out = append(out, fmt.Sprintf("the best prior system, %s, ties with it", base.Plan.Name))
+	default:
+		out = append(out, compare("the best prior system", base))
+	}
 	var ru *cost.Estimate
 	for _, e := range r.Top {
-		if e != c {
+		if e != c && e.Plan.Groups != c.Plan.Groups {
 			ru = e
 			break
 		}
 	}
-	// Compare like with like: simulated steps, or both analytic.
-	score := func(e *cost.Estimate) float64 { return r.Objective.Score(e) }
-	if ru != nil && ru.Simulated != c.Simulated && r.Objective == Step {
-		score = func(e *cost.Estimate) float64 { return e.AnalyticStep }
-	}
 	if ru != nil {
-		d := score(ru) - score(c)
-		out = append(out, fmt.Sprintf("runner-up %s is %s slower (%+.1f%%): %s exposed communication vs %s",
-			ru.Plan.Name, seconds(d), 100*d/score(c), seconds(ru.Exposed), seconds(c.Exposed)))
+		out = append(out, compare("runner-up", ru))
 	}
-	if r.Fixed != nil {
-		d := r.Objective.Score(r.Fixed) - r.Objective.Score(c)
+	if f := r.Fixed; f != nil {
+		d := r.Objective.Score(f) - r.Objective.Score(c)
 		switch {
-		case !r.Fixed.Feasible:
-			out = append(out, fmt.Sprintf("the shard section's plan %s does not fit: %s", r.Fixed.Plan.Name, r.Fixed.Why))
+		case !f.Feasible:
+			out = append(out, fmt.Sprintf("the shard section's plan %s does not fit: %s", f.Plan.Name, f.Why))
 		case d <= 0:
-			out = append(out, fmt.Sprintf("the shard section's plan %s is optimal", r.Fixed.Plan.Name))
+			out = append(out, fmt.Sprintf("the shard section's plan %s is optimal", f.Plan.Name))
 		default:
-			out = append(out, fmt.Sprintf("the shard section's plan %s is %s (%.1f%%) slower than the optimum",
-				r.Fixed.Plan.Name, seconds(d), 100*d/r.Objective.Score(c)))
+			out = append(out, fmt.Sprintf("the shard section's plan %s is %s (%.1f%%) slower than the choice",
+				f.Plan.Name, seconds(d), 100*d/r.Objective.Score(c)))
 		}
 	}
 	return out

@@ -22,7 +22,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	top := fs.Int("top", 3, "also show the `K` best candidates")
 	lf.registerShard(fs, "cost")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
-	simulate := fs.Bool("simulate", true, "with --objective step, re-cost the best candidates and the baselines on the simulated timeline of their compiled instruction streams")
+	simulate := fs.Bool("simulate", true, "with --objective step, rank plans by simulating their compiled programs (every candidate a proven bound does not rule out); false: the analytic model only")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
 	file, ok := oneFile(fs, args)
 	if !ok {
@@ -51,7 +51,11 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate, Predict: compiler.Predict})
+	opts := planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg}
+	if *simulate {
+		opts.NewEvaluator = compiler.NewEvaluator
+	}
+	res, err := planner.Plan(job, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser

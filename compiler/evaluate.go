@@ -1,0 +1,404 @@
+package compiler
+
+import (
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/ir"
+	"amspc/passes"
+	"amspc/planner"
+)
+
+// Evaluator is the planner's view of the compiler (planner.Evaluator):
+// it compiles plans and simulates their programs, and gives every plan a
+// lower bound of that simulation without compiling it.
+type Evaluator struct {
+	job *ir.Job
+	m   *cost.Model
+
+	mu     sync.Mutex
+	graphs map[setting]*graphFacts
+}
+
+// setting is what the graph passes depend on.
+type setting struct {
+	rc ir.Recompute
+	mb int64
+}
+
+// graphFacts are the plan-independent facts of a training graph that the
+// bound needs.
+type graphFacts struct {
+	err error
+	// compute is one micro-batch's forward and backward kernels, costed
+	// as the simulator costs the kernels lowering makes of them.
+	compute float64
+	stages  []stageFacts
+	// saved is the bytes of every value a backward kernel reads that
+	// forward made (or an input): all live while the last forward kernel
+	// of a micro-batch runs.
+	saved float64
+	m     *cost.Model // the cost model at this micro-batch
+	M     int64
+}
+
+type stageFacts struct {
+	group ir.StageGroup
+	elems int64 // the stage's param elements, unpadded
+	// before is the forward compute the stage runs before its first
+	// kernel that reads one of its own params (stage 0 only).
+	before float64
+	// bwdReads says the stage's backward reads its own params, so they
+	// must be gathered for it.
+	bwdReads bool
+	// after is the backward compute the stage runs after the last kernel
+	// that writes one of its params' gradients; bwd all of its backward
+	// compute (of one micro-batch).
+	after, bwd float64
+}
+
+// NewEvaluator makes the evaluator of job under cost model m (the
+// planner's Options.NewEvaluator).
+func NewEvaluator(job *ir.Job, m *cost.Model) planner.Evaluator {
+	return &Evaluator{job: job, m: m, graphs: map[setting]*graphFacts{}}
+}
+
+// Predict compiles each plan and simulates its program, in parallel;
+// plans that do not compile get a nil prediction and their error. The
+// prefetch depth is the one Compile picks: the deepest that fits.
+func (ev *Evaluator) Predict(plans []cost.Plan) ([]*cost.Prediction, []error) {
+	out := make([]*cost.Prediction, len(plans))
+	errs := make([]error, len(plans))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(plans)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				out[i], errs[i] = ev.predict(plans[i])
+			}
+		}()
+	}
+	for i := range plans {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return out, errs
+}
+
+func (ev *Evaluator) predict(p cost.Plan) (*cost.Prediction, error) {
+	r, err := compile(ev.job, p, Options{Config: ev.m.Config})
+	if err != nil {
+		return nil, err
+	}
+	return prediction(r), nil
+}
+
+// prediction summarises a compiled plan's simulated step.
+func prediction(r *Result) *cost.Prediction {
+	tl, prog, m := r.Timeline, r.Program, r.Model
+	pr := &cost.Prediction{Step: tl.Step, Compute: tl.Compute, Exposed: tl.Exposed,
+		PeakBytes: tl.PeakBytes, PersistentBytes: tl.PersistentBytes, M: int64(r.Micro)}
+	for _, sp := range tl.Spans {
+		if sp.Stream != codegen.Compute {
+			pr.CommTime += sp.Dur
+		}
+	}
+	for s := range prog.Streams {
+		for _, in := range prog.Streams[s] {
+			if in.Op == codegen.Collective {
+				cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+				pr.CommIntra += cc.Intra
+				pr.CommInter += cc.Inter
+			}
+		}
+	}
+	trans := transient(prog)
+	for id, b := range prog.Buffers {
+		if b.IsView() || trans[int32(id)] {
+			continue
+		}
+		switch n := float64(b.Bytes()); {
+		case strings.HasPrefix(b.Name, "OS."):
+			pr.Optim += n
+		case strings.HasPrefix(b.Name, "G."):
+			pr.Grads += n
+		default:
+			pr.Params += n
+		}
+	}
+	return pr
+}
+
+// transient lists the buffers some instruction allocates.
+func transient(p *codegen.Program) map[int32]bool {
+	out := map[int32]bool{}
+	for s := range p.Streams {
+		for _, in := range p.Streams[s] {
+			if in.Op == codegen.Alloc {
+				out[in.Buf] = true
+			}
+		}
+	}
+	return out
+}
+
+// facts runs the graph passes for a setting once.
+func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	k := setting{rc, mb}
+	if f, ok := ev.graphs[k]; ok {
+		return f
+	}
+	f := &graphFacts{}
+	ev.graphs[k] = f
+	job, err := forPlan(ev.job, cost.Plan{Name: "bound", MicroBatch: mb})
+	if err != nil {
+		f.err = err
+		return f
+	}
+	if f.m, err = cost.NewModel(job, ev.m.Config); err != nil {
+		f.err = err
+		return f
+	}
+	if f.M, err = job.Train.MicroBatches(job.Cluster.GPUs()); err != nil {
+		f.err = err
+		return f
+	}
+	s, err := passes.Run(job, passes.Options{Recompute: rc})
+	if err != nil {
+		f.err = err
+		return f
+	}
+	kt := func(op *ir.Op) float64 { return op.Kind.Info().Flops(op) / f.m.FlopRate() }
+	bwd := map[*ir.Value]bool{}
+	for _, ps := range s.Partition.Stages {
+		for _, v := range ps.Bwd {
+			bwd[v] = true
+		}
+	}
+	paramOf := map[*ir.Value]*ir.Value{}
+	for _, gp := range s.Grads {
+		paramOf[gp.Grad] = gp.Param
+	}
+	counted := map[*ir.Value]bool{}
+	for _, ps := range s.Partition.Stages {
+		for _, op := range opsOf(ps.Bwd) {
+			for _, a := range op.Args {
+				if !bwd[a] && a.Role != ir.Param && !counted[a] {
+					counted[a] = true
+					f.saved += float64(a.Bytes())
+				}
+			}
+		}
+	}
+	for i, ps := range s.Partition.Stages {
+		st := stageFacts{group: ps.Group}
+		own := map[*ir.Value]bool{}
+		for _, p := range ps.Params {
+			st.elems += p.Shape.NumElements()
+			own[p] = true
+		}
+		reads := func(op *ir.Op) bool {
+			for _, a := range op.Args {
+				if own[a] {
+					return true
+				}
+			}
+			return false
+		}
+		seen := false
+		for _, op := range opsOf(ps.Fwd) {
+			f.compute += kt(op)
+			if i == 0 && !seen {
+				if reads(op) {
+					seen = true
+				} else {
+					st.before += kt(op)
+				}
+			}
+		}
+		for _, op := range opsOf(ps.Bwd) {
+			f.compute += kt(op)
+			st.bwd += kt(op)
+			st.bwdReads = st.bwdReads || reads(op)
+			st.after += kt(op)
+			for _, r := range op.Results {
+				if p := paramOf[r]; p != nil && own[p] {
+					st.after = 0
+				}
+			}
+		}
+		f.stages = append(f.stages, st)
+	}
+	return f
+}
+
+// opsOf lists the ops computing vs, each once (as lowering emits them).
+func opsOf(vs []*ir.Value) []*ir.Op {
+	var out []*ir.Op
+	seen := map[*ir.Op]bool{}
+	for _, v := range vs {
+		if op := v.Def; op != nil && !seen[op] {
+			seen[op] = true
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// Bound is a lower bound of plan p's simulated step and of the memory it
+// needs, from facts every program lowered for p has (tested against the
+// simulation of every candidate of the example models):
+//
+//   - the compute stream runs every forward and backward kernel of the M
+//     micro-batches (accumulation, casts and the optimizer only add);
+//   - before stage 0's first kernel that reads its params, the stage's
+//     params must be gathered over s_p (flat or hierarchical, whichever is
+//     cheaper) and, when s_os > s_p, last step's update spread over the
+//     os/p mesh; only the compute before that kernel can hide it;
+//   - the gather stream gathers every stage's params once, the stages
+//     between the first and the last with params once per micro-batch,
+//     and again for backward where backward reads them (over the
+//     secondary group under hpZ);
+//   - memory: the persistent P and OS shards, the GPU's reserve, and
+//     every value backward reads that forward made: all of them are live
+//     while the last forward kernel of the first micro-batch runs, so the
+//     peak holds them, and the allocator's allowance applies to them.
+//
+// Collective times only grow with size, so unpadded sizes bound padded
+// ones from below; contention only slows collectives.
+func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
+	mb := p.MicroBatch
+	if mb < 1 {
+		mb = ev.job.Train.MicroBatch
+	}
+	f := ev.facts(p.Recompute, mb)
+	if f.err != nil {
+		return 0, 0, f.err
+	}
+	m := f.m
+	pdt := float64(ev.job.Train.Precision.DType().Size())
+	osb := float64(ev.job.Train.Precision.OptimBytesPerParam())
+	M := float64(f.M)
+	coll := func(c ir.Coll, bytes float64, g ir.Factor) float64 { return minColl(m.Topo, c, bytes, g) }
+	gather := func(bytes float64, g ir.Factor) float64 { return coll(ir.AllGather, bytes, g) }
+	first, last := -1, -1
+	for i, st := range f.stages {
+		if st.elems > 0 {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	var idle, tail, busy float64
+	mem = m.Reserve()
+	for i, st := range f.stages {
+		if st.elems == 0 {
+			continue
+		}
+		fa := p.Groups[st.group]
+		n := float64(st.elems)
+		mem += n*pdt/float64(fa.P.Size()) + n*osb/float64(fa.OS.Size())
+		ag := gather(n*pdt, fa.P)
+		busy += ag
+		if i != first && i != last {
+			busy += (M - 1) * ag
+			if st.bwdReads {
+				bwd := fa.P
+				if fa.Secondary.Size() > 1 {
+					bwd = fa.Secondary
+				}
+				busy += M * gather(n*pdt, bwd)
+			}
+		}
+		if i == 0 {
+			spread := 0.0
+			if fa.OS.Size() > fa.P.Size() {
+				spread = gather(n*pdt/float64(fa.P.Size()), ir.Factor{S0: fa.OS.S0 / fa.P.S0, S1: fa.OS.S1 / fa.P.S1})
+			}
+			idle = math.Max(0, math.Max(ag, spread)-st.before)
+		}
+	}
+	// The tail: the gradients of stages 0..j are reduced on the reduce
+	// stream, one after another (or fused into buckets where their
+	// factors agree), after stage j's last gradient is written in the
+	// last micro-batch; only the backward compute after that hides them.
+	var hidden float64
+	bytes := map[ir.Factors]float64{}
+	var order []ir.Factors
+	for _, st := range f.stages {
+		if st.elems > 0 {
+			fa := p.Groups[st.group]
+			if _, ok := bytes[fa]; !ok {
+				order = append(order, fa)
+			}
+			bytes[fa] += float64(st.elems) * pdt
+			var red float64
+			for _, fa := range order {
+				red += reduction(coll, bytes[fa], fa, m.DP)
+			}
+			tail = math.Max(tail, red-hidden-st.after)
+		}
+		hidden += st.bwd
+	}
+	mem += (1 + m.Config.Fragmentation) * f.saved
+	return math.Max(M*f.compute+idle+tail, busy), mem, nil
+}
+
+// minColl is the cheaper of a collective's two lowerings: one flat call,
+// or (for a group spanning nodes with several GPUs in each) the
+// hierarchical phases the hierarchical pass would make.
+func minColl(t *cost.Topology, c ir.Coll, bytes float64, g ir.Factor) float64 {
+	if g.Size() <= 1 || bytes <= 0 {
+		return 0
+	}
+	flat := t.Collective(c, bytes, g).Time
+	if g.S1 <= 1 || g.S0 <= 1 || c == ir.Broadcast {
+		return flat
+	}
+	k := float64(g.S0)
+	intra, inter := ir.Factor{S0: g.S0, S1: 1}, ir.Factor{S0: 1, S1: g.S1}
+	var h float64
+	switch c {
+	case ir.AllGather:
+		h = t.Collective(c, bytes/k, inter).Time + t.Collective(c, bytes, intra).Time
+	case ir.ReduceScatter:
+		h = t.Collective(c, bytes, intra).Time + t.Collective(c, bytes/k, inter).Time
+	case ir.AllReduce:
+		h = t.Collective(ir.ReduceScatter, bytes, intra).Time + t.Collective(c, bytes/k, inter).Time +
+			t.Collective(ir.AllGather, bytes, intra).Time
+	}
+	return math.Min(flat, h)
+}
+
+// reduction bounds the time of reducing a stage's gradient of bytes
+// across the data-parallel mesh dp under factors f: a reduce-scatter
+// over s_p, then the replicas' reduction of the p-chunk, either one
+// all-reduce or (as the reduce-scatter creator rewrites it) a
+// reduce-scatter onto the part some component reads, over its sub-mesh,
+// and an all-reduce of the part across the sub-meshes.
+func reduction(coll func(ir.Coll, float64, ir.Factor) float64, bytes float64, f ir.Factors, dp ir.Factor) float64 {
+	t := coll(ir.ReduceScatter, bytes, f.P)
+	chunk := bytes / float64(f.P.Size())
+	if dp.Size() <= f.P.Size() {
+		return t
+	}
+	div := func(a, b ir.Factor) ir.Factor { return ir.Factor{S0: a.S0 / b.S0, S1: a.S1 / b.S1} }
+	best := coll(ir.AllReduce, chunk, div(dp, f.P))
+	for _, x := range []ir.Factor{f.G, f.OS} {
+		if x.Size() > f.P.Size() {
+			sub := div(x, f.P)
+			best = math.Min(best, coll(ir.ReduceScatter, chunk, sub)+coll(ir.AllReduce, chunk/float64(sub.Size()), div(dp, x)))
+		}
+	}
+	return t + best
+}

@@ -1,0 +1,148 @@
+package compiler_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/frontend"
+	"amspc/internal/testjob"
+	"amspc/ir"
+	"amspc/planner"
+)
+
+// TestBoundBelowSimulation: the bound the planner prunes with is at most
+// the simulated step, and its memory at most what the simulated program
+// needs, for every candidate of the small models and LLaMA-7B, and for
+// the per-group plan the MILP picks.
+func TestBoundBelowSimulation(t *testing.T) {
+	for _, name := range []string{"tiny", "tied", "shared", "norepeat", "llama-7b"} {
+		t.Run(name, func(t *testing.T) {
+			job := testjob.Load(t, name)
+			m, err := cost.NewModel(job, cost.DefaultConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := compiler.NewEvaluator(job, m)
+			plans := planner.Candidates(m.DP, job.Train.Recompute, job.Train.MicroBatch)
+			if mr, err := planner.SolveMILP(m, job, planner.Space(m.DP)); err == nil && mr.Best != nil {
+				plans = append(plans, mr.Best.Plan)
+			}
+			prs, errs := ev.Predict(plans)
+			checked := 0
+			for i, p := range plans {
+				if errs[i] != nil {
+					continue // a plan the batch cannot split: the planner never simulates it either
+				}
+				step, mem, err := ev.Bound(p)
+				if err != nil {
+					t.Fatalf("%s: %v", p.Name, err)
+				}
+				pr := prs[i]
+				if step > pr.Step*(1+1e-12) {
+					t.Errorf("%s (%v, recompute %v): bound %.9g s > simulated step %.9g s", p.Name, p.Groups, p.Recompute, step, pr.Step)
+				}
+				if need := m.Needed(pr.PeakBytes, pr.PersistentBytes); mem > need*(1+1e-12) {
+					t.Errorf("%s: memory bound %s > needed %s", p.Name, cost.GiB(mem), cost.GiB(need))
+				}
+				checked++
+			}
+			if checked < len(plans)/2 {
+				t.Fatalf("only %d of %d candidates compiled", checked, len(plans))
+			}
+		})
+	}
+}
+
+// plan runs the planner as `amspc plan` does.
+func plan(t *testing.T, job *ir.Job) *planner.Result {
+	t.Helper()
+	r, err := planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true, NewEvaluator: compiler.NewEvaluator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// checkChosen: the chosen plan's simulated step is at most every feasible
+// printed row's, and every printed row was simulated.
+func checkChosen(t *testing.T, what string, r *planner.Result) {
+	t.Helper()
+	rows := append(append([]*cost.Estimate{}, r.Baselines...), r.Top...)
+	if r.Fixed != nil {
+		rows = append(rows, r.Fixed)
+	}
+	if r.MILP != nil && r.MILP.Best != nil {
+		rows = append(rows, r.MILP.Best)
+	}
+	for _, e := range rows {
+		if e.Feasible && !e.Simulated {
+			t.Errorf("%s: row %s is feasible but was not simulated", what, e.Plan.Name)
+		}
+		if !e.Feasible {
+			continue
+		}
+		if r.Chosen == nil {
+			t.Errorf("%s: no plan chosen, but %s fits", what, e.Plan.Name)
+			continue
+		}
+		if r.Chosen.Step > e.Step {
+			t.Errorf("%s: chosen %s (%.6g s) is slower than %s (%.6g s)", what, r.Chosen.Plan.Name, r.Chosen.Step, e.Plan.Name, e.Step)
+		}
+	}
+	if c := r.Chosen; c != nil && (!c.Simulated || !c.Feasible) {
+		t.Errorf("%s: chosen %s simulated %v feasible %v", what, c.Plan.Name, c.Simulated, c.Feasible)
+	}
+}
+
+// TestChosenNeverSlower: for every example model on its own cluster, the
+// chosen plan is never slower than a feasible row the planner prints.
+func TestChosenNeverSlower(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"../testdata/models", "../../shared/examples"} {
+		fs, _ := filepath.Glob(filepath.Join(dir, "*.amsp"))
+		files = append(files, fs...)
+	}
+	if len(files) < 6 {
+		t.Fatalf("found %d example models", len(files))
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".amsp")
+		t.Run(filepath.Base(filepath.Dir(f))+"/"+name, func(t *testing.T) {
+			if testing.Short() && name == "llama2-70b-gqa" {
+				t.Skip("70B search takes a while; -short skips it")
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, err := frontend.Load(frontend.Source{Name: f, Text: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkChosen(t, name, plan(t, job))
+		})
+	}
+}
+
+// TestChosenNeverSlowerSweep: the same on LLaMA-7B and LLaMA-2-70B from 8
+// to 16384 A800s (four sequences per GPU per step).
+func TestChosenNeverSlowerSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sweeps take minutes; -short skips them")
+	}
+	for _, name := range []string{"llama-7b", "llama2-70b-gqa"} {
+		for _, gpus := range []int{8, 64, 512, 4096, 16384} {
+			t.Run(fmt.Sprintf("%s/%d", name, gpus), func(t *testing.T) {
+				job := testjob.Load(t, name,
+					fmt.Sprintf(`cluster { nodes = %d gpus_per_node = 8 gpu = "A800-80GB" }`, gpus/8),
+					fmt.Sprintf(`train { seq_len = 4096 micro_batch = 1 global_batch = %d precision = bf16 recompute = full }`, 4*gpus))
+				checkChosen(t, fmt.Sprintf("%s on %d GPUs", name, gpus), plan(t, job))
+			})
+		}
+	}
+}
