@@ -113,14 +113,15 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	po.Dist = &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: depth,
 		BucketBytes: int64(m.Config.BucketBytes),
 		Hierarchical: func(c ir.Coll, bytes float64, mesh ir.Factor) bool {
-			return m.Topo.Collective(c, bytes, mesh).Hierarchical
+			return m.Topo.HierarchicalFaster(c, bytes, mesh)
 		}}
 	s, err := passes.Run(job, po)
 	if err != nil {
 		return nil, err
 	}
 	prog := s.Prog
-	tl, err := scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog))
+	mach := m.Machine
+	tl, err := scheduler.Simulate(prog, mach, StageNames(prog))
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +131,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 		if prog, err = passes.Reschedule(s, depth); err != nil {
 			return nil, err
 		}
-		if tl, err = scheduler.Simulate(prog, m.Topo, m.FlopRate(), StageNames(prog)); err != nil {
+		if tl, err = scheduler.Simulate(prog, mach, StageNames(prog)); err != nil {
 			return nil, err
 		}
 	}

@@ -177,7 +177,19 @@ func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
 		f.err = err
 		return f
 	}
-	kt := func(op *ir.Op) float64 { return op.Kind.Info().Flops(op) / f.m.FlopRate() }
+	// A kernel's time as the simulator takes it from the instruction
+	// lowering makes of op: its arguments' shapes (a scalar as one
+	// element) and the first argument's dtype.
+	kt := func(op *ir.Op) float64 {
+		shapes := make([][]int64, len(op.Args))
+		for i, a := range op.Args {
+			shapes[i] = a.Shape
+			if len(a.Shape) == 0 {
+				shapes[i] = []int64{a.Shape.NumElements()}
+			}
+		}
+		return f.m.Machine.KernelTime(op.Kind, shapes, op.Args[0].DType, op.Kind.Info().Flops(op))
+	}
 	bwd := map[*ir.Value]bool{}
 	for _, ps := range s.Partition.Stages {
 		for _, v := range ps.Bwd {

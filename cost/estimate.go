@@ -60,8 +60,10 @@ type Model struct {
 	Job    *ir.Job
 	Stages []*Stage
 	Topo   *Topology
-	Config Config
-	DP     ir.Factor // data-parallel mesh: every GPU
+	// Machine costs instructions as the simulator does.
+	Machine *Machine
+	Config  Config
+	DP      ir.Factor // data-parallel mesh: every GPU
 	// Per-group parameter counts and the largest stage of each group.
 	GroupParams   [NumGroups]int64
 	MaxStageParam [NumGroups]int64
@@ -91,6 +93,7 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 		}
 		m.Topo.Profile = p
 	}
+	m.Machine = NewMachine(c, m.Topo)
 	prec := job.Train.Precision
 	m.pBytes = float64(prec.DType().Size())
 	m.gBytes = m.pBytes

@@ -33,6 +33,13 @@ type GPU struct {
 	// bandwidths that NCCL's large-message bus bandwidth reaches: the
 	// preset's default bandwidth profile.
 	IntraBusEff, InterBusEff float64
+	// MemBW is the HBM bandwidth (bytes/s): the roofline of memory-bound
+	// kernels.
+	MemBW float64
+	// MatMulHalf is the matmul dimension at which a GEMM reaches half of
+	// Efficiency: GEMM efficiency grows as x/(x+MatMulHalf) with the
+	// smallest of its three dimensions x (docs/planner.md).
+	MatMulHalf float64
 	// ReserveBytes is the memory a training process holds outside the
 	// framework's tensors: the CUDA context and module images, NCCL's
 	// communicator buffers, cuBLAS/cuBLASLt workspaces (docs/planner.md).
@@ -55,11 +62,12 @@ type Cluster struct {
 	Pos                        Pos
 }
 
-// Default collective step latencies: NCCL's small-message ring latency is
-// a few microseconds over NVLink and roughly twice that over InfiniBand.
+// Default per-hop latencies of a collective ring (NCCL's Simple protocol)
+// over NVLink and over the network: NCCL's own tuning model
+// (src/graph/tuning.cc, hwLat Ring/Simple: 3.4 µs NVLink, 14 µs network).
 const (
-	DefaultIntraLatency = 3e-6
-	DefaultInterLatency = 8e-6
+	DefaultIntraLatency = 3.4e-6
+	DefaultInterLatency = 14e-6
 )
 
 // GPUs is the cluster's total GPU count.

@@ -57,7 +57,7 @@ func TestSimulateEveryTriple(t *testing.T) {
 	dp := ir.Factor{S0: 4, S1: 2}
 	for _, f := range planner.Space(dp) {
 		prog := buildFor(t, f)
-		tl, err := Simulate(prog, m.Topo, m.FlopRate(), nil)
+		tl, err := Simulate(prog, cost.NewMachine(job.Cluster, m.Topo), nil)
 		if err != nil {
 			t.Fatalf("%v: %v", f, err)
 		}
@@ -71,7 +71,7 @@ func TestTraceIsJSON(t *testing.T) {
 	job := testjob.Load(t, "tiny")
 	m, _ := cost.NewModel(job, cost.DefaultConfig)
 	f := cost.Factors{P: ir.Factor{S0: 2, S1: 1}, G: ir.Factor{S0: 2, S1: 1}, OS: ir.Factor{S0: 4, S1: 2}}
-	tl, err := Simulate(buildFor(t, f), m.Topo, m.FlopRate(), nil)
+	tl, err := Simulate(buildFor(t, f), cost.NewMachine(job.Cluster, m.Topo), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

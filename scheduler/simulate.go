@@ -1,7 +1,10 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 
 	"amspc/codegen"
@@ -30,72 +33,138 @@ type Timeline struct {
 	PeakBytes, PersistentBytes float64
 }
 
-// Simulate replays a program on the cost model: each stream runs its
+// flight is a collective under way. It first waits out its latency, which
+// no other collective slows, then moves its bytes: work seconds at full
+// speed, done at a rate of at most 1 that drops while other collectives
+// load the same links.
+type flight struct {
+	start, solo float64
+	lat, work   float64 // remaining latency and transfer, seconds at full speed
+	nvl, nic    float64 // link loads while transferring (cost.CollCost)
+	span        int     // its span in the timeline
+	transfering bool
+}
+
+// Simulate replays a program on the machine model: each stream runs its
 // instructions in order; a wait blocks until its event is recorded;
-// kernels take FLOPs over the achieved FLOP rate, collectives the cost
-// model's time for their group. It fails on a deadlock.
-func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []string) (*Timeline, error) {
-	if !(rate > 0) {
-		return nil, fmt.Errorf("simulate: FLOP rate %g is not positive", rate)
+// a kernel takes m.KernelTime of its kind, argument shapes, dtype and
+// FLOPs; a collective takes the time of one flat NCCL call over its group
+// (cost.Topology.Collective), or longer while collectives on the other
+// stream share its links: collectives moving bytes at the same time over
+// a GPU's NVLink, or over its node's NICs, each progress at 1/load of
+// full speed, load being the sum of their loads of that link when above
+// 1. Latency is not shared, and compute does not contend with
+// communication. It fails on a deadlock.
+func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, error) {
+	if m == nil || m.Topo == nil {
+		return nil, fmt.Errorf("simulate: no machine")
+	}
+	if !(m.PeakFLOPS > 0) || !(m.Efficiency > 0) {
+		return nil, fmt.Errorf("simulate: FLOP rate %g x %g is not positive", m.PeakFLOPS, m.Efficiency)
 	}
 	var tl Timeline
 	at := [codegen.NumStreams]int{}
 	clock := [codegen.NumStreams]float64{}
-	recorded := map[int32]float64{}
+	var fl [codegen.NumStreams]*flight
+	// Event times (NaN: not recorded yet) and live buffers by id.
+	recorded := make([]float64, p.Events)
+	for i := range recorded {
+		recorded[i] = math.NaN()
+	}
+	allocated := make([]bool, len(p.Buffers))
+	live := 0
+	n := 0
+	for s := range p.Streams {
+		for i := range p.Streams[s] {
+			if op := p.Streams[s][i].Op; op == codegen.Kernel || op == codegen.Collective {
+				n++
+			}
+		}
+	}
+	tl.Spans = make([]Span, 0, n)
 	type memEvent struct {
 		t     float64
 		delta float64
 	}
-	var mem []memEvent
-	allocated := map[int32]bool{}
 	trans := transient(p)
+	mem := make([]memEvent, 0, 2*len(trans))
 	for id, b := range p.Buffers {
 		if !b.IsView() && !trans[int32(id)] {
 			tl.PersistentBytes += float64(b.Bytes())
 		}
 	}
+	stageName := func(i int32) string {
+		if i >= 0 && int(i) < len(stages) {
+			return stages[i]
+		}
+		return ""
+	}
+	var shapes [][]int64
+	// now is the time up to which collectives have progressed; every
+	// flight starts at or after it.
+	now := 0.0
 	for {
-		progress, done := false, true
+		// Run every stream as far as it goes without a collective's end.
+		progress := false
 		for s := 0; s < codegen.NumStreams; s++ {
-			for at[s] < len(p.Streams[s]) {
-				in := p.Streams[s][at[s]]
+			for fl[s] == nil && at[s] < len(p.Streams[s]) {
+				in := &p.Streams[s][at[s]]
 				if in.Op == codegen.Wait {
-					t, ok := recorded[in.Event]
-					if !ok {
+					if int(in.Event) >= len(recorded) || math.IsNaN(recorded[in.Event]) {
 						break
 					}
-					clock[s] = max(clock[s], t)
+					clock[s] = max(clock[s], recorded[in.Event])
 				}
 				var dur float64
-				name := in.Op.String()
+				name := ""
 				switch in.Op {
 				case codegen.Kernel:
-					dur = in.Flops / rate
+					shapes = shapes[:0]
+					for _, a := range in.Args {
+						b := &p.Buffers[a]
+						if len(b.Shape) > 0 {
+							shapes = append(shapes, b.Shape)
+						} else {
+							shapes = append(shapes, []int64{b.Elems})
+						}
+					}
+					dt := p.Buffers[in.Args[0]].DType
+					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					name = in.Kern.String()
 				case codegen.Collective:
-					dur = topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
-					name = in.Coll.String() + " " + in.Group.String()
+					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+					if cc.Time > 0 {
+						// The span is filled in when the collective ends.
+						fl[s] = &flight{start: clock[s], solo: cc.Time, lat: cc.Latency, work: cc.Time - cc.Latency, nvl: cc.NVLinkLoad, nic: cc.NICLoad, span: len(tl.Spans)}
+						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: in.Coll.String() + " " + in.Group.String(), Stage: stageName(in.Stage)})
+					}
 				case codegen.Record:
+					for int(in.Event) >= len(recorded) {
+						recorded = append(recorded, math.NaN())
+					}
 					recorded[in.Event] = clock[s]
 				case codegen.Alloc:
 					if allocated[in.Buf] {
 						return nil, fmt.Errorf("%s %d: alloc of %s, already allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = true
+					live++
 					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes())})
 				case codegen.Free:
 					if !allocated[in.Buf] {
 						return nil, fmt.Errorf("%s %d: free of %s, not allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
-					delete(allocated, in.Buf)
+					allocated[in.Buf] = false
+					live--
 					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes())})
 				}
+				if fl[s] != nil {
+					// Blocked until the collective ends (advance).
+					progress = true
+					break
+				}
 				if dur > 0 {
-					st := ""
-					if in.Stage >= 0 && int(in.Stage) < len(stages) {
-						st = stages[in.Stage]
-					}
-					tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Dur: dur, Name: name, Stage: st})
+					tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Dur: dur, Name: name, Stage: stageName(in.Stage)})
 					if s == codegen.Compute {
 						tl.Compute += dur
 					}
@@ -104,14 +173,33 @@ func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []st
 				at[s]++
 				progress = true
 			}
-			if at[s] < len(p.Streams[s]) {
-				done = false
-			}
 		}
-		if done {
+		if progress {
+			continue
+		}
+		// Advance the collectives to the next start, phase change or end.
+		inFlight := false
+		for s := range fl {
+			inFlight = inFlight || fl[s] != nil
+		}
+		if !inFlight {
 			break
 		}
-		if !progress {
+		s, t := advance(&fl, now)
+		now = t
+		if s >= 0 {
+			// Never sooner than alone (floating point may round the
+			// last of the work away).
+			f := fl[s]
+			sp := &tl.Spans[f.span]
+			sp.Dur = max(now-sp.Start, f.solo)
+			clock[s] = sp.Start + sp.Dur
+			at[s]++
+			fl[s] = nil
+		}
+	}
+	for s := 0; s < codegen.NumStreams; s++ {
+		if at[s] < len(p.Streams[s]) {
 			var stuck []string
 			for s := 0; s < codegen.NumStreams; s++ {
 				if at[s] < len(p.Streams[s]) {
@@ -121,10 +209,12 @@ func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []st
 			return nil, fmt.Errorf("deadlock: %v", stuck)
 		}
 	}
-	if len(allocated) > 0 {
+	if live > 0 {
 		var names []string
-		for id := range allocated {
-			names = append(names, p.Buffers[id].Name)
+		for id, a := range allocated {
+			if a {
+				names = append(names, p.Buffers[id].Name)
+			}
 		}
 		sort.Strings(names)
 		return nil, fmt.Errorf("buffers still allocated at the end of the step: %v", names)
@@ -135,11 +225,11 @@ func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []st
 	tl.Exposed = tl.Step - tl.Compute
 	// Peak memory: frees before allocations at equal times (a buffer
 	// freed as another is allocated does not coexist with it).
-	sort.SliceStable(mem, func(i, j int) bool {
-		if mem[i].t != mem[j].t {
-			return mem[i].t < mem[j].t
+	slices.SortStableFunc(mem, func(a, b memEvent) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
 		}
-		return mem[i].delta < mem[j].delta
+		return cmp.Compare(a.delta, b.delta)
 	})
 	cur := tl.PersistentBytes
 	tl.PeakBytes = cur
@@ -148,6 +238,71 @@ func Simulate(p *codegen.Program, topo *cost.Topology, rate float64, stages []st
 		tl.PeakBytes = max(tl.PeakBytes, cur)
 	}
 	return &tl, nil
+}
+
+// advance moves the collectives in flight from now to the next event: a
+// flight starting, finishing its latency, or finishing. It returns the
+// stream whose collective finished (-1 if none did) and the new time.
+func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
+	// Rates while transferring: 1/load on the most loaded link used.
+	var nvl, nic float64
+	for _, f := range fl {
+		if f != nil && f.transfering {
+			nvl += f.nvl
+			nic += f.nic
+		}
+	}
+	rate := func(f *flight) float64 {
+		r := 1.0
+		if f.nvl > 0 && nvl > 1 {
+			r = min(r, 1/nvl)
+		}
+		if f.nic > 0 && nic > 1 {
+			r = min(r, 1/nic)
+		}
+		return r
+	}
+	next := math.Inf(1)
+	for _, f := range fl {
+		switch {
+		case f == nil:
+		case f.start > now:
+			next = min(next, f.start)
+		case !f.transfering:
+			next = min(next, now+f.lat)
+		default:
+			next = min(next, now+f.work/rate(f))
+		}
+	}
+	dt := next - now
+	done := -1
+	for s, f := range fl {
+		switch {
+		case f == nil || f.start > now:
+		case !f.transfering:
+			f.lat -= dt
+			if f.lat <= 0 || now+f.lat <= now {
+				f.lat, f.transfering = 0, true
+			}
+		default:
+			f.work -= dt * rate(f)
+			// Floating point: a flight whose remainder no longer moves
+			// the clock has ended.
+			if (f.work <= 0 || next+f.work/rate(f) <= next) && done < 0 {
+				done = s
+			}
+		}
+	}
+	// A flight moving no bytes ends when its latency does.
+	if done < 0 {
+		for s, f := range fl {
+			if f != nil && f.start <= now && f.transfering && f.work <= 0 {
+				done = s
+				break
+			}
+		}
+	}
+	return done, next
 }
 
 // transient lists the buffers some instruction allocates (the rest live

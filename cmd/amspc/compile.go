@@ -198,8 +198,11 @@ func simulateBundle(b *codegen.Bundle, r int) (*scheduler.Timeline, error) {
 	mc := b.Machine
 	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
 		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
+	// The bundle records no HBM bandwidth or GEMM curve: its kernels are
+	// costed at peak x efficiency.
+	m := &cost.Machine{Topo: topo, PeakFLOPS: mc.PeakFLOPS, Efficiency: mc.Efficiency}
 	tmpl := b.Template(r)
-	return scheduler.Simulate(tmpl, topo, mc.PeakFLOPS*mc.Efficiency, compiler.StageNames(tmpl))
+	return scheduler.Simulate(tmpl, m, compiler.StageNames(tmpl))
 }
 
 // readBundle reads a plan bundle, or the bundle inside a compile output
