@@ -1,4 +1,4 @@
-package cost
+package profile
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ embed,2x64;256x64,f32,0,0.0001
 // A written profile reads back to the same text: rows sorted, numbers in
 // one format, metadata kept.
 func TestProfileRoundTrip(t *testing.T) {
-	p, err := ParseProfile("p.csv", strings.NewReader(profileV2))
+	p, err := Parse("p.csv", strings.NewReader(profileV2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ matmul,128x64;64x64,f32,1048576,0.001
 	if b.String() != want {
 		t.Errorf("written:\n%s\nwant:\n%s", b.String(), want)
 	}
-	q, err := ParseProfile("q.csv", &b)
+	q, err := Parse("q.csv", &b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ matmul,128x64;64x64,f32,1048576,0.001
 
 // A version-1 file (one table, no version line) still reads.
 func TestProfileV1(t *testing.T) {
-	p, err := ParseProfile("v1.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,1024,1.5\n"))
+	p, err := Parse("v1.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,1024,1.5\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bw, ok := p.Bandwidth(AllReduce, ir.Factor{S0: 4, S1: 2}, 1024); !ok || math.Abs(bw-1.5e9) > 1 {
+	if bw, ok := p.Bandwidth(ir.AllReduce, ir.Factor{S0: 4, S1: 2}, 1024); !ok || math.Abs(bw-1.5e9) > 1 {
 		t.Errorf("bandwidth %v %v", bw, ok)
 	}
 	if _, ok := p.KernelTime(ir.MatMul, [][]int64{{2, 2}, {2, 2}}, 16); ok {
@@ -77,7 +77,7 @@ func TestProfileV1(t *testing.T) {
 }
 
 func TestKernelTime(t *testing.T) {
-	p, err := ParseProfile("p.csv", strings.NewReader(profileV2))
+	p, err := Parse("p.csv", strings.NewReader(profileV2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +132,25 @@ func TestProfileErrors(t *testing.T) {
 		{"collective,s0,s1,bytes,effective_gbps\nmatmul,2x2;2x2,f32,16,1\n", `p.csv:2: unknown collective "matmul"`},
 		{"# amspc profile v2\nkernel,shapes,dtype,flops,seconds\n", "p.csv: no measurements"},
 	} {
-		_, err := ParseProfile("p.csv", strings.NewReader(c.text))
+		_, err := Parse("p.csv", strings.NewReader(c.text))
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("profile %q: error %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+// Memory-bound kernels are rated by operand elements whatever FLOPs a row
+// or a call gives (the passes give their adds and casts none), so rows of
+// one op share a unit.
+func TestKernelTimeElementRate(t *testing.T) {
+	p, err := Parse("p.csv", strings.NewReader("kernel,shapes,dtype,flops,seconds\nadd,100;100,f32,100,0.001\nadd,1000;1000,f32,0,0.01\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both rows: 200000 elements/s; so is a call in between, flops or not.
+	for _, flops := range []float64{0, 400} {
+		if s, ok := p.KernelTime(ir.Add, [][]int64{{400}, {400}}, flops); !ok || math.Abs(s-0.004) > 1e-12 {
+			t.Errorf("add of 400 (flops %v): %v %v, want 0.004", flops, s, ok)
 		}
 	}
 }
