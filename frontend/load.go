@@ -132,12 +132,25 @@ func collect(d *diag, f *File) sections {
 // an ErrorList of user errors, or an internal error when verification of a
 // lowered graph fails.
 func Load(main Source, extra ...Source) (*ir.Job, error) {
-	return load(main, extra, 0)
+	return load(Options{}, main, extra, 0)
+}
+
+// Options change what Load takes from the files.
+type Options struct {
+	// Profile replaces the cluster section's profile setting (--profile
+	// FILE): a path as given on the command line, relative to the
+	// working directory, where the setting's is relative to its file.
+	Profile string
+}
+
+// LoadWith is Load with options.
+func LoadWith(opts Options, main Source, extra ...Source) (*ir.Job, error) {
+	return load(opts, main, extra, 0)
 }
 
 // load is Load with the train section's micro_batch replaced by
 // microBatch when it is positive (Job.Rebatch).
-func load(main Source, extra []Source, microBatch int64) (*ir.Job, error) {
+func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job, error) {
 	d := &diag{}
 	f, err := Parse(main)
 	if err != nil {
@@ -169,7 +182,7 @@ func load(main Source, extra []Source, microBatch int64) (*ir.Job, error) {
 	}
 	job := &ir.Job{}
 	if s.cluster != nil {
-		job.Cluster = lowerCluster(d, s.cluster)
+		job.Cluster = lowerCluster(d, s.cluster, opts.Profile)
 	}
 	var batch, seq int64
 	dtype := ir.BF16
@@ -208,7 +221,7 @@ func load(main Source, extra []Source, microBatch int64) (*ir.Job, error) {
 		if mb <= 0 {
 			return nil, fmt.Errorf("micro-batch size %d is not positive", mb)
 		}
-		return load(main, extra, mb)
+		return load(opts, main, extra, mb)
 	}
 	return job, nil
 }

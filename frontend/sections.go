@@ -3,10 +3,12 @@ package frontend
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"amspc/cluster"
+	"amspc/cost/profile"
 	"amspc/ir"
 )
 
@@ -260,7 +262,7 @@ const (
 var clusterKeys = []string{"nodes", "gpus_per_node", "gpu", "memory", "peak_flops", "efficiency",
 	"intra_node_bw", "inter_node_bw", "intra_latency", "inter_latency", "profile"}
 
-func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
+func lowerCluster(d *diag, c *ClusterSection, profileFlag string) *ir.Cluster {
 	s := newSettings(d, "cluster", c.Settings, clusterKeys)
 	out := &ir.Cluster{Name: c.Name, Pos: pos(c.Pos), Nodes: 1, GPUsPerNode: 1}
 	ok := true
@@ -344,10 +346,27 @@ func lowerCluster(d *diag, c *ClusterSection) *ir.Cluster {
 			ok = false
 		}
 	}
-	if p, _, good := s.str("profile"); good {
-		out.Profile = p
-	} else {
+	if p, st, good := s.str("profile"); !good {
 		ok = false
+	} else if profileFlag != "" {
+		// --profile wins; the file's setting is not read.
+		if _, err := profile.Read(profileFlag); err != nil {
+			d.errorf(ir.Pos{File: "--profile"}, "%v", err)
+			ok = false
+		}
+		out.Profile = profileFlag
+	} else if st != nil {
+		// Relative to the file that names it, as an include would be,
+		// so a model and its profile move together.
+		path := p
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(st.Pos.Filename), path)
+		}
+		if _, err := profile.Read(path); err != nil {
+			d.errorf(pos(st.Pos), "profile %q: %v", p, err)
+			ok = false
+		}
+		out.Profile = path
 	}
 	if !ok {
 		return nil

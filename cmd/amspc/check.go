@@ -15,12 +15,13 @@ import (
 
 // loadFlags are the flags every command that reads a job shares.
 type loadFlags struct {
-	cluster, train, shard string
+	cluster, train, shard, profile string
 }
 
 func (lf *loadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&lf.cluster, "cluster", "", "take the cluster section from `FILE`")
 	fs.StringVar(&lf.train, "train", "", "take the train section from `FILE`")
+	fs.StringVar(&lf.profile, "profile", "", "cost with the measured profile `FILE` (amspc profile) instead of the cluster section's")
 }
 
 // registerShard adds --shard PLAN, which replaces the file's shard
@@ -57,7 +58,7 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 	if lf.shard != "" {
 		extra = append(extra, frontend.Source{Name: "--shard", Text: []byte("shard " + lf.shard)})
 	}
-	return frontend.Load(src, extra...)
+	return frontend.LoadWith(frontend.Options{Profile: lf.profile}, src, extra...)
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {

@@ -9,8 +9,12 @@
 //	amspc disasm [--rank N,...] PLAN
 //	amspc trace [-o trace.json] PLAN
 //	amspc run [--steps N] [--data PATH] [--log FILE] FILE
+//	amspc profile [-o profile.csv] [--reps N] [--shard PLAN] FILE
 //	amspc grammar
 //	amspc version
+//
+// plan, compile and run take --profile FILE, a profile written by amspc
+// profile, in place of the cluster section's profile.
 //
 // User errors print as file:line:col: message and exit 1; compiler bugs
 // print "internal compiler error" and exit 2.
@@ -55,6 +59,7 @@ func init() {
 		{"disasm", "print ranks' instruction streams from a plan bundle", runDisasm},
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
 		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
+		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

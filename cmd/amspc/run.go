@@ -41,8 +41,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	dataPath := ""
 	var err error
 	if isPlan(file) {
-		if lf.shard != "" || lf.cluster != "" || lf.train != "" {
-			fmt.Fprintln(stderr, "amspc run: --shard, --cluster and --train apply to model files, not to a compiled plan")
+		if lf.shard != "" || lf.cluster != "" || lf.train != "" || lf.profile != "" {
+			fmt.Fprintln(stderr, "amspc run: --shard, --cluster, --train and --profile apply to model files, not to a compiled plan")
 			return exitUser
 		}
 		if bundle, err = readBundle(file); err != nil {

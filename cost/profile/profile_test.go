@@ -1,0 +1,156 @@
+package profile
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"amspc/ir"
+)
+
+const profileV2 = `# amspc profile v2
+# backend = local
+# ranks = 8 (2 nodes x 4)
+collective,s0,s1,bytes,effective_gbps
+all_gather,2,1,4096,0.5
+all_gather,2,1,65536,2
+kernel,shapes,dtype,flops,seconds
+matmul,128x64;64x64,f32,1048576,0.001
+matmul,128x64;64x256,f32,4194304,0.002
+matmul,128x64;64x256,bf16,4194304,0.004
+embed,2x64;256x64,f32,0,0.0001
+`
+
+// A written profile reads back to the same text: rows sorted, numbers in
+// one format, metadata kept.
+func TestProfileRoundTrip(t *testing.T) {
+	p, err := Parse("p.csv", strings.NewReader(profileV2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.MetaValue("ranks"); got != "8 (2 nodes x 4)" {
+		t.Errorf("meta ranks = %q", got)
+	}
+	var b bytes.Buffer
+	if err := p.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `# amspc profile v2
+# backend = local
+# ranks = 8 (2 nodes x 4)
+collective,s0,s1,bytes,effective_gbps
+all_gather,2,1,4096,0.5
+all_gather,2,1,65536,2
+kernel,shapes,dtype,flops,seconds
+embed,2x64;256x64,f32,0,0.0001
+matmul,128x64;64x256,bf16,4194304,0.004
+matmul,128x64;64x256,f32,4194304,0.002
+matmul,128x64;64x64,f32,1048576,0.001
+`
+	if b.String() != want {
+		t.Errorf("written:\n%s\nwant:\n%s", b.String(), want)
+	}
+	q, err := Parse("q.csv", &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c bytes.Buffer
+	q.Write(&c)
+	if c.String() != want {
+		t.Errorf("second round trip differs:\n%s", c.String())
+	}
+}
+
+// A version-1 file (one table, no version line) still reads.
+func TestProfileV1(t *testing.T) {
+	p, err := Parse("v1.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,1024,1.5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bw, ok := p.Bandwidth(ir.AllReduce, ir.Factor{S0: 4, S1: 2}, 1024); !ok || math.Abs(bw-1.5e9) > 1 {
+		t.Errorf("bandwidth %v %v", bw, ok)
+	}
+	if _, ok := p.KernelTime(ir.MatMul, [][]int64{{2, 2}, {2, 2}}, 16); ok {
+		t.Error("a profile without kernels answered for a kernel")
+	}
+}
+
+func TestKernelTime(t *testing.T) {
+	p, err := Parse("p.csv", strings.NewReader(profileV2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exact: the measured seconds (two dtypes: their mean).
+	if s, ok := p.KernelTime(ir.MatMul, [][]int64{{128, 64}, {64, 64}}, 1048576); !ok || s != 0.001 {
+		t.Errorf("exact hit: %v %v", s, ok)
+	}
+	if s, _ := p.KernelTime(ir.MatMul, [][]int64{{128, 64}, {64, 256}}, 4194304); math.Abs(s-0.003) > 1e-12 {
+		t.Errorf("exact hit over two dtypes: %v, want their mean 0.003", s)
+	}
+	// Between the points: rates 1048576/0.001 and 4194304/0.003 (the
+	// mean of its two rows' rates), linear in log(flops).
+	r1, r2 := 1048576/0.001, (4194304/0.002+4194304/0.004)/2
+	f := 2097152.0 // halfway in log
+	want := f / ((r1 + r2) / 2)
+	if s, ok := p.KernelTime(ir.MatMul, [][]int64{{128, 64}, {64, 128}}, f); !ok || math.Abs(s-want) > 1e-12 {
+		t.Errorf("interpolated: %v, want %v", s, want)
+	}
+	// Outside: held at the nearest rate.
+	if s, _ := p.KernelTime(ir.MatMul, [][]int64{{1, 64}, {64, 64}}, 8192); math.Abs(s-8192/r1) > 1e-15 {
+		t.Errorf("below: %v, want %v", s, 8192/r1)
+	}
+	if s, _ := p.KernelTime(ir.MatMul, [][]int64{{4096, 64}, {64, 256}}, 4194304*32); math.Abs(s-4194304*32/r2) > 1e-12 {
+		t.Errorf("above: %v, want %v", s, 4194304*32/r2)
+	}
+	// No FLOPs: the rate is of operand elements.
+	elems := 2*64 + 256*64.0
+	if s, ok := p.KernelTime(ir.Embed, [][]int64{{4, 64}, {256, 64}}, 0); !ok || math.Abs(s-(4*64+256*64)/(elems/0.0001)) > 1e-15 {
+		t.Errorf("embed by elements: %v %v", s, ok)
+	}
+	if _, ok := p.KernelTime(ir.Attention, [][]int64{{2, 64, 64}, {2, 64, 64}, {2, 64, 64}}, 1e6); ok {
+		t.Error("an unmeasured kind must say so")
+	}
+}
+
+// Bad rows are refused with file:line.
+func TestProfileErrors(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"collective,s0,s1,bytes\n", "p.csv:1: header must be collective,s0,s1,bytes,effective_gbps"},
+		{"all_gather,8,1,100,1\n", "p.csv:1: want a header"},
+		{"# amspc profile v3\n", "p.csv:1: profile version v3"},
+		{"kernel,shapes,dtype\n", "p.csv:1: header must be kernel,shapes,dtype,flops,seconds"},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2;2x2,f32,16\n", "p.csv:2: want 5 fields"},
+		{"kernel,shapes,dtype,flops,seconds\nmatmull,2x2;2x2,f32,16,1\n", `p.csv:2: unknown kernel "matmull"`},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2,f32,16,1\n", "p.csv:2: matmul takes 2 operands, the row gives 1 shapes"},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x0;2x2,f32,16,1\n", `p.csv:2: shape "2x0"`},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2;2x2,f31,16,1\n", `p.csv:2: unknown dtype "f31"`},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2;2x2,f32,-1,1\n", `p.csv:2: flops "-1"`},
+		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2;2x2,f32,16,0\n", `p.csv:2: seconds "0"`},
+		{"kernel,shapes,dtype,flops,seconds\n\nmatmul,2x2;2x2,f32,16,1\nmatmul,2x2;2x2,f32,16,2\n", "p.csv:4: matmul(2x2;2x2) f32 measured twice (first on line 3)"},
+		{"kernel,shapes,dtype,flops,seconds\nall_gather,8,1,100,1\n", `p.csv:2: unknown kernel "all_gather"`},
+		{"collective,s0,s1,bytes,effective_gbps\nmatmul,2x2;2x2,f32,16,1\n", `p.csv:2: unknown collective "matmul"`},
+		{"# amspc profile v2\nkernel,shapes,dtype,flops,seconds\n", "p.csv: no measurements"},
+	} {
+		_, err := Parse("p.csv", strings.NewReader(c.text))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("profile %q: error %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+// Memory-bound kernels are rated by operand elements whatever FLOPs a row
+// or a call gives (the passes give their adds and casts none), so rows of
+// one op share a unit.
+func TestKernelTimeElementRate(t *testing.T) {
+	p, err := Parse("p.csv", strings.NewReader("kernel,shapes,dtype,flops,seconds\nadd,100;100,f32,100,0.001\nadd,1000;1000,f32,0,0.01\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both rows: 200000 elements/s; so is a call in between, flops or not.
+	for _, flops := range []float64{0, 400} {
+		if s, ok := p.KernelTime(ir.Add, [][]int64{{400}, {400}}, flops); !ok || math.Abs(s-0.004) > 1e-12 {
+			t.Errorf("add of 400 (flops %v): %v %v, want 0.004", flops, s, ok)
+		}
+	}
+}

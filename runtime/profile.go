@@ -1,0 +1,224 @@
+package runtime
+
+// Measurements for `amspc profile`: one kernel instruction or one
+// collective, run the way a step runs it, so that a profile predicts what
+// `amspc run` does on this machine. Every rank of the topology is a
+// goroutine and all of them run the same kernel (or the same collective,
+// each on its own group) at once, sharing the machine's cores as the
+// ranks of a step do. Kernels go through the CPU backend's dispatch
+// (rank.kernel: the op's kernel, bf16 rounding of the results, the
+// finiteness check) and collectives through the local Comm.
+//
+// One sample is the wall time from releasing every rank to the last one
+// finishing, divided by the calls each made: a kernel that takes a few
+// microseconds is called back to back often enough for the sample to
+// span about a tenth of a millisecond, so goroutine wake-up does not
+// dominate it. The result is the median of the samples, after one
+// warm-up sample.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"amspc/codegen"
+	"amspc/ir"
+)
+
+// minSample is the wall time one sample should span.
+const minSample = 100 * time.Microsecond
+
+// maxCalls bounds the back-to-back calls of one sample.
+const maxCalls = 256
+
+// MeasureKernel is the median seconds of one call of kernel instruction
+// in of program p when every rank of topo calls it at once, over reps
+// samples (at least 1) after a warm-up. The instruction's operands and
+// results are allocated for the measurement alone and filled with values
+// every kernel accepts (floats in [0.1, 1), ids inside the vocabulary),
+// so any kernel of a compiled program can be measured without running
+// the program.
+func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, reps int) (float64, error) {
+	if in.Op != codegen.Kernel {
+		return 0, fmt.Errorf("instruction %s is not a kernel", in.Op)
+	}
+	n := topo.Ranks()
+	ks := make([]*rank, n)
+	for r := range ks {
+		k := &rank{p: p, r: r, topo: topo, step: 1,
+			f32: make([][]float32, len(p.Buffers)), i32: make([][]int32, len(p.Buffers))}
+		bound := idBound(k, in)
+		for _, id := range slices.Concat(in.Args, in.Outs) {
+			root, _ := k.offset(id)
+			if k.f32[root] != nil || k.i32[root] != nil {
+				continue
+			}
+			k.alloc(root)
+			fillProbe(k, root, uint64(r)*7919+uint64(root), bound)
+		}
+		ks[r] = k
+	}
+	return timeRanks(n, reps, func(r, calls int) (err error) {
+		k := ks[r]
+		defer func() {
+			if e := recover(); e != nil {
+				err = fmt.Errorf("%v", e)
+			}
+		}()
+		for range calls {
+			if err := k.kernel(in); err != nil {
+				return err
+			}
+			k.losses = k.losses[:0]
+		}
+		return nil
+	})
+}
+
+// idBound is the exclusive bound of the token ids a kernel reads: the
+// vocabulary of an embedding or of the logits.
+func idBound(k *rank, in *codegen.Instr) int32 {
+	switch in.Kern {
+	case ir.Embed:
+		return int32(k.shape(in.Args[1])[0])
+	case ir.EmbedGrad:
+		return int32(k.shape(in.Outs[0])[0])
+	case ir.CrossEntropy, ir.CrossEntropyGrad:
+		return int32(last(k.shape(in.Args[0])))
+	}
+	return 1
+}
+
+// fillProbe fills buffer id with deterministic values: floats in
+// [0.1, 1) (positive, so Adam's second moment is a valid one), ids in
+// [0, bound).
+func fillProbe(k *rank, id int32, seed uint64, bound int32) {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	next := func() uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x
+	}
+	if s := k.i32[id]; s != nil {
+		for i := range s {
+			s[i] = int32(next() % uint64(max(bound, 1)))
+		}
+		return
+	}
+	for i, s := 0, k.f32[id]; i < len(s); i++ {
+		s[i] = 0.1 + 0.9*float32(next()>>40)/float32(1<<24)
+	}
+}
+
+// MeasureCollective is the median seconds of one collective c of elems
+// float32 elements (nccl-tests' size: all-gather's output, reduce-
+// scatter's input, all-reduce's buffer, broadcast's payload) when every
+// group of shape f (f.S0 GPUs in each of f.S1 nodes, the groups of
+// codegen.Group{Outer: f}) runs it at once on a LocalWorld of topo's
+// ranks, over reps samples after a warm-up. elems must divide by the
+// group's size. The CPU backend stores every float as float32, so this
+// is also the time of a bf16 collective of the same element count.
+func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems int, reps int) (float64, error) {
+	n := topo.Ranks()
+	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
+		return 0, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
+	}
+	size := f.Size()
+	if elems < size || elems%size != 0 {
+		return 0, fmt.Errorf("%d elements do not split over a group of %d", elems, size)
+	}
+	w := NewLocalWorld(n)
+	grp := codegen.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	type member struct {
+		comm    Comm
+		g       []int
+		in, out []float32
+	}
+	ms := make([]member, n)
+	for r := range ms {
+		m := member{comm: w.Comm(r), g: grp.Ranks(topo, r), out: make([]float32, elems)}
+		switch c {
+		case codegen.AllGather:
+			m.in = make([]float32, elems/size)
+		case codegen.ReduceScatter:
+			m.in, m.out = make([]float32, elems), make([]float32, elems/size)
+		}
+		for i := range m.in {
+			m.in[i] = 1
+		}
+		ms[r] = m
+	}
+	return timeRanks(n, reps, func(r, calls int) error {
+		m := &ms[r]
+		for range calls {
+			var err error
+			switch c {
+			case codegen.AllGather:
+				err = m.comm.AllGather(codegen.CommGather, m.g, m.in, m.out)
+			case codegen.ReduceScatter:
+				err = m.comm.ReduceScatter(codegen.CommGather, m.g, m.in, m.out)
+			case codegen.AllReduce:
+				// Zeros: repeated sums stay finite.
+				err = m.comm.AllReduce(codegen.CommGather, m.g, m.out)
+			case codegen.Broadcast:
+				err = m.comm.Broadcast(codegen.CommGather, m.g, m.g[0], m.out)
+			default:
+				err = fmt.Errorf("unknown collective %v", c)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// timeRanks runs body(r, calls) on n goroutines released together and
+// returns the median over reps samples of the wall time per call, after
+// a warm-up sample that also sets how many calls a sample makes. The
+// first error of a rank is returned; a body must not block forever when
+// another rank failed (a Comm's rendezvous errors need the same calls on
+// every member, which the bodies here make).
+func timeRanks(n, reps int, body func(r, calls int) error) (float64, error) {
+	sample := func(calls int) (time.Duration, error) {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for r := range n {
+			wg.Go(func() {
+				<-gate
+				errs[r] = body(r, calls)
+			})
+		}
+		t0 := time.Now()
+		close(gate)
+		wg.Wait()
+		d := time.Since(t0)
+		for r, err := range errs {
+			if err != nil {
+				return 0, fmt.Errorf("rank %d: %w", r, err)
+			}
+		}
+		return d, nil
+	}
+	d, err := sample(1)
+	if err != nil {
+		return 0, err
+	}
+	calls := 1
+	if d < minSample {
+		calls = min(maxCalls, int(minSample/max(d, time.Microsecond))+1)
+	}
+	times := make([]float64, max(reps, 1))
+	for i := range times {
+		d, err := sample(calls)
+		if err != nil {
+			return 0, err
+		}
+		times[i] = d.Seconds() / float64(calls)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
