@@ -94,6 +94,9 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 		m.Topo.Profile = p
 	}
 	m.Machine = NewMachine(c, m.Topo)
+	if p := m.Topo.Profile; p != nil && p.HasKernels() {
+		m.Machine.Kernels = p // measured kernel times replace the roofline
+	}
 	prec := job.Train.Precision
 	m.pBytes = float64(prec.DType().Size())
 	m.gBytes = m.pBytes
