@@ -194,6 +194,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		rows = append(rows, milp)
 	}
 	if ev != nil {
+		res.Simulated += len(rows)
 		if err := simulate(ev, m, rows); err != nil {
 			return nil, err
 		}
@@ -285,6 +286,7 @@ func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.E
 			r.Pruned += len(open) - i
 			break
 		}
+		r.Simulated += len(next)
 		if err := simulate(ev, m, next); err != nil {
 			return err
 		}
