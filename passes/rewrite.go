@@ -12,7 +12,7 @@ import "amspc/ir"
 // bytes.
 func reduceScatter(s *State) error {
 	p := s.Prog
-	var out []ir.SeqOp
+	out := make([]ir.SeqOp, 0, len(p.Seq)+collectiveCount(p.Seq))
 	for i, op := range p.Seq {
 		if op.Op != ir.Collective || op.Coll != ir.AllReduce || op.In != op.Out {
 			out = append(out, op)
