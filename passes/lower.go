@@ -211,16 +211,19 @@ func lower(s *State) error {
 			buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
 		}
 	}
+	// An input read as cross_entropy's targets is the shifted window.
+	targets := map[*ir.Value]bool{}
+	for _, v := range g.Values {
+		if op := v.Def; op != nil && op.Results[0] == v && op.Kind == ir.CrossEntropy {
+			targets[op.Args[1]] = true
+		}
+	}
 	inputs := g.ByRole(ir.Input)
-	uses := g.Uses()
 	for _, v := range inputs {
 		buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
-		// An input read as cross_entropy's targets is the shifted window.
 		shift := int32(0)
-		for _, u := range uses[v] {
-			if u.Kind == ir.CrossEntropy && u.Args[1] == v {
-				shift = 1
-			}
+		if targets[v] {
+			shift = 1
 		}
 		p.Inputs = append(p.Inputs, ir.DataInput{Buf: buf[v], Shift: shift})
 	}
