@@ -28,7 +28,8 @@ import (
 // Since every wait names an instruction earlier in the sequence and each
 // stream runs in sequence order, no schedule can deadlock.
 func schedule(s *State) error {
-	s.Unscheduled = slices.Clone(s.Prog.Seq)
+	// Scheduling reads the sequence and never changes it.
+	s.Unscheduled = s.Prog.Seq
 	return scheduleSeq(s.Prog, s.dist.d.Depth)
 }
 
@@ -49,49 +50,55 @@ func Reschedule(s *State, depth int) (*ir.Program, error) {
 }
 
 func scheduleSeq(p *ir.Program, depth int) error {
-	seq := deferFinish(p.Seq)
-	seq = liveness(p, seq)
+	seq := liveness(p, p.Seq, deferFinish(p.Seq))
 	placeAllocs(p, seq)
 	return events(p, seq, max(depth, 1))
 }
 
-// deferFinish moves each run of Finish instructions after the next run
-// of Sync instructions of the same micro-batch (the next stage's
-// reduction), or to the micro-batch's end.
-func deferFinish(seq []ir.SeqOp) []ir.SeqOp {
-	out := make([]ir.SeqOp, 0, len(seq))
-	var held []ir.SeqOp
+// deferFinish orders the sequence (as indices into it) so that each run
+// of Finish instructions moves after the next run of Sync instructions
+// of the same micro-batch (the next stage's reduction), or to the
+// micro-batch's end.
+func deferFinish(seq []ir.SeqOp) []int32 {
+	order := make([]int32, 0, len(seq))
+	hs, he := 0, 0 // the run held back, seq[hs:he]
+	release := func() {
+		for k := hs; k < he; k++ {
+			order = append(order, int32(k))
+		}
+		hs, he = 0, 0
+	}
 	for i := 0; i < len(seq); {
-		op := seq[i]
+		op := &seq[i]
 		if op.Phase == ir.Finish && op.Micro >= 0 {
-			out = append(out, held...)
+			release()
 			j := i
 			for j < len(seq) && seq[j].Phase == ir.Finish && seq[j].Micro == op.Micro {
 				j++
 			}
-			held = append([]ir.SeqOp(nil), seq[i:j]...)
+			hs, he = i, j
 			i = j
 			continue
 		}
-		if len(held) > 0 && (op.Micro != held[0].Micro || op.Phase == ir.Forward || op.Phase == ir.Optimize) {
-			out = append(out, held...)
-			held = nil
+		if he > hs && (op.Micro != seq[hs].Micro || op.Phase == ir.Forward || op.Phase == ir.Optimize) {
+			release()
 		}
-		out = append(out, op)
+		order = append(order, int32(i))
 		i++
-		if op.Phase == ir.Sync && len(held) > 0 && (i == len(seq) || seq[i].Phase != ir.Sync) {
-			out = append(out, held...)
-			held = nil
+		if op.Phase == ir.Sync && he > hs && (i == len(seq) || seq[i].Phase != ir.Sync) {
+			release()
 		}
 	}
-	return append(out, held...)
+	release()
+	return order
 }
 
 // liveness allocates every buffer the sequence never allocates itself
 // (activations, inputs, accumulators; not the persistent state) before
 // each definition (a write of it by an instruction that does not read
-// it) and frees it after its last access before the next definition.
-func liveness(p *ir.Program, seq []ir.SeqOp) []ir.SeqOp {
+// it) and frees it after its last access before the next definition. It
+// returns the sequence in the given order with the allocs and frees.
+func liveness(p *ir.Program, seq []ir.SeqOp, order []int32) []ir.SeqOp {
 	root := roots(p)
 	// implicit[b]: root b is allocated and freed here (not persistent,
 	// not allocated by the sequence itself).
@@ -115,7 +122,8 @@ func liveness(p *ir.Program, seq []ir.SeqOp) []ir.SeqOp {
 	for b := range live {
 		live[b] = -1
 	}
-	for i, op := range seq {
+	for i, k := range order {
+		op := &seq[k]
 		reads := op.Reads()
 		for _, r := range reads {
 			if rt := root[r]; implicit[rt] {
@@ -144,15 +152,16 @@ func liveness(p *ir.Program, seq []ir.SeqOp) []ir.SeqOp {
 		}
 	}
 	out := make([]ir.SeqOp, 0, len(seq)+2*nmark)
-	mark := func(op ir.SeqOp, c ir.OpCode, ids []int32) {
+	mark := func(op *ir.SeqOp, c ir.OpCode, ids []int32) {
 		slices.Sort(ids)
 		for _, id := range slices.Compact(ids) {
 			out = append(out, ir.SeqOp{Instr: ir.Instr{Op: c, Buf: id, Stage: op.Stage, Micro: op.Micro}, Phase: op.Phase})
 		}
 	}
-	for i, op := range seq {
+	for i, k := range order {
+		op := &seq[k]
 		mark(op, ir.Alloc, before[i])
-		out = append(out, op)
+		out = append(out, *op)
 		mark(op, ir.Free, after[i])
 	}
 	return out
