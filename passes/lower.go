@@ -104,10 +104,12 @@ func lower(s *State) error {
 	if s.Partition == nil {
 		return fmt.Errorf("no stage partition: the partition pass must run first")
 	}
-	p := &ir.Program{}
+	g := s.Graph
+	// A buffer per value, about twenty per stage and the views the later
+	// passes add: room enough that the list is rarely copied.
+	p := &ir.Program{Buffers: make([]ir.Buffer, 0, len(g.Values)+32*len(s.Partition.Stages))}
 	ds := &dist{d: d, dp: ir.Factor{S0: d.Topo.GPUsPerNode, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
 	s.Prog, s.dist = p, ds
-	g := s.Graph
 	stageOf := map[*ir.Value]int{}
 	var layouts []ir.Layout
 	for i, ps := range s.Partition.Stages {
