@@ -157,12 +157,8 @@ func forPlan(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
 		j.Shard = job.Shard
 		return j, nil
 	}
-	g, err := ir.Parse(job.Graph.Pos.File, ir.Print(job.Graph))
-	if err != nil {
-		return nil, &passes.InternalError{Pass: "copy", Err: err}
-	}
 	cp := *job
-	cp.Graph = g
+	cp.Graph = job.Graph.Clone()
 	tr := *job.Train
 	cp.Train = &tr
 	return &cp, nil

@@ -30,21 +30,24 @@ func VerifyProgram(p *Program, written bool) error {
 			return fmt.Errorf("view b%d %s: %d parts of %d at %d overrun its parent %s of %d", i, b.Name, parts, b.Elems, b.Offset, par.Name, par.Elems)
 		}
 	}
-	check := func(where string, in *Instr) error {
-		ids := append(append([]int32{}, in.Reads()...), in.Writes()...)
-		for _, id := range ids {
-			if id < 0 || id >= nb {
-				return fmt.Errorf("%s: buffer b%d does not exist", where, id)
+	// check's errors lack the instruction's description, formatted only
+	// for a failure: a program has tens of thousands of instructions.
+	check := func(in *Instr) error {
+		for _, ids := range [2][]int32{in.Reads(), in.Writes()} {
+			for _, id := range ids {
+				if id < 0 || id >= nb {
+					return fmt.Errorf("buffer b%d does not exist", id)
+				}
 			}
 		}
 		switch in.Op {
 		case Kernel:
 			if in.Kern.Info() == nil {
-				return fmt.Errorf("%s: unknown kernel %v", where, in.Kern)
+				return fmt.Errorf("unknown kernel %v", in.Kern)
 			}
 		case Collective:
 			if !in.Group.valid() {
-				return fmt.Errorf("%s: group %v is not a group", where, in.Group)
+				return fmt.Errorf("group %v is not a group", in.Group)
 			}
 			a, b, n := p.Buffers[in.In], p.Buffers[in.Out], int64(in.Group.Size())
 			ok := a.DType == b.DType
@@ -57,30 +60,32 @@ func VerifyProgram(p *Program, written bool) error {
 				ok = ok && a.Elems == b.Elems && in.Bytes == a.Bytes()
 			}
 			if !ok || n < 1 {
-				return fmt.Errorf("%s: %v of %s (%d %v) into %s (%d %v) over %v (%d ranks), %d bytes: sizes disagree",
-					where, in.Coll, a.Name, a.Elems, a.DType, b.Name, b.Elems, b.DType, in.Group, n, in.Bytes)
+				return fmt.Errorf("%v of %s (%d %v) into %s (%d %v) over %v (%d ranks), %d bytes: sizes disagree",
+					in.Coll, a.Name, a.Elems, a.DType, b.Name, b.Elems, b.DType, in.Group, n, in.Bytes)
 			}
 		}
 		return nil
 	}
 	if len(p.Seq) > 0 {
+		where := func(i int) string {
+			return fmt.Sprintf("sequence %d (%s)", i, FormatInstr(&p.Seq[i].Instr, Group.String))
+		}
 		persistent := p.Persistent()
-		wrote := map[int32]bool{}
+		wrote := make([]bool, nb) // by root
 		for i := range p.Seq {
 			op := &p.Seq[i]
-			where := fmt.Sprintf("sequence %d (%s)", i, FormatInstr(&op.Instr, Group.String))
 			if op.Stream < 0 || op.Stream >= NumStreams {
-				return fmt.Errorf("%s: stream %d", where, op.Stream)
+				return fmt.Errorf("%s: stream %d", where(i), op.Stream)
 			}
-			if err := check(where, &op.Instr); err != nil {
-				return err
+			if err := check(&op.Instr); err != nil {
+				return fmt.Errorf("%s: %v", where(i), err)
 			}
 			if !written {
 				continue
 			}
 			for _, r := range op.Reads() {
 				if root := p.Root(r); !persistent[root] && !wrote[root] {
-					return fmt.Errorf("%s reads %s before anything writes it", where, p.Buffers[r].Name)
+					return fmt.Errorf("%s reads %s before anything writes it", where(i), p.Buffers[r].Name)
 				}
 			}
 			for _, w := range op.Writes() {
@@ -108,12 +113,12 @@ func VerifyProgram(p *Program, written bool) error {
 	for s := range p.Streams {
 		for i := range p.Streams[s] {
 			in := &p.Streams[s][i]
-			where := fmt.Sprintf("%s %d (%s)", StreamName(s), i, FormatInstr(in, Group.String))
-			if err := check(where, in); err != nil {
-				return err
+			err := check(in)
+			if err == nil && ((in.Op == Record && recorded[in.Event] != 1) || (in.Op == Wait && recorded[in.Event] == 0)) {
+				err = fmt.Errorf("event e%d recorded %d times", in.Event, recorded[in.Event])
 			}
-			if (in.Op == Record && recorded[in.Event] != 1) || (in.Op == Wait && recorded[in.Event] == 0) {
-				return fmt.Errorf("%s: event e%d recorded %d times", where, in.Event, recorded[in.Event])
+			if err != nil {
+				return fmt.Errorf("%s %d (%s): %v", StreamName(s), i, FormatInstr(in, Group.String), err)
 			}
 		}
 	}

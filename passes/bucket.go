@@ -98,7 +98,14 @@ func bucket(s *State) error {
 			before[lastCopy] = append(before[lastCopy], free)
 		}
 	}
-	var out []ir.SeqOp
+	extra := 0
+	for _, ops := range before {
+		extra += len(ops)
+	}
+	for _, ops := range instead {
+		extra += len(ops)
+	}
+	out := make([]ir.SeqOp, 0, len(p.Seq)+extra)
 	for i, op := range p.Seq {
 		out = append(out, before[i]...)
 		if r, ok := instead[i]; ok {

@@ -28,7 +28,9 @@ import (
 func collectives(s *State) error {
 	ds, p := s.dist, s.Prog
 	in := p.Seq
-	p.Seq = nil
+	// Room for what each stage adds every micro-batch, so the sequence
+	// is rarely copied as it grows.
+	p.Seq = make([]ir.SeqOp, 0, len(in)+16*ds.d.Micro*len(ds.stages))
 	cur := 0
 	take := func(m int, ph ir.Phase, stage int) {
 		for cur < len(in) && int(in[cur].Micro) == m && in[cur].Phase == ph && int(in[cur].Stage) == stage {

@@ -20,7 +20,7 @@ func hierarchical(s *State) error {
 	if ds.d.Hierarchical == nil {
 		return nil
 	}
-	var out []ir.SeqOp
+	out := make([]ir.SeqOp, 0, len(p.Seq)+2*collectiveCount(p.Seq))
 	for _, op := range p.Seq {
 		if op.Op != ir.Collective {
 			out = append(out, op)
@@ -72,4 +72,16 @@ func hierarchical(s *State) error {
 	}
 	p.Seq = out
 	return nil
+}
+
+// collectiveCount is the number of collectives in seq (how many a
+// rewrite of each into several may add).
+func collectiveCount(seq []ir.SeqOp) int {
+	n := 0
+	for i := range seq {
+		if seq[i].Op == ir.Collective {
+			n++
+		}
+	}
+	return n
 }

@@ -104,10 +104,12 @@ func lower(s *State) error {
 	if s.Partition == nil {
 		return fmt.Errorf("no stage partition: the partition pass must run first")
 	}
-	p := &ir.Program{}
+	g := s.Graph
+	// A buffer per value, about twenty per stage and the views the later
+	// passes add: room enough that the list is rarely copied.
+	p := &ir.Program{Buffers: make([]ir.Buffer, 0, len(g.Values)+32*len(s.Partition.Stages))}
 	ds := &dist{d: d, dp: ir.Factor{S0: d.Topo.GPUsPerNode, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
 	s.Prog, s.dist = p, ds
-	g := s.Graph
 	stageOf := map[*ir.Value]int{}
 	var layouts []ir.Layout
 	for i, ps := range s.Partition.Stages {
@@ -211,15 +213,19 @@ func lower(s *State) error {
 			buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
 		}
 	}
+	// An input read as cross_entropy's targets is the shifted window.
+	targets := map[*ir.Value]bool{}
+	for _, v := range g.Values {
+		if op := v.Def; op != nil && op.Results[0] == v && op.Kind == ir.CrossEntropy {
+			targets[op.Args[1]] = true
+		}
+	}
 	inputs := g.ByRole(ir.Input)
 	for _, v := range inputs {
 		buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
-		// An input read as cross_entropy's targets is the shifted window.
 		shift := int32(0)
-		for _, u := range g.Uses()[v] {
-			if u.Kind == ir.CrossEntropy && u.Args[1] == v {
-				shift = 1
-			}
+		if targets[v] {
+			shift = 1
 		}
 		p.Inputs = append(p.Inputs, ir.DataInput{Buf: buf[v], Shift: shift})
 	}
@@ -230,34 +236,35 @@ func lower(s *State) error {
 		return err
 	}
 
-	// The sequence: M micro-batches, then the optimizer.
+	// The sequence: M micro-batches, then the optimizer. Each stage's
+	// kernels are made once and repeated every micro-batch.
+	fwd := make([][]ir.Instr, len(ds.stages))
+	bwd := make([][]ir.Instr, len(ds.stages))
+	perMicro := len(inputs) + 2*len(ds.stages)
+	for i, ps := range s.Partition.Stages {
+		fwd[i], bwd[i] = kernels(ps.Fwd, buf, i), kernels(ps.Bwd, buf, i)
+		perMicro += len(fwd[i]) + len(bwd[i])
+	}
+	M := d.Micro
+	p.Seq = make([]ir.SeqOp, 0, M*perMicro+2*len(ds.stages))
 	emit := func(ph ir.Phase, in ir.Instr) {
 		p.Seq = append(p.Seq, ir.SeqOp{Instr: in, Phase: ph})
 	}
-	kernel := func(op *ir.Op, stage, m int, ph ir.Phase) {
-		in := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs, Stage: int32(stage), Micro: int32(m), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)}
-		for _, a := range op.Args {
-			in.Args = append(in.Args, buf[a])
+	emitKernels := func(ks []ir.Instr, m int, ph ir.Phase) {
+		for _, in := range ks {
+			in.Micro = int32(m)
+			emit(ph, in)
 		}
-		for _, r := range op.Results {
-			in.Outs = append(in.Outs, buf[r])
-		}
-		emit(ph, in)
 	}
-	M := d.Micro
 	for m := 0; m < M; m++ {
 		for _, v := range inputs {
 			emit(ir.Forward, ir.Instr{Op: ir.Load, Buf: buf[v], Stage: -1, Micro: int32(m)})
 		}
-		for i, ps := range s.Partition.Stages {
-			for _, op := range opsOf(ps.Fwd) {
-				kernel(op, i, m, ir.Forward)
-			}
+		for i := range s.Partition.Stages {
+			emitKernels(fwd[i], m, ir.Forward)
 		}
 		for j := len(ds.stages) - 1; j >= 0; j-- {
-			for _, op := range opsOf(s.Partition.Stages[j].Bwd) {
-				kernel(op, j, m, ir.Backward)
-			}
+			emitKernels(bwd[j], m, ir.Backward)
 			st := ds.stages[j]
 			if st.params == 0 || M == 1 {
 				continue
@@ -300,18 +307,29 @@ func lower(s *State) error {
 	return nil
 }
 
-// opsOf lists the ops computing values vs, in order, each once: an op
-// with several results is one kernel.
-func opsOf(vs []*ir.Value) []*ir.Op {
-	ops := make([]*ir.Op, 0, len(vs))
+// kernels lists the kernels of stage computing values vs, in order, each
+// op once (an op with several results is one kernel), for micro-batch 0.
+// The micro-batches' copies share their Args and Outs: the passes after
+// copy before changing them.
+func kernels(vs []*ir.Value, buf map[*ir.Value]int32, stage int) []ir.Instr {
+	out := make([]ir.Instr, 0, len(vs))
 	seen := make(map[*ir.Op]bool, len(vs))
 	for _, v := range vs {
-		if !seen[v.Def] {
-			seen[v.Def] = true
-			ops = append(ops, v.Def)
+		op := v.Def
+		if seen[op] {
+			continue
 		}
+		seen[op] = true
+		in := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs, Stage: int32(stage), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)}
+		for _, a := range op.Args {
+			in.Args = append(in.Args, buf[a])
+		}
+		for _, r := range op.Results {
+			in.Outs = append(in.Outs, buf[r])
+		}
+		out = append(out, in)
 	}
-	return ops
+	return out
 }
 
 // adamwAttrs takes each stage's AdamW attributes from the adamw ops the

@@ -1,6 +1,10 @@
 package passes
 
-import "amspc/ir"
+import (
+	"slices"
+
+	"amspc/ir"
+)
 
 // reduceScatter is XLA's reduce-scatter creator: an all-reduce over group
 // (O, I) whose result is read, until the buffer is freed or allocated
@@ -12,7 +16,7 @@ import "amspc/ir"
 // bytes.
 func reduceScatter(s *State) error {
 	p := s.Prog
-	var out []ir.SeqOp
+	out := make([]ir.SeqOp, 0, len(p.Seq)+collectiveCount(p.Seq))
 	for i, op := range p.Seq {
 		if op.Op != ir.Collective || op.Coll != ir.AllReduce || op.In != op.Out {
 			out = append(out, op)
@@ -147,7 +151,8 @@ func keepGathered(s *State) bool {
 			}
 			c := b + 1
 			if c < len(p.Seq) && p.Seq[c].Op == ir.Collective && p.Seq[c].Coll == ir.AllGather && p.Seq[c].Out == x {
-				p.Seq = append(p.Seq[:a], append(append([]ir.SeqOp{}, p.Seq[a+1:b]...), p.Seq[c+1:]...)...)
+				p.Seq = slices.Delete(p.Seq, b, c+1) // the alloc and the gather
+				p.Seq = slices.Delete(p.Seq, a, a+1) // the free
 				return true
 			}
 			break

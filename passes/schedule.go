@@ -28,7 +28,8 @@ import (
 // Since every wait names an instruction earlier in the sequence and each
 // stream runs in sequence order, no schedule can deadlock.
 func schedule(s *State) error {
-	s.Unscheduled = slices.Clone(s.Prog.Seq)
+	// Scheduling reads the sequence and never changes it.
+	s.Unscheduled = s.Prog.Seq
 	return scheduleSeq(s.Prog, s.dist.d.Depth)
 }
 
@@ -49,100 +50,131 @@ func Reschedule(s *State, depth int) (*ir.Program, error) {
 }
 
 func scheduleSeq(p *ir.Program, depth int) error {
-	seq := deferFinish(p.Seq)
-	seq = liveness(p, seq)
+	seq := liveness(p, p.Seq, deferFinish(p.Seq))
 	placeAllocs(p, seq)
 	return events(p, seq, max(depth, 1))
 }
 
-// deferFinish moves each run of Finish instructions after the next run
-// of Sync instructions of the same micro-batch (the next stage's
-// reduction), or to the micro-batch's end.
-func deferFinish(seq []ir.SeqOp) []ir.SeqOp {
-	out := make([]ir.SeqOp, 0, len(seq))
-	var held []ir.SeqOp
+// deferFinish orders the sequence (as indices into it) so that each run
+// of Finish instructions moves after the next run of Sync instructions
+// of the same micro-batch (the next stage's reduction), or to the
+// micro-batch's end.
+func deferFinish(seq []ir.SeqOp) []int32 {
+	order := make([]int32, 0, len(seq))
+	hs, he := 0, 0 // the run held back, seq[hs:he]
+	release := func() {
+		for k := hs; k < he; k++ {
+			order = append(order, int32(k))
+		}
+		hs, he = 0, 0
+	}
 	for i := 0; i < len(seq); {
-		op := seq[i]
+		op := &seq[i]
 		if op.Phase == ir.Finish && op.Micro >= 0 {
-			out = append(out, held...)
+			release()
 			j := i
 			for j < len(seq) && seq[j].Phase == ir.Finish && seq[j].Micro == op.Micro {
 				j++
 			}
-			held = append([]ir.SeqOp(nil), seq[i:j]...)
+			hs, he = i, j
 			i = j
 			continue
 		}
-		if len(held) > 0 && (op.Micro != held[0].Micro || op.Phase == ir.Forward || op.Phase == ir.Optimize) {
-			out = append(out, held...)
-			held = nil
+		if he > hs && (op.Micro != seq[hs].Micro || op.Phase == ir.Forward || op.Phase == ir.Optimize) {
+			release()
 		}
-		out = append(out, op)
+		order = append(order, int32(i))
 		i++
-		if op.Phase == ir.Sync && len(held) > 0 && (i == len(seq) || seq[i].Phase != ir.Sync) {
-			out = append(out, held...)
-			held = nil
+		if op.Phase == ir.Sync && he > hs && (i == len(seq) || seq[i].Phase != ir.Sync) {
+			release()
 		}
 	}
-	return append(out, held...)
+	release()
+	return order
 }
 
 // liveness allocates every buffer the sequence never allocates itself
 // (activations, inputs, accumulators; not the persistent state) before
 // each definition (a write of it by an instruction that does not read
-// it) and frees it after its last access before the next definition.
-func liveness(p *ir.Program, seq []ir.SeqOp) []ir.SeqOp {
-	persistent := p.Persistent()
-	explicit := map[int32]bool{}
+// it) and frees it after its last access before the next definition. It
+// returns the sequence in the given order with the allocs and frees.
+func liveness(p *ir.Program, seq []ir.SeqOp, order []int32) []ir.SeqOp {
+	root := roots(p)
+	// implicit[b]: root b is allocated and freed here (not persistent,
+	// not allocated by the sequence itself).
+	implicit := make([]bool, len(p.Buffers))
+	for b := range implicit {
+		implicit[b] = true
+	}
+	for id := range p.Persistent() {
+		implicit[id] = false
+	}
 	for _, op := range seq {
 		if op.Op == ir.Alloc || op.Op == ir.Free {
-			explicit[op.Buf] = true
+			implicit[op.Buf] = false
 		}
 	}
-	implicit := func(root int32) bool { return !persistent[root] && !explicit[root] }
-	before := map[int][]int32{}
-	after := map[int][]int32{}
-	live := map[int32]int{} // root -> last access
-	for i, op := range seq {
-		reads := map[int32]bool{}
-		for _, r := range op.Reads() {
-			root := p.Root(r)
-			reads[root] = true
-			if implicit(root) {
-				live[root] = i
+	// The roots to allocate before and free after each instruction.
+	before := make([][]int32, len(seq))
+	after := make([][]int32, len(seq))
+	nmark := 0
+	live := make([]int, len(p.Buffers)) // root -> last access, -1 when not live
+	for b := range live {
+		live[b] = -1
+	}
+	for i, k := range order {
+		op := &seq[k]
+		reads := op.Reads()
+		for _, r := range reads {
+			if rt := root[r]; implicit[rt] {
+				live[rt] = i
 			}
 		}
 		for _, w := range op.Writes() {
-			root := p.Root(w)
-			if !implicit(root) {
+			rt := root[w]
+			if !implicit[rt] {
 				continue
 			}
-			if last, ok := live[root]; ok && !reads[root] {
-				after[last] = append(after[last], root)
-				delete(live, root)
+			if last := live[rt]; last >= 0 && !readsRoot(root, reads, rt) {
+				after[last] = append(after[last], rt)
+				live[rt] = -1
 			}
-			if _, ok := live[root]; !ok {
-				before[i] = append(before[i], root)
+			if live[rt] < 0 {
+				before[i] = append(before[i], rt)
+				nmark++
 			}
-			live[root] = i
+			live[rt] = i
 		}
 	}
-	for root, last := range live {
-		after[last] = append(after[last], root)
+	for rt, last := range live {
+		if last >= 0 {
+			after[last] = append(after[last], int32(rt))
+		}
 	}
-	out := make([]ir.SeqOp, 0, len(seq)+2*len(before))
-	mark := func(op ir.SeqOp, c ir.OpCode, ids []int32) {
+	out := make([]ir.SeqOp, 0, len(seq)+2*nmark)
+	mark := func(op *ir.SeqOp, c ir.OpCode, ids []int32) {
 		slices.Sort(ids)
 		for _, id := range slices.Compact(ids) {
 			out = append(out, ir.SeqOp{Instr: ir.Instr{Op: c, Buf: id, Stage: op.Stage, Micro: op.Micro}, Phase: op.Phase})
 		}
 	}
-	for i, op := range seq {
+	for i, k := range order {
+		op := &seq[k]
 		mark(op, ir.Alloc, before[i])
-		out = append(out, op)
+		out = append(out, *op)
 		mark(op, ir.Free, after[i])
 	}
 	return out
+}
+
+// readsRoot reports whether one of the buffers reads has root rt.
+func readsRoot(root []int32, reads []int32, rt int32) bool {
+	for _, r := range reads {
+		if root[r] == rt {
+			return true
+		}
+	}
+	return false
 }
 
 // placeAllocs puts kernels and loads on compute, an alloc on the stream
@@ -180,21 +212,32 @@ func placeAllocs(p *ir.Program, seq []ir.SeqOp) {
 func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	type clock [ir.NumStreams]int // ops of each stream known complete
 	n := len(seq)
+	root := roots(p)
 	idx := make([]int, n) // position in its stream
 	snap := make([]clock, n)
 	var clocks [ir.NumStreams]clock
 	var count [ir.NumStreams]int
-	recordAfter := map[int]int32{}
-	waits := make([][]int32, n)
+	// Per instruction: the event recorded after it (-1 none) and the
+	// events it waits for, waitEv[waitAt[i]:waitAt[i+1]].
+	recordAfter := make([]int32, n)
+	waitAt := make([]int, n+1)
+	var waitEv []int32
 	nextEvent := int32(0)
-	lastWrite := map[int32]int{}
-	readers := map[int32]*[ir.NumStreams]int{} // root -> last reader per stream since the last write (-1 none)
+	// Per root buffer: its last writer and its last reader on each stream
+	// since that write (-1 none).
+	lastWrite := make([]int, len(p.Buffers))
+	readers := make([][ir.NumStreams]int, len(p.Buffers))
+	for b := range lastWrite {
+		lastWrite[b] = -1
+		readers[b] = [ir.NumStreams]int{-1, -1, -1}
+	}
 
 	// The prefetch bound: the k-th gathered buffer's alloc waits for the
 	// free of the (k-depth)-th, where that free comes first.
-	bound := map[int]int{}
+	bound := make([]int, n)
 	var gathers []int
 	for i, op := range seq {
+		bound[i] = -1
 		if op.Op != ir.Alloc || op.Stream != ir.CommGather {
 			continue
 		}
@@ -210,6 +253,7 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 		gathers = append(gathers, i)
 	}
 
+	var deps []int
 	for i := range seq {
 		op := &seq[i]
 		s := op.Stream
@@ -218,27 +262,27 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 		}
 		idx[i] = count[s]
 		count[s]++
-		var deps []int
+		recordAfter[i] = -1
+		waitAt[i] = len(waitEv)
+		deps = deps[:0]
 		reads, writes := op.Reads(), op.Writes()
 		for _, r := range reads {
-			if j, ok := lastWrite[p.Root(r)]; ok {
+			if j := lastWrite[root[r]]; j >= 0 {
 				deps = append(deps, j)
 			}
 		}
 		for _, w := range writes {
-			root := p.Root(w)
-			if j, ok := lastWrite[root]; ok {
+			rt := root[w]
+			if j := lastWrite[rt]; j >= 0 {
 				deps = append(deps, j)
 			}
-			if rd := readers[root]; rd != nil {
-				for _, j := range rd {
-					if j >= 0 {
-						deps = append(deps, j)
-					}
+			for _, j := range readers[rt] {
+				if j >= 0 {
+					deps = append(deps, j)
 				}
 			}
 		}
-		if j, ok := bound[i]; ok {
+		if j := bound[i]; j >= 0 {
 			deps = append(deps, j)
 		}
 		slices.Sort(deps)
@@ -247,13 +291,13 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 			if t == s || clocks[s][t] > idx[j] {
 				continue
 			}
-			ev, ok := recordAfter[j]
-			if !ok {
+			ev := recordAfter[j]
+			if ev < 0 {
 				ev = nextEvent
 				nextEvent++
 				recordAfter[j] = ev
 			}
-			waits[i] = append(waits[i], ev)
+			waitEv = append(waitEv, ev)
 			for k := range clocks[s] {
 				clocks[s][k] = max(clocks[s][k], snap[j][k])
 			}
@@ -261,32 +305,49 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 		clocks[s][s] = idx[i] + 1
 		snap[i] = clocks[s]
 		for _, r := range reads {
-			root := p.Root(r)
-			rd := readers[root]
-			if rd == nil {
-				rd = &[ir.NumStreams]int{-1, -1, -1}
-				readers[root] = rd
-			}
-			rd[s] = i
+			readers[root[r]][s] = i
 		}
 		for _, w := range writes {
-			root := p.Root(w)
-			lastWrite[root] = i
-			delete(readers, root)
+			rt := root[w]
+			lastWrite[rt] = i
+			readers[rt] = [ir.NumStreams]int{-1, -1, -1}
 		}
+	}
+	waitAt[n] = len(waitEv)
+	// Each stream's instructions, waits and records, allocated at once.
+	size := count
+	for i := range seq {
+		s := seq[i].Stream
+		size[s] += waitAt[i+1] - waitAt[i]
+		if recordAfter[i] >= 0 {
+			size[s]++
+		}
+	}
+	for s := range p.Streams {
+		p.Streams[s] = make([]ir.Instr, 0, size[s])
 	}
 	for i := range seq {
 		op := &seq[i]
 		s := op.Stream
-		for _, ev := range waits[i] {
+		for _, ev := range waitEv[waitAt[i]:waitAt[i+1]] {
 			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Wait, Event: ev, Stage: op.Stage, Micro: op.Micro})
 		}
 		p.Streams[s] = append(p.Streams[s], op.Instr)
-		if ev, ok := recordAfter[i]; ok {
+		if ev := recordAfter[i]; ev >= 0 {
 			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Record, Event: ev, Stage: op.Stage, Micro: op.Micro})
 		}
 	}
 	p.Events = int(nextEvent)
 	p.Seq = nil
 	return nil
+}
+
+// roots maps every buffer to its root (Program.Root), computed once for
+// the schedule's many lookups.
+func roots(p *ir.Program) []int32 {
+	out := make([]int32, len(p.Buffers))
+	for i := range out {
+		out[i] = p.Root(int32(i))
+	}
+	return out
 }
