@@ -13,7 +13,7 @@ import (
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--sweep nodes=N,...] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
@@ -23,6 +23,8 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	lf.registerShard(fs, "cost")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
 	simulate := fs.Bool("simulate", true, "with --objective step, re-cost the best candidates and the baselines on the simulated timeline of their compiled instruction streams")
+	sweepSpec := fs.String("sweep", "", "plan again at each cluster size `SIZES` (nodes=1,2,4 or gpus=8,16,32; the rest of the cluster as the file says) and print the chosen plan's and every baseline's MFU and memory per size")
+	sweepBatch := fs.String("sweep-batch", sweepPerGPU, "with --sweep, the global batch at each size: per-gpu keeps the train section's sequences per GPU (the global batch grows with the cluster), fixed keeps its global batch (a size it does not split is reported, not planned)")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
 	file, ok := oneFile(fs, args)
 	if !ok {
@@ -51,7 +53,16 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	res, err := planner.Plan(job, planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate, Predict: compiler.Predict})
+	opts := planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Simulate: *simulate, Predict: compiler.Predict}
+	if *sweepSpec != "" {
+		s, err := parseSweep(*sweepSpec, *sweepBatch, job.Cluster)
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc plan: %v\n", err)
+			return exitUser
+		}
+		return runSweep(stdout, stderr, file, job, s, opts, *asJSON)
+	}
+	res, err := planner.Plan(job, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser
