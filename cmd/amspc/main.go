@@ -4,7 +4,8 @@
 // Usage:
 //
 //	amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...
-//	amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] FILE
+//	amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] FILE
+//	amspc plan --sweep nodes=1,2,4,... [--sweep-batch per-gpu|fixed] [--json] FILE
 //	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS] FILE
 //	amspc disasm [--rank N,...] PLAN
 //	amspc trace [-o trace.json] PLAN

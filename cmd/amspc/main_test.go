@@ -54,9 +54,12 @@ func TestCLI(t *testing.T) {
 				t.Fatalf("Go panic trace in output:\n%s", stderr.String())
 			}
 			if strings.Contains(args, "--json") && status == 0 {
-				if strings.HasPrefix(args, "plan") {
+				switch {
+				case strings.HasPrefix(args, "plan") && strings.Contains(args, "--sweep"):
+					checkSweepJSON(t, stdout.Bytes())
+				case strings.HasPrefix(args, "plan"):
 					checkPlanJSON(t, stdout.Bytes())
-				} else {
+				default:
 					checkJSON(t, stdout.Bytes())
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"amspc/compiler"
 	"amspc/cost"
@@ -14,15 +13,18 @@ import (
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--top K] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--sweep nodes=N,...] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	wide := fs.Bool("wide", false, "also show memory's parts, all communication, compute and tokens/s per GPU (wider than 120 columns)")
 	top := fs.Int("top", 3, "also show the `K` best candidates")
 	lf.registerShard(fs, "cost")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
 	simulate := fs.Bool("simulate", true, "with --objective step, rank plans by simulating their compiled programs (every candidate a proven bound does not rule out); false: the analytic model only")
+	sweepSpec := fs.String("sweep", "", "plan again at each cluster size `SIZES` (nodes=1,2,4 or gpus=8,16,32; the rest of the cluster as the file says) and print the chosen plan's and every baseline's MFU and memory per size")
+	sweepBatch := fs.String("sweep-batch", sweepPerGPU, "with --sweep, the global batch at each size: per-gpu keeps the train section's sequences per GPU (the global batch grows with the cluster), fixed keeps its global batch (a size it does not split is reported, not planned)")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
 	file, ok := oneFile(fs, args)
 	if !ok {
@@ -55,6 +57,14 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	if *simulate {
 		opts.NewEvaluator = compiler.NewEvaluator
 	}
+	if *sweepSpec != "" {
+		s, err := parseSweep(*sweepSpec, *sweepBatch, job.Cluster)
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc plan: %v\n", err)
+			return exitUser
+		}
+		return runSweep(stdout, stderr, file, job, s, opts, *asJSON)
+	}
 	res, err := planner.Plan(job, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
@@ -64,7 +74,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		b, _ := json.MarshalIndent(planJSON(res), "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
-		printPlan(stdout, file, job, res)
+		printPlan(stdout, file, job, res, *wide)
 	}
 	if res.Chosen == nil {
 		fmt.Fprintf(stderr, "%s: %s\n", file, res.Explain()[0])
@@ -184,106 +194,187 @@ func planJSON(r *planner.Result) *planResultJSON {
 	return out
 }
 
-// printPlan prints the comparison table and the explanation.
-func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result) {
+// printPlan prints the comparison table, its legend and the explanation.
+func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result, wide bool) {
 	c := job.Cluster
-	fmt.Fprintf(w, "%s: %s on %d x %d %s, %s tokens per step, objective %s\n",
-		name, job.Graph.Name, c.Nodes, c.GPUsPerNode, c.GPU.Name, commas(job.Train.TokensPerStep()), r.Objective)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "plan\ts_p\ts_g\ts_os\tM\tmemory\tP\tG\tOS\tact\tbuf\tintra GB\tinter GB\tcomm\texposed\tcompute\tstep\ttok/s/GPU\tMFU\t")
-	row := func(label string, e *cost.Estimate) {
-		f := e.Plan.Groups[cost.Blocks]
-		gib := shortBytes
-		gb := func(b float64) string { return fmt.Sprintf("%.2f", b/1e9) }
-		sp := f.P.String()
-		if f.Secondary.Size() > 1 {
-			sp += "+" + f.Secondary.String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.1f%%\t",
-			label, sp, f.G, f.OS, e.M, gib(e.Mem.Total), gib(e.Mem.Params), gib(e.Mem.Grads), gib(e.Mem.Optim),
-			gib(e.Mem.Activations), gib(e.Mem.Buffers), gb(e.CommIntra), gb(e.CommInter),
-			dur(e.CommTime), dur(e.Exposed), dur(e.Compute), stepText(r, e), e.TokensPerSPerGPU, 100*e.MFU)
-		if !e.Feasible {
-			fmt.Fprintf(tw, "  %s", e.Why)
-		}
-		fmt.Fprintln(tw)
-	}
+	wrap(w, "", fmt.Sprintf("%s: %s on %d x %d %s, %s tokens per step, objective %s",
+		name, job.Graph.Name, c.Nodes, c.GPUsPerNode, c.GPU.Name, commas(job.Train.TokensPerStep()), r.Objective))
+	var rows []planRow
 	for _, e := range r.Baselines {
-		row(e.Plan.Name, e)
+		rows = append(rows, planRow{"", e})
 	}
 	for i, e := range r.Top {
-		row(fmt.Sprintf("#%d %s", i+1, e.Plan.Name), e)
+		rows = append(rows, planRow{fmt.Sprintf("#%d", i+1), e})
 	}
 	if r.MILP != nil && r.MILP.Best != nil && r.MILP.Best != r.Chosen {
-		row(r.MILP.Best.Plan.Name, r.MILP.Best)
+		rows = append(rows, planRow{"", r.MILP.Best})
 	}
 	if r.Fixed != nil {
-		row(r.Fixed.Plan.Name, r.Fixed)
+		rows = append(rows, planRow{"", r.Fixed})
 	}
 	if r.Chosen != nil {
-		row("=> "+r.Chosen.Plan.Name, r.Chosen)
+		rows = append(rows, planRow{"=>", r.Chosen})
 	}
-	tw.Flush()
-	if r.Objective == planner.Paper {
-		fmt.Fprintln(w, "(step column: the paper's T_comm = T_p + T_g + T_os0 + T_os1)")
-	} else {
-		fmt.Fprintln(w, "(* step from the simulated timeline of the plan's compiled instruction streams; others from the analytic model)")
+	planTable(r.Objective, rows, wide).write(w)
+	for _, l := range planLegend(r.Objective, rows, wide) {
+		wrap(w, "", l)
 	}
 	if ch := r.Chosen; ch != nil {
-		fmt.Fprintf(w, "chosen: %s", ch.Plan.Name)
+		s := "chosen: " + ch.Plan.Name
 		if !ch.Plan.IsUniform() {
 			var parts []string
 			for g := cost.Group(0); g < cost.NumGroups; g++ {
 				parts = append(parts, fmt.Sprintf("%s %v", g, ch.Plan.Groups[g]))
 			}
-			fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+			s += fmt.Sprintf(" (%s)", strings.Join(parts, ", "))
 		}
-		fmt.Fprintf(w, ", recompute %s, micro_batch %d\n", ch.Plan.Recompute, ch.Plan.MicroBatch)
+		wrap(w, "", fmt.Sprintf("%s, recompute %s, micro_batch %d", s, ch.Plan.Recompute, ch.Plan.MicroBatch))
 	}
 	for _, l := range r.Explain() {
-		fmt.Fprintln(w, "  "+l)
+		wrap(w, "  ", l)
 	}
-	fmt.Fprintf(w, "searched %d candidates in %s", r.Candidates, dur(r.SolveTime.Seconds()))
+	s := fmt.Sprintf("searched %d candidates in %s", r.Candidates, dur(r.SolveTime.Seconds()))
 	if mr := r.MILP; mr != nil {
-		fmt.Fprintf(w, " (MILP: %d columns, %d rows, %d nodes, %s)", mr.Columns, mr.Rows, mr.Nodes, mr.Solver)
+		s += fmt.Sprintf(" (MILP: %d columns, %d rows, %d nodes, %s)", mr.Columns, mr.Rows, mr.Nodes, mr.Solver)
 	}
-	fmt.Fprintln(w)
+	wrap(w, "", s)
 }
 
-// shortBytes prints a byte count in a few characters: "23.3G", "4.1M".
-func shortBytes(b float64) string {
-	for _, u := range []struct {
-		s string
-		f float64
-	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
-		if b >= 0.9995*u.f {
-			return fmt.Sprintf("%.3g%s", b/u.f, u.s)
-		}
-	}
-	return fmt.Sprintf("%.0f", b)
+// A planRow is one estimate in the table with its mark: "#1" for the
+// best candidates, "=>" for the chosen plan.
+type planRow struct {
+	mark string
+	e    *cost.Estimate
 }
 
-func objectiveValue(r *planner.Result, e *cost.Estimate) float64 { return r.Objective.Score(e) }
-
-// stepText is the step column: the objective's value, starred when it
-// comes from the simulated timeline.
-func stepText(r *planner.Result, e *cost.Estimate) string {
-	s := dur(objectiveValue(r, e))
-	if e.Simulated && r.Objective == planner.Step {
-		s += "*"
-	}
-	return s
+// A planCol is one column of the plan table: its header and how an
+// estimate fills it. New estimate fields become new entries here.
+type planCol struct {
+	head string
+	left bool
+	cell func(e *cost.Estimate) string
 }
 
-// dur formats seconds: "1.23 s", "45.6 ms", "789 µs".
-func dur(s float64) string {
+// maxPlanName keeps the plan column narrow enough for the table to fit
+// lineWidth; the factors column still says what the plan is.
+const maxPlanName = 22
+
+// planColumns lists the table's columns. The memory and traffic units
+// are chosen for the whole table from its largest value.
+func planColumns(obj planner.Objective, rows []planRow, wide bool) []planCol {
+	var mems, sent []float64
+	for _, r := range rows {
+		m := r.e.Mem
+		mems = append(mems, m.Total, m.Params, m.Grads, m.Optim, m.Activations, m.Buffers)
+		sent = append(sent, r.e.CommIntra, r.e.CommInter)
+	}
+	mu, tu := pickUnit(binaryUnits, mems...), pickUnit(decimalUnits, sent...)
+	mem := func(f func(cost.Memory) float64) func(*cost.Estimate) string {
+		return func(e *cost.Estimate) string { return mu.in(f(e.Mem), 1) }
+	}
+	cols := []planCol{
+		{"plan", true, func(e *cost.Estimate) string { return truncate(e.Plan.Name, maxPlanName) }},
+		{"s_p/s_g/s_os", true, func(e *cost.Estimate) string { return factorsText(e.Plan.Groups[cost.Blocks]) }},
+		{"M", false, func(e *cost.Estimate) string { return fmt.Sprint(e.M) }},
+		{"mem " + mu.name, false, mem(func(m cost.Memory) float64 { return m.Total })},
+	}
+	if wide {
+		cols = append(cols,
+			planCol{"P", false, mem(func(m cost.Memory) float64 { return m.Params })},
+			planCol{"G", false, mem(func(m cost.Memory) float64 { return m.Grads })},
+			planCol{"OS", false, mem(func(m cost.Memory) float64 { return m.Optim })},
+			planCol{"act", false, mem(func(m cost.Memory) float64 { return m.Activations })},
+			planCol{"buf", false, mem(func(m cost.Memory) float64 { return m.Buffers })})
+	}
+	cols = append(cols,
+		planCol{"intra " + tu.name, false, func(e *cost.Estimate) string { return tu.in(e.CommIntra, 2) }},
+		planCol{"inter " + tu.name, false, func(e *cost.Estimate) string { return tu.in(e.CommInter, 2) }})
+	if wide {
+		cols = append(cols, planCol{"comm", false, func(e *cost.Estimate) string { return dur(e.CommTime) }})
+	}
+	cols = append(cols, planCol{"exposed", false, func(e *cost.Estimate) string { return dur(e.Exposed) }})
+	if wide {
+		cols = append(cols, planCol{"compute", false, func(e *cost.Estimate) string { return dur(e.Compute) }})
+	}
+	step := planCol{"step", false, func(e *cost.Estimate) string { return dur(e.Step) }}
+	tcomm := planCol{"T_comm", false, func(e *cost.Estimate) string { return dur(e.PaperComm) }}
 	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.3g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
-	case s == 0:
-		return "0"
+	case obj == planner.Paper && wide:
+		cols = append(cols, step, tcomm)
+	case obj == planner.Paper:
+		cols = append(cols, tcomm)
+	default:
+		cols = append(cols, step)
 	}
-	return fmt.Sprintf("%.3g µs", s*1e6)
+	if wide {
+		cols = append(cols, planCol{"tok/s/GPU", false, func(e *cost.Estimate) string { return fmt.Sprintf("%.0f", e.TokensPerSPerGPU) }})
+	}
+	return append(cols,
+		planCol{"MFU", false, func(e *cost.Estimate) string { return percent(e.MFU) }},
+		planCol{"sim", true, func(e *cost.Estimate) string { return yesNo(e.Simulated) }})
+}
+
+// planTable lays the rows out; a plan that does not fit gets a note line
+// saying why.
+func planTable(obj planner.Objective, rows []planRow, wide bool) *table {
+	cols := planColumns(obj, rows, wide)
+	t := &table{cols: []tableCol{{"", true}}}
+	for _, c := range cols {
+		t.cols = append(t.cols, tableCol{c.head, c.left})
+	}
+	for _, r := range rows {
+		cells := []string{r.mark}
+		for i, c := range cols {
+			s := c.cell(r.e)
+			if r.e.M == 0 && i > 1 && c.head != "sim" {
+				s = "-" // not costed: the batch does not split
+			}
+			cells = append(cells, s)
+		}
+		note := ""
+		if !r.e.Feasible {
+			note = "does not fit: " + r.e.Why
+		}
+		t.add(note, cells...)
+	}
+	return t
+}
+
+// planLegend says what the columns mean, one line each.
+func planLegend(obj planner.Objective, rows []planRow, wide bool) []string {
+	out := []string{"mem: peak memory per GPU. intra, inter: bytes each GPU sends per step inside and across nodes."}
+	if wide {
+		out = append(out, "P, G, OS, act, buf: parameters, gradients, optimizer states, activations, buffers (part of mem).")
+	}
+	if obj == planner.Paper {
+		return append(out,
+			"exposed: communication that compute does not hide. T_comm: the AMSP paper's objective, T_p + T_g + T_os0 + T_os1.",
+			"sim: no for every row: --objective paper ranks plans by the analytic T_comm and simulates none.")
+	}
+	out = append(out, "exposed: communication that compute does not hide. step: compute plus exposed communication.")
+	sim := false
+	for _, r := range rows {
+		sim = sim || r.e.Simulated
+	}
+	if !sim {
+		return append(out, "sim: no for every row: times come from the analytic model (--simulate=false).")
+	}
+	return append(out, "sim: yes = timed on the simulated timeline of the plan's compiled instruction streams; no = analytic.")
+}
+
+// factorsText is a plan's factors in one cell: "8x1/8x128/8x128", with
+// ZeRO++'s secondary parameter shard as "8x128+8x1/...".
+func factorsText(f cost.Factors) string {
+	sp := f.P.String()
+	if f.Secondary.Size() > 1 {
+		sp += "+" + f.Secondary.String()
+	}
+	return fmt.Sprintf("%s/%v/%v", sp, f.G, f.OS)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
