@@ -11,6 +11,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
+	"amspc/scheduler"
 )
 
 // Evaluator is the planner's view of the compiler (planner.Evaluator):
@@ -119,7 +120,7 @@ func prediction(r *Result) *cost.Prediction {
 			}
 		}
 	}
-	trans := transient(prog)
+	trans := scheduler.Transient(prog)
 	for id, b := range prog.Buffers {
 		if b.IsView() || trans[int32(id)] {
 			continue
@@ -134,19 +135,6 @@ func prediction(r *Result) *cost.Prediction {
 		}
 	}
 	return pr
-}
-
-// transient lists the buffers some instruction allocates.
-func transient(p *codegen.Program) map[int32]bool {
-	out := map[int32]bool{}
-	for s := range p.Streams {
-		for _, in := range p.Streams[s] {
-			if in.Op == codegen.Alloc {
-				out[in.Buf] = true
-			}
-		}
-	}
-	return out
 }
 
 // facts runs the graph passes for a setting once.

@@ -86,7 +86,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 		t     float64
 		delta float64
 	}
-	trans := transient(p)
+	trans := Transient(p)
 	mem := make([]memEvent, 0, 2*len(trans))
 	for id, b := range p.Buffers {
 		if !b.IsView() && !trans[int32(id)] {
@@ -305,9 +305,9 @@ func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
 	return done, next
 }
 
-// transient lists the buffers some instruction allocates (the rest live
-// for the whole run: shards of P, G, OS).
-func transient(p *codegen.Program) map[int32]bool {
+// Transient lists the buffers some instruction allocates; the rest
+// (shards of P, G, OS) live for the whole run.
+func Transient(p *codegen.Program) map[int32]bool {
 	out := map[int32]bool{}
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
