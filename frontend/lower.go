@@ -689,15 +689,28 @@ func (l *modelLowerer) apply(kind ir.OpKind, p ir.Pos, args []operand, given []i
 		l.d.errorf(blame(oerr), "%s", oerr.Msg)
 		return operand{bad: true}
 	}
+	if kind == ir.CrossEntropy && vals[0].DType != ir.F32 {
+		// The loss reads fp32 logits, as every framework keeps them:
+		// the cast is exact, so the loss is unchanged, but the logits
+		// saved for the backward pass are fp32 (NUMERICS.md).
+		vals[0] = l.value(ir.Cast, p, []*ir.Value{vals[0]}, []ir.Attr{ir.IntAttr("dtype", int64(ir.F32))},
+			ir.Type{Shape: vals[0].Shape, DType: ir.F32})
+	}
 	// Source ops have one result.
-	shape, dt := types[0].Shape, types[0].DType
-	if !l.sizeOK(shape, p, "result of "+kind.String()) {
+	if !l.sizeOK(types[0].Shape, p, "result of "+kind.String()) {
 		return operand{bad: true}
 	}
-	l.temps++
-	v := &ir.Value{Name: fmt.Sprintf("%s.t%d", l.target, l.temps), Shape: shape, DType: dt,
-		Role: ir.Activation, Layer: l.layer, Pos: p}
-	v.Def = &ir.Op{Kind: kind, Args: vals, Attrs: attrs, Results: []*ir.Value{v}, Pos: p}
-	l.stmt = append(l.stmt, v)
+	v := l.value(kind, p, vals, attrs, types[0])
 	return operand{val: v, pos: p, fresh: true}
+}
+
+// value makes the activation of one op application, a temporary of the
+// statement being lowered.
+func (l *modelLowerer) value(kind ir.OpKind, p ir.Pos, args []*ir.Value, attrs []ir.Attr, t ir.Type) *ir.Value {
+	l.temps++
+	v := &ir.Value{Name: fmt.Sprintf("%s.t%d", l.target, l.temps), Shape: t.Shape, DType: t.DType,
+		Role: ir.Activation, Layer: l.layer, Pos: p}
+	v.Def = &ir.Op{Kind: kind, Args: args, Attrs: attrs, Results: []*ir.Value{v}, Pos: p}
+	l.stmt = append(l.stmt, v)
+	return v
 }

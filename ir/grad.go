@@ -190,6 +190,10 @@ func initGradOps() {
 		vocab := op.Args[1].Shape[0]
 		return []*Value{nil, apply(b, EmbedGrad, []*Value{op.Args[0], dy}, IntAttr("vocab", vocab))}
 	}
+	opTable[Cast].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		// The gradient goes back at the operand's precision.
+		return []*Value{apply(b, Cast, []*Value{dy}, IntAttr("dtype", int64(op.Args[0].DType)))}
+	}
 	opTable[MatMul].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		a, w := op.Args[0], op.Args[1]
 		return []*Value{apply(b, MatMulGradA, []*Value{dy, w}), apply(b, MatMulGradB, []*Value{a, dy})}
