@@ -45,7 +45,7 @@ var GPUPresets = []ir.GPU{
 		Source: "NVIDIA H200 datasheet (SXM: 141 GB HBM3e at 4.8 TB/s, 143771 MiB usable per nvidia-smi, 989 TFLOP/s bf16 dense, NVLink4 900 GB/s bidirectional)"},
 	// CPU ranks: nominal figures for planning a CPU run; the runtime's
 	// calibration replaces them with measured ones.
-	{Name: "cpu", MemoryBytes: 8 * giB, PeakFLOPS: 50e9, MemBW: 20 * gB, MatMulHalf: 8, IntraBW: 10 * gB, InterBW: 1 * gB, Efficiency: 0.5, IntraBusEff: 1, InterBusEff: 1,
+	{Name: "cpu", MemoryBytes: 8 * giB, PeakFLOPS: 50e9, MemBW: 20 * gB, MatMulHalf: 8, IntraBW: 10 * gB, InterBW: 1 * gB, Efficiency: 0.5, IntraBusEff: 1, InterBusEff: 1, SharedCores: true,
 		Source: "nominal CPU worker (8 GiB, 50 GFLOP/s, 20 GB/s memory); not a measurement"},
 }
 

@@ -214,7 +214,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 	known := map[reflect.Type]string{
 		reflect.TypeFor[Bundle]():     "Model Topo Plan Micro Machine Train Templates RankTemplate",
 		reflect.TypeFor[Topology]():   "GPUsPerNode Nodes",
-		reflect.TypeFor[Machine]():    "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes",
+		reflect.TypeFor[Machine]():    "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
 		reflect.TypeFor[Program]():    "Buffers Streams Events Layouts Inputs",
 		reflect.TypeFor[Buffer]():     "Name DType Elems Parent Offset Part Shape",
 		reflect.TypeFor[Group]():      "Outer Inner",
@@ -308,7 +308,7 @@ func TestDecodeRefuses(t *testing.T) {
 	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
 	v1 := bytes.Clone(data)
 	binary.LittleEndian.PutUint32(v1[len(magic):], 1)
-	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 2"})
+	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 3"})
 
 	// Payloads that pass the checksum but do not decode consistently.
 	var e encoder
@@ -317,10 +317,11 @@ func TestDecodeRefuses(t *testing.T) {
 	e.i(2)
 	e.str("p")
 	e.i(1)
-	for range 6 {
+	for range 8 {
 		e.f64(1)
 	}
 	e.i(0)
+	e.bool(false)
 	for range 5 { // the train settings
 		e.i(0)
 	}

@@ -58,6 +58,11 @@ func disasm(w *bytes.Buffer, b *Bundle, rank int) {
 	fmt.Fprintf(w, "machine   %s peak x %s, intra %s, inter %s, latency %s / %s, memory %s\n",
 		formatSI(m.PeakFLOPS, "FLOP/s"), ir.FormatFloat(m.Efficiency), formatSI(m.IntraBW, "B/s"), formatSI(m.InterBW, "B/s"),
 		formatSI(m.IntraLatency, "s"), formatSI(m.InterLatency, "s"), formatBytes(m.MemoryBytes))
+	cores := "own engines for communication"
+	if m.SharedCores {
+		cores = "streams share the cores"
+	}
+	fmt.Fprintf(w, "kernels   memory %s, matmul half %s, %s\n", formatSI(m.MemBW, "B/s"), ir.FormatFloat(m.MatMulHalf), cores)
 	fmt.Fprintf(w, "micro     %s\n", plural(b.Micro, "micro-batch"))
 	fmt.Fprintf(w, "rank      %d (node %d, gpu %d)\n", rank, rank/t.GPUsPerNode, rank%t.GPUsPerNode)
 	fmt.Fprintf(w, "template  %d of %d\n", templateIndex(b, rank), len(b.Templates))

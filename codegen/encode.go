@@ -41,7 +41,9 @@ import (
 //
 // Version 2: a kernel has a list of results (Outs), and a collective's
 // Out follows its In.
-const FormatVersion = 2
+// Version 3: the machine records the kernels' roofline (HBM bandwidth,
+// the GEMM efficiency curve) and whether a rank's streams share cores.
+const FormatVersion = 3
 
 const (
 	magic      = "AMSPPLAN"
@@ -203,10 +205,11 @@ func (e *encoder) bundle(b *Bundle) {
 	e.str(b.Plan)
 	e.i(int64(b.Micro))
 	m := &b.Machine
-	for _, f := range [...]float64{m.PeakFLOPS, m.Efficiency, m.IntraBW, m.InterBW, m.IntraLatency, m.InterLatency} {
+	for _, f := range [...]float64{m.PeakFLOPS, m.Efficiency, m.IntraBW, m.InterBW, m.IntraLatency, m.InterLatency, m.MemBW, m.MatMulHalf} {
 		e.f64(f)
 	}
 	e.i(m.MemoryBytes)
+	e.bool(m.SharedCores)
 	t := &b.Train
 	for _, v := range [...]int64{t.SeqLen, t.MicroBatch, t.GlobalBatch, t.Steps, t.Seed} {
 		e.i(v)
@@ -470,10 +473,11 @@ func (d *decoder) bundle() *Bundle {
 	b.Plan = d.str()
 	b.Micro = d.int("micro-batch count")
 	m := &b.Machine
-	for _, f := range [...]*float64{&m.PeakFLOPS, &m.Efficiency, &m.IntraBW, &m.InterBW, &m.IntraLatency, &m.InterLatency} {
+	for _, f := range [...]*float64{&m.PeakFLOPS, &m.Efficiency, &m.IntraBW, &m.InterBW, &m.IntraLatency, &m.InterLatency, &m.MemBW, &m.MatMulHalf} {
 		*f = d.f64()
 	}
 	m.MemoryBytes = d.i()
+	m.SharedCores = d.bool()
 	t := &b.Train
 	for _, v := range [...]*int64{&t.SeqLen, &t.MicroBatch, &t.GlobalBatch, &t.Steps, &t.Seed} {
 		*v = d.i()

@@ -67,6 +67,10 @@ type Machine struct {
 	IntraBW, InterBW           float64
 	IntraLatency, InterLatency float64
 	MemoryBytes                int64
+	// MemBW and MatMulHalf are the kernels' roofline (cost.Machine);
+	// SharedCores says a rank's streams share one processor (CPU ranks).
+	MemBW, MatMulHalf float64
+	SharedCores       bool
 }
 
 // Train is what running a bundle needs of the train section: the data

@@ -210,7 +210,7 @@ func machineOf(c *ir.Cluster) codegen.Machine {
 	t := cost.NewTopology(c)
 	return codegen.Machine{PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: c.GPU.Efficiency,
 		IntraBW: t.IntraBW, InterBW: t.InterBW, IntraLatency: t.IntraLatency, InterLatency: t.InterLat,
-		MemoryBytes: c.GPU.MemoryBytes}
+		MemoryBytes: c.GPU.MemoryBytes, MemBW: c.GPU.MemBW, MatMulHalf: c.GPU.MatMulHalf, SharedCores: c.GPU.SharedCores}
 }
 
 // StageNames lists a program's stages in order (for timelines).

@@ -22,6 +22,9 @@ type Machine struct {
 	// Kernels, when set, replaces the analytic time of the kernels it
 	// measured.
 	Kernels KernelProfile
+	// SharedCores: kernels and the copies of collectives share the
+	// rank's processor (ir.GPU.SharedCores), so they slow each other.
+	SharedCores bool
 }
 
 // NewMachine reads a cluster's GPU; topo is its network (NewTopology, with
@@ -31,7 +34,7 @@ func NewMachine(c *ir.Cluster, topo *Topology) *Machine {
 	if eff == 0 {
 		eff = 0.5 // as cost.Model's FLOP rate
 	}
-	return &Machine{Topo: topo, PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: eff, MemBW: c.GPU.MemBW, MatMulHalf: c.GPU.MatMulHalf}
+	return &Machine{Topo: topo, PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: eff, MemBW: c.GPU.MemBW, MatMulHalf: c.GPU.MatMulHalf, SharedCores: c.GPU.SharedCores}
 }
 
 // KernelTime is the predicted time of one kernel of kind on arguments of

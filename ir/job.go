@@ -44,7 +44,12 @@ type GPU struct {
 	// framework's tensors: the CUDA context and module images, NCCL's
 	// communicator buffers, cuBLAS/cuBLASLt workspaces (docs/planner.md).
 	ReserveBytes int64
-	Source       string // where the numbers come from
+	// SharedCores says a rank's streams run on the same processor: CPU
+	// ranks, whose kernels and collective copies take turns on the
+	// cores, where a GPU computes while its copy engines and NCCL move
+	// data.
+	SharedCores bool
+	Source      string // where the numbers come from
 }
 
 // Cluster is a resolved cluster section: a preset with overrides applied.

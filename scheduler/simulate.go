@@ -37,10 +37,16 @@ type Timeline struct {
 // no other collective slows, then moves its bytes: work seconds at full
 // speed, done at a rate of at most 1 that drops while other collectives
 // load the same links.
+//
+// On a machine whose ranks' streams share a processor (SharedCores),
+// kernels are flights too: no latency, their time as work, and a load of
+// 1 on the rank's processor, which a transferring collective's copies
+// load by 1 as well.
 type flight struct {
 	start, solo float64
 	lat, work   float64 // remaining latency and transfer, seconds at full speed
 	nvl, nic    float64 // link loads while transferring (cost.CollCost)
+	cpu         float64 // processor load while transferring (SharedCores)
 	span        int     // its span in the timeline
 	transfering bool
 }
@@ -53,8 +59,13 @@ type flight struct {
 // stream share its links: collectives moving bytes at the same time over
 // a GPU's NVLink, or over its node's NICs, each progress at 1/load of
 // full speed, load being the sum of their loads of that link when above
-// 1. Latency is not shared, and compute does not contend with
-// communication. It fails on a deadlock.
+// 1. Latency is not shared. Compute does not contend with communication
+// on GPUs; where a rank's streams share its processor (m.SharedCores: CPU
+// ranks), a kernel and the collectives copying at the same time each
+// progress at 1/n of full speed, n of them running. Profiled kernel and
+// collective times are each measured with every rank doing that one
+// thing, so full speed is the speed of one stream per rank. It fails on
+// a deadlock.
 func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, error) {
 	if m == nil || m.Topo == nil {
 		return nil, fmt.Errorf("simulate: no machine")
@@ -131,11 +142,19 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					name = in.Kern.String()
+					if m.SharedCores && dur > 0 {
+						// The span is filled in when the kernel ends.
+						fl[s] = &flight{start: clock[s], solo: dur, work: dur, cpu: 1, span: len(tl.Spans), transfering: true}
+						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: name, Stage: stageName(in.Stage)})
+					}
 				case codegen.Collective:
 					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
 					if cc.Time > 0 {
 						// The span is filled in when the collective ends.
 						fl[s] = &flight{start: clock[s], solo: cc.Time, lat: cc.Latency, work: cc.Time - cc.Latency, nvl: cc.NVLinkLoad, nic: cc.NICLoad, span: len(tl.Spans)}
+						if m.SharedCores {
+							fl[s].cpu = 1
+						}
 						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: in.Coll.String() + " " + in.Group.String(), Stage: stageName(in.Stage)})
 					}
 				case codegen.Record:
@@ -194,6 +213,9 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 			sp := &tl.Spans[f.span]
 			sp.Dur = max(now-sp.Start, f.solo)
 			clock[s] = sp.Start + sp.Dur
+			if s == codegen.Compute && p.Streams[s][at[s]].Op == codegen.Kernel {
+				tl.Compute += sp.Dur
+			}
 			at[s]++
 			fl[s] = nil
 		}
@@ -245,11 +267,12 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 // stream whose collective finished (-1 if none did) and the new time.
 func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
 	// Rates while transferring: 1/load on the most loaded link used.
-	var nvl, nic float64
+	var nvl, nic, cpu float64
 	for _, f := range fl {
-		if f != nil && f.transfering {
+		if f != nil && f.transfering && f.start <= now {
 			nvl += f.nvl
 			nic += f.nic
+			cpu += f.cpu
 		}
 	}
 	rate := func(f *flight) float64 {
@@ -259,6 +282,9 @@ func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
 		}
 		if f.nic > 0 && nic > 1 {
 			r = min(r, 1/nic)
+		}
+		if f.cpu > 0 && cpu > 1 {
+			r = min(r, 1/cpu)
 		}
 		return r
 	}

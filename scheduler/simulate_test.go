@@ -30,7 +30,13 @@ func checkSpans(t *testing.T, p *codegen.Program, m *cost.Machine, tl *Timeline)
 					shapes = append(shapes, []int64{b.Elems})
 				}
 			}
-			if want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops); sp.Dur != want {
+			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
+			switch {
+			case m.SharedCores && sp.Dur < want:
+				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", codegen.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
+			case m.SharedCores && sp.Dur > want*(1+1e-9):
+				slowed++
+			case !m.SharedCores && sp.Dur != want:
 				t.Fatalf("%s %d %s: %g s, KernelTime %g s", codegen.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
 			}
 		case codegen.Collective:
@@ -65,6 +71,49 @@ func TestSimulateInvariants(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkSpans(t, prog, mach, tl)
+	}
+}
+
+// TestSimulateSharedCores: on CPU ranks a kernel and the collectives
+// copying beside it share the rank's processor, so ZeRO-3 of tiny (which
+// gathers the next stage while computing) is slower than with separate
+// engines, some kernel is slowed, and the work is conserved: the step is
+// at least the busiest stream's work, and at most the sum of every
+// stream's solo work plus the unshared step.
+func TestSimulateSharedCores(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := cost.NewMachine(job.Cluster, m.Topo)
+	if !shared.SharedCores {
+		t.Fatal("the cpu preset's ranks do not share cores")
+	}
+	apart := *shared
+	apart.SharedCores = false
+	f := ir.Factor{S0: 4, S1: 2}
+	prog := buildFor(t, cost.Factors{P: f, G: f, OS: f})
+	a, err := Simulate(prog, &apart, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Simulate(prog, shared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkSpans(t, prog, shared, s) == 0 {
+		t.Error("no kernel or collective was slowed by sharing the processor")
+	}
+	var work float64 // every span's solo time
+	for _, sp := range a.Spans {
+		work += sp.Dur
+	}
+	if s.Step <= a.Step || s.Step > a.Step+work {
+		t.Errorf("shared step %g s, with separate engines %g s, solo work %g s", s.Step, a.Step, work)
+	}
+	if s.Compute < a.Compute {
+		t.Errorf("shared compute %g s < %g s alone", s.Compute, a.Compute)
 	}
 }
 

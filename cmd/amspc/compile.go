@@ -148,9 +148,10 @@ func runDisasm(args []string, stdout, stderr io.Writer) int {
 }
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("trace", "usage: amspc trace [-o trace.json] [--ranks N,M,...] PLAN", stderr)
+	fs := newFlagSet("trace", "usage: amspc trace [-o trace.json] [--ranks N,M,...] [--profile FILE] PLAN", stderr)
 	out := fs.String("o", "trace.json", "write the trace to `FILE`")
 	rank := fs.String("ranks", "", "the `RANKS` to include, comma-separated (default: all, up to 64)")
+	prof := fs.String("profile", "", "time kernels and collectives with the measured profile `FILE` (amspc profile), as compile --profile did")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -169,7 +170,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
 	}
-	tl, err := simulateBundle(b, ranks[0])
+	tl, err := simulateBundle(b, ranks[0], *prof)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
@@ -193,14 +194,28 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 }
 
 // simulateBundle predicts rank r's timeline of a bundle from the machine
-// it was compiled for, without the source files.
-func simulateBundle(b *codegen.Bundle, r int) (*scheduler.Timeline, error) {
+// it was compiled for, without the source files, and with the measured
+// profile at profilePath when it is not empty: the prediction compile
+// printed, when it was compiled with that profile.
+func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*scheduler.Timeline, error) {
 	mc := b.Machine
 	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
 		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
-	// The bundle records no HBM bandwidth or GEMM curve: its kernels are
-	// costed at peak x efficiency.
-	m := &cost.Machine{Topo: topo, PeakFLOPS: mc.PeakFLOPS, Efficiency: mc.Efficiency}
+	eff := mc.Efficiency
+	if eff == 0 {
+		eff = 0.5 // as cost.NewMachine
+	}
+	m := &cost.Machine{Topo: topo, PeakFLOPS: mc.PeakFLOPS, Efficiency: eff, MemBW: mc.MemBW, MatMulHalf: mc.MatMulHalf, SharedCores: mc.SharedCores}
+	if profilePath != "" {
+		p, err := cost.ReadProfile(profilePath)
+		if err != nil {
+			return nil, fmt.Errorf("--profile: %v", err)
+		}
+		topo.Profile = p
+		if p.HasKernels() {
+			m.Kernels = p
+		}
+	}
 	tmpl := b.Template(r)
 	return scheduler.Simulate(tmpl, m, compiler.StageNames(tmpl))
 }

@@ -61,6 +61,7 @@ func init() {
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
 		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
+		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

@@ -38,18 +38,19 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	// model file is compiled first.
 	var bundle *codegen.Bundle
 	var predicted *scheduler.Timeline
-	dataPath := ""
+	dataPath, profilePath := "", ""
 	var err error
 	if isPlan(file) {
-		if lf.shard != "" || lf.cluster != "" || lf.train != "" || lf.profile != "" {
-			fmt.Fprintln(stderr, "amspc run: --shard, --cluster, --train and --profile apply to model files, not to a compiled plan")
+		if lf.shard != "" || lf.cluster != "" || lf.train != "" {
+			fmt.Fprintln(stderr, "amspc run: --shard, --cluster and --train apply to model files, not to a compiled plan")
 			return exitUser
 		}
 		if bundle, err = readBundle(file); err != nil {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 			return exitUser
 		}
-		if predicted, err = simulateBundle(bundle, 0); err != nil {
+		profilePath = lf.profile
+		if predicted, err = simulateBundle(bundle, 0, lf.profile); err != nil {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 			return exitUser
 		}
@@ -62,7 +63,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		if st != exitOK {
 			return st
 		}
-		bundle, predicted, dataPath = cj.Bundle, cj.Timeline, job.Train.Data
+		bundle, predicted, dataPath, profilePath = cj.Bundle, cj.Timeline, job.Train.Data, job.Cluster.Profile
 	}
 	tl, topo, M, tr := predicted, bundle.Topo, bundle.Micro, bundle.Train
 	tokens, what, err := loadTokens(*data, dataPath)
@@ -158,7 +159,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "measured: step %s (median), peak %s per rank; predicted by the plan: step %s, peak %s per rank\n",
 		dur(median(stepTimes)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
-	fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; CPU ranks sharing this machine's cores run slower than their preset says)")
+	if profilePath != "" {
+		fmt.Fprintf(stdout, "(the prediction uses the profile %s)\n", profilePath)
+	} else {
+		fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; measure this machine with amspc profile and pass --profile)")
+	}
 	fmt.Fprint(stdout, "rank 0's time by instruction:")
 	for i, t := range r.Timings(0) {
 		if i == 6 {
