@@ -7,6 +7,7 @@ import (
 	"amspc/cost"
 	"amspc/internal/testjob"
 	"amspc/ir"
+	"amspc/planner"
 )
 
 // BenchmarkCompilePlan times one plan's compile as the planner's
@@ -24,6 +25,30 @@ func BenchmarkCompilePlan(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkPlanSearch times `amspc plan`'s whole search under the step
+// objective, the job loaded once: the baselines, the fixed plan and the
+// MILP's per-group plan simulated, then branch and bound over every
+// candidate, simulating those its bound cannot rule out.
+// `go test ./compiler -run '^$' -bench PlanSearch -count 5`.
+func BenchmarkPlanSearch(b *testing.B) {
+	for _, model := range []string{"tiny", "llama-7b", "llama2-70b-gqa"} {
+		b.Run(model, func(b *testing.B) {
+			job := testjob.Load(b, model)
+			var res *planner.Result
+			for b.Loop() {
+				var err error
+				res, err = planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true,
+					Config: cost.DefaultConfig, NewEvaluator: compiler.NewEvaluator})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(res.Simulated), "simulated")
+			b.ReportMetric(float64(res.Candidates), "candidates")
 		})
 	}
 }
