@@ -398,9 +398,23 @@ func (r *Result) Explain() []string {
 func seconds(s float64) string {
 	switch {
 	case s >= 1 || s <= -1:
-		return fmt.Sprintf("%.3g s", s)
+		return sig3(s) + " s"
 	case s >= 1e-3 || s <= -1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
+		return sig3(s*1e3) + " ms"
 	}
-	return fmt.Sprintf("%.3g µs", s*1e6)
+	return sig3(s*1e6) + " µs"
+}
+
+// sig3 prints x with three significant digits, trailing zeros kept (1.20,
+// 24.8, 192), as the plan table does.
+func sig3(x float64) string {
+	switch a := math.Abs(x); {
+	case a == 0:
+		return "0"
+	case a >= 99.95:
+		return fmt.Sprintf("%.0f", x)
+	case a >= 9.995:
+		return fmt.Sprintf("%.1f", x)
+	}
+	return fmt.Sprintf("%.2f", x)
 }
