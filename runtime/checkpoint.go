@@ -72,6 +72,22 @@ func (r *Run) gatherFlat(li int, which string) []float32 {
 	return flat
 }
 
+// CheckWritable makes dir (and its parents) if needed and checks that a
+// checkpoint can be written into it, by creating and removing a probe
+// file, so that a bad --save is found before training rather than after.
+func CheckWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".amspc-probe-*")
+	if err != nil {
+		return fmt.Errorf("cannot write into %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // Save writes a checkpoint into dir.
 func (r *Run) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

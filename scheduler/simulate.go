@@ -31,6 +31,9 @@ type Timeline struct {
 	// PeakBytes is the most memory live at once: persistent shards plus
 	// transient buffers.
 	PeakBytes, PersistentBytes float64
+	// PeakHostBytes is PeakBytes with every element stored in 4 bytes,
+	// as the CPU backend stores bf16 and f16 (in float32) and i32.
+	PeakHostBytes float64
 }
 
 // flight is a collective under way. It first waits out its latency, which
@@ -96,12 +99,15 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 	type memEvent struct {
 		t     float64
 		delta float64
+		host  float64 // delta at 4 bytes per element
 	}
+	var persistentHost float64
 	trans := Transient(p)
 	mem := make([]memEvent, 0, 2*len(trans))
 	for id, b := range p.Buffers {
 		if !b.IsView() && !trans[int32(id)] {
 			tl.PersistentBytes += float64(b.Bytes())
+			persistentHost += 4 * float64(b.Elems)
 		}
 	}
 	stageName := func(i int32) string {
@@ -168,14 +174,14 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 					}
 					allocated[in.Buf] = true
 					live++
-					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes())})
+					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems)})
 				case codegen.Free:
 					if !allocated[in.Buf] {
 						return nil, fmt.Errorf("%s %d: free of %s, not allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = false
 					live--
-					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes())})
+					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems)})
 				}
 				if fl[s] != nil {
 					// Blocked until the collective ends (advance).
@@ -253,11 +259,13 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 		}
 		return cmp.Compare(a.delta, b.delta)
 	})
-	cur := tl.PersistentBytes
-	tl.PeakBytes = cur
+	cur, host := tl.PersistentBytes, persistentHost
+	tl.PeakBytes, tl.PeakHostBytes = cur, host
 	for _, e := range mem {
 		cur += e.delta
+		host += e.host
 		tl.PeakBytes = max(tl.PeakBytes, cur)
+		tl.PeakHostBytes = max(tl.PeakHostBytes, host)
 	}
 	return &tl, nil
 }

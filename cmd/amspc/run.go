@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +24,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
-	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps)")
+	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
 	data := fs.String("data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
 	logPath := fs.String("log", "", "append one JSON object per step to `FILE`")
 	lf.registerShard(fs, "train under")
@@ -33,6 +34,29 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case *steps < 0:
+		fmt.Fprintf(stderr, "amspc run: --steps %d: want 0 or more\n", *steps)
+		return exitUser
+	case set["steps"] && *steps == 0 && *save == "":
+		fmt.Fprintln(stderr, "amspc run: --steps 0 trains nothing; with --save DIR it writes the initial weights as a checkpoint")
+		return exitUser
+	case set["save-every"] && *saveEvery < 1:
+		fmt.Fprintf(stderr, "amspc run: --save-every %d: want 1 or more\n", *saveEvery)
+		return exitUser
+	case set["save-every"] && *save == "":
+		fmt.Fprintln(stderr, "amspc run: --save-every needs --save DIR")
+		return exitUser
+	}
+	if *save != "" {
+		// Found now, not after training.
+		if err := runtime.CheckWritable(*save); err != nil {
+			fmt.Fprintf(stderr, "amspc run: --save: %v\n", err)
+			return exitUser
+		}
 	}
 	// A plan bundle (or compile's output directory) runs as it is; a
 	// model file is compiled first.
@@ -72,16 +96,24 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	n := *steps
-	if n <= 0 {
+	if !set["steps"] {
 		n = int(tr.Steps)
+	}
+	if err := runtime.CheckVocab(bundle, tokens); err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
+	// The local backend holds every rank in this process: refuse a plan
+	// that cannot fit before allocating any of it.
+	need := tl.PeakHostBytes * float64(topo.Ranks())
+	if avail := availableBytes(); need > avail {
+		fmt.Fprintf(stderr, "amspc run: the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available\n",
+			cost.GiB(need), topo.Ranks(), cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
+		return exitUser
 	}
 	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
 		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if err := r.Start(); err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		return exitUser
-	}
-	if err := runtime.CheckVocab(bundle, tokens); err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
 	}
@@ -93,6 +125,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		}
 		first = r.Steps()
 		fmt.Fprintf(stdout, "resumed from %s after step %d\n", *resume, first)
+		if first >= n && n > 0 {
+			fmt.Fprintf(stdout, "nothing to do: the checkpoint is at step %d and the run ends at step %d (--steps)\n", first, n)
+			return exitOK
+		}
 	}
 	checkpoint := func() bool {
 		if err := r.Save(*save); err != nil {
@@ -143,8 +179,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			b, _ := json.Marshal(map[string]any{"step": i + 1, "loss": loss, "tokens_per_s": tokPerStep / dt, "step_time_s": dt})
 			fmt.Fprintf(logw, "%s\n", b)
 		}
-		if *save != "" && *saveEvery > 0 && (i+1)%*saveEvery == 0 && i+1 < n && !checkpoint() {
-			return exitUser
+		if *save != "" && *saveEvery > 0 && (i+1)%*saveEvery == 0 && i+1 < n {
+			if !checkpoint() {
+				return exitUser
+			}
+			fmt.Fprintf(stdout, "saved %s after step %d\n", *save, r.Steps())
 		}
 	}
 	if *save != "" {
@@ -152,6 +191,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 		fmt.Fprintf(stdout, "saved %s after step %d\n", *save, r.Steps())
+	}
+	if len(stepTimes) == 0 {
+		return exitOK // --steps 0 --save: the initial weights
 	}
 	var peak int64
 	for _, p := range r.PeakBytes() {
@@ -205,7 +247,7 @@ func loadTokens(flagPath, trainPath string) ([]int32, string, error) {
 		b := amspc.DefaultCorpus()
 		return bytesToTokens(b), fmt.Sprintf("the embedded corpus (%d bytes)", len(b)), nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path, maxData)
 	if err != nil {
 		return nil, "", err
 	}
@@ -250,4 +292,38 @@ func median(xs []float64) float64 {
 		}
 	}
 	return s[len(s)/2]
+}
+
+// maxData bounds the training data amspc run reads: it holds the whole
+// stream in memory as int32 tokens (streaming is not supported yet).
+var maxData int64 = 1 << 30
+
+// readBounded reads a file of at most limit bytes. A regular file larger
+// than that is refused from its size; a device or pipe (/dev/zero) is
+// refused once it has given more.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	tooBig := fmt.Errorf("%s: more than %s of data; amspc run holds the data in memory and reads at most that much (streaming is not supported yet)", path, cost.GiB(float64(limit)))
+	if fi.Mode().IsRegular() && fi.Size() > limit {
+		return nil, tooBig
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a data file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, tooBig
+	}
+	return b, nil
 }

@@ -116,3 +116,78 @@ func TestShardAutoTrainsTheGlobalBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefuses: nonsense flags, an unwritable --save, unbounded data
+// and a plan that cannot fit in this process are refused before any
+// training, with a message that says why.
+func TestRunRefuses(t *testing.T) {
+	defer func(m int64) { maxData = m }(maxData)
+	maxData = 1 << 20
+	tiny := "../../testdata/models/tiny.amsp"
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--steps", "-3", tiny}, "--steps -3: want 0 or more"},
+		{[]string{"--steps", "0", tiny}, "--steps 0 trains nothing"},
+		{[]string{"--save-every", "0", "--save", t.TempDir(), tiny}, "--save-every 0: want 1 or more"},
+		{[]string{"--save-every", "2", tiny}, "--save-every needs --save DIR"},
+		{[]string{"--save", filepath.Join(file, "sub"), tiny}, "--save: mkdir"},
+		{[]string{"--data", "/dev/zero", tiny}, "/dev/zero: more than 1.0 MiB of data"},
+		{[]string{"--steps", "1", "../../testdata/models/llama-7b.amsp"}, "the plan needs about"},
+	} {
+		var stdout, stderr bytes.Buffer
+		st := run(append([]string{"run"}, c.args...), &stdout, &stderr)
+		if st != exitUser || !strings.Contains(stderr.String(), c.want) || strings.Contains(stdout.String(), "loss") {
+			t.Errorf("run %v: status %d, stderr %q, stdout %q; want %q", c.args, st, stderr.String(), stdout.String(), c.want)
+		}
+	}
+}
+
+// TestRunInitialCheckpoint: --steps 0 --save writes the initial weights;
+// resuming them trains exactly as a fresh run, periodic checkpoints are
+// announced, and resuming a checkpoint that is already at --steps says
+// there is nothing to do.
+func TestRunInitialCheckpoint(t *testing.T) {
+	tiny := "../../testdata/models/tiny.amsp"
+	dir, every := t.TempDir(), t.TempDir()
+	runOK := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if st := run(append([]string{"run"}, args...), &stdout, &stderr); st != exitOK {
+			t.Fatalf("run %v: status %d: %s", args, st, stderr.String())
+		}
+		return stdout.String()
+	}
+	if out := runOK("--steps", "0", "--save", dir, tiny); !strings.Contains(out, "saved "+dir+" after step 0") {
+		t.Errorf("--steps 0 --save:\n%s", out)
+	}
+	losses := func(out string) []string {
+		var ls []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[0] == "step" {
+				ls = append(ls, f[3])
+			}
+		}
+		return ls
+	}
+	fresh := losses(runOK("--steps", "2", "--save", every, "--save-every", "1", tiny))
+	resumed := losses(runOK("--steps", "2", "--resume", dir, tiny))
+	if len(fresh) != 2 || strings.Join(fresh, " ") != strings.Join(resumed, " ") {
+		t.Errorf("losses fresh %v, from the initial checkpoint %v", fresh, resumed)
+	}
+	out := runOK("--steps", "2", "--resume", every, tiny)
+	if !strings.Contains(out, "nothing to do: the checkpoint is at step 2") || strings.Contains(out, "rank 0's time") {
+		t.Errorf("resume at --steps:\n%s", out)
+	}
+	out = runOK("--steps", "3", "--save", every, "--save-every", "1", tiny)
+	for _, s := range []string{"after step 1", "after step 2", "after step 3"} {
+		if !strings.Contains(out, "saved "+every+" "+s) {
+			t.Errorf("no announcement %q:\n%s", s, out)
+		}
+	}
+}
