@@ -129,6 +129,23 @@ type Run struct {
 
 // Start prepares every rank: buffers, initial params.
 func (r *Run) Start() error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	n := r.Bundle.Topo.Ranks()
+	r.world = NewLocalWorld(n)
+	r.ranks = make([]*rank, n)
+	for i := range r.ranks {
+		r.ranks[i] = newRank(r.Bundle, i, r.world.Comm(i), r.Data)
+		r.ranks[i].initShards(r.Seed)
+	}
+	return nil
+}
+
+// Check finds what would make Start fail, without allocating anything:
+// a malformed bundle, a dtype or input the CPU backend does not support,
+// data shorter than one window.
+func (r *Run) Check() error {
 	b := r.Bundle
 	// A bundle that did not come from Decode is checked here, so that
 	// kernels can index buffers and read attributes without checks.
@@ -153,13 +170,6 @@ func (r *Run) Start() error {
 	}
 	if r.Data.Windows() < 1 {
 		return fmt.Errorf("the data has %d tokens, fewer than one window of %d", len(r.Data.Tokens), r.Data.SeqLen+1)
-	}
-	n := b.Topo.Ranks()
-	r.world = NewLocalWorld(n)
-	r.ranks = make([]*rank, n)
-	for i := range r.ranks {
-		r.ranks[i] = newRank(b, i, r.world.Comm(i), r.Data)
-		r.ranks[i].initShards(r.Seed)
 	}
 	return nil
 }

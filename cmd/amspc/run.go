@@ -99,6 +99,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if !set["steps"] {
 		n = int(tr.Steps)
 	}
+	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
+		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+	if err := r.Check(); err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
 	if err := runtime.CheckVocab(bundle, tokens); err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
@@ -111,8 +117,6 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			cost.GiB(need), topo.Ranks(), cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
 		return exitUser
 	}
-	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
-		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if err := r.Start(); err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
