@@ -72,6 +72,10 @@ func (r *Run) gatherFlat(li int, which string) []float32 {
 	return flat
 }
 
+// errCheckpointProcesses: a checkpoint is gathered from every rank's
+// memory, which a process that runs only its own rank does not have.
+var errCheckpointProcesses = fmt.Errorf("checkpoints of a run across processes are not supported yet (every process would write its own shards); save and resume on local ranks")
+
 // CheckWritable makes dir (and its parents) if needed and checks that a
 // checkpoint can be written into it, by creating and removing a probe
 // file, so that a bad --save is found before training rather than after.
@@ -90,6 +94,9 @@ func CheckWritable(dir string) error {
 
 // Save writes a checkpoint into dir.
 func (r *Run) Save(dir string) error {
+	if !r.spansAll() {
+		return errCheckpointProcesses
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -190,6 +197,9 @@ func writeAtomic(path string, data []byte) error {
 // shards of the full tensors, and the step count (so the data position and
 // Adam's bias correction) continues.
 func (r *Run) Resume(dir string) error {
+	if !r.spansAll() {
+		return errCheckpointProcesses
+	}
 	sb, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
 		return err

@@ -31,6 +31,26 @@ import (
 	"amspc/codegen"
 )
 
+// ControlStream is the stream of the runtime's own collectives (the
+// step's loss across processes), apart from the plan's two comm streams.
+const ControlStream = codegen.NumStreams
+
+// World is the ranks a run spans, seen from one process: which of them
+// this process runs (every rank for a LocalWorld, one for an MPI
+// process), an endpoint for each, and an abort shared by all.
+type World interface {
+	// Size is the number of ranks.
+	Size() int
+	// Local lists the ranks this process runs, ascending.
+	Local() []int
+	// Comm is a local rank's endpoint.
+	Comm(rank int) Comm
+	// Done is closed by the first Abort.
+	Done() <-chan struct{}
+	// Abort fails every pending and future collective (Comm.Abort).
+	Abort(err error)
+}
+
 // Comm performs collectives among the ranks of a group. Buffers are
 // float32 (the CPU backend computes in fp32; bf16 values are stored as
 // float32). g is the ordered member list and must contain Rank(); stream

@@ -81,6 +81,15 @@ func NewLocalWorld(n int) *LocalWorld {
 // Size is the number of ranks.
 func (w *LocalWorld) Size() int { return w.n }
 
+// Local lists every rank: a LocalWorld runs them all in this process.
+func (w *LocalWorld) Local() []int {
+	out := make([]int, w.n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // Comm returns rank's endpoint.
 func (w *LocalWorld) Comm(rank int) Comm {
 	if rank < 0 || rank >= w.n {

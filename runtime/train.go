@@ -122,9 +122,11 @@ type Run struct {
 	Bundle *codegen.Bundle
 	Data   *Data
 	Seed   uint64
-	ranks  []*rank
-	world  *LocalWorld
-	step   int
+	// World is the ranks the run spans and which of them this process
+	// runs; nil: a LocalWorld of every rank.
+	World World
+	ranks []*rank // this process's ranks, in World.Local order
+	step  int
 }
 
 // Start prepares every rank: buffers, initial params.
@@ -133,14 +135,23 @@ func (r *Run) Start() error {
 		return err
 	}
 	n := r.Bundle.Topo.Ranks()
-	r.world = NewLocalWorld(n)
-	r.ranks = make([]*rank, n)
-	for i := range r.ranks {
-		r.ranks[i] = newRank(r.Bundle, i, r.world.Comm(i), r.Data)
-		r.ranks[i].initShards(r.Seed)
+	if r.World == nil {
+		r.World = NewLocalWorld(n)
+	}
+	if r.World.Size() != n {
+		return fmt.Errorf("the plan has %d ranks, the world %d", n, r.World.Size())
+	}
+	for _, i := range r.World.Local() {
+		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
+		k.initShards(r.Seed)
+		r.ranks = append(r.ranks, k)
 	}
 	return nil
 }
+
+// Spans reports whether this process runs every rank of the run (a
+// checkpoint of a run that does not is not supported yet).
+func (r *Run) spansAll() bool { return len(r.ranks) == r.World.Size() }
 
 // Check finds what would make Start fail, without allocating anything:
 // a malformed bundle, a dtype or input the CPU backend does not support,
@@ -185,7 +196,7 @@ func (r *Run) Step() (float64, error) {
 		wg.Add(1)
 		go func(i int, k *rank) {
 			defer wg.Done()
-			errs[i] = k.runStep(r.world.Done())
+			errs[i] = k.runStep(r.World.Done())
 		}(i, k)
 	}
 	wg.Wait()
@@ -201,16 +212,70 @@ func (r *Run) Step() (float64, error) {
 		}
 	}
 	// The step's loss: the mean of every micro-batch mean on every rank
-	// (each covers the same number of tokens), summed in rank order.
+	// (each covers the same number of tokens), summed in rank order. A
+	// process that does not run every rank gathers the others' losses
+	// first (their bits, over the world's control stream), so the sum is
+	// the same as on local ranks.
+	var all [][]float64
+	if r.spansAll() {
+		for _, k := range r.ranks {
+			all = append(all, k.losses)
+		}
+	} else {
+		var err error
+		if all, err = r.gatherLosses(); err != nil {
+			return 0, err
+		}
+	}
 	var sum float64
 	var count int
-	for _, k := range r.ranks {
-		for _, l := range k.losses {
+	for _, ls := range all {
+		for _, l := range ls {
 			sum += l
 			count++
 		}
 	}
 	return sum / float64(count), nil
+}
+
+// gatherLosses all-gathers every rank's micro-batch losses over the
+// world (ControlStream), as float64 bits carried in pairs of float32
+// words, which collectives copy without arithmetic.
+func (r *Run) gatherLosses() ([][]float64, error) {
+	n := r.World.Size()
+	g := make([]int, n)
+	for i := range g {
+		g[i] = i
+	}
+	if len(r.ranks) != 1 {
+		return nil, fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(r.ranks), n)
+	}
+	per := len(r.ranks[0].losses)
+	out := make([][]float64, n)
+	words := make([]float32, 2*per*n)
+	for _, k := range r.ranks {
+		if len(k.losses) != per {
+			return nil, fmt.Errorf("rank %d has %d micro-batch losses, rank %d has %d", k.r, len(k.losses), r.ranks[0].r, per)
+		}
+		in := make([]float32, 2*per)
+		for i, l := range k.losses {
+			b := math.Float64bits(l)
+			in[2*i] = math.Float32frombits(uint32(b))
+			in[2*i+1] = math.Float32frombits(uint32(b >> 32))
+		}
+		if err := k.comm.AllGather(ControlStream, g, in, words); err != nil {
+			return nil, err
+		}
+	}
+	for rk := range out {
+		out[rk] = make([]float64, per)
+		for i := range per {
+			lo := math.Float32bits(words[2*(rk*per+i)])
+			hi := math.Float32bits(words[2*(rk*per+i)+1])
+			out[rk][i] = math.Float64frombits(uint64(hi)<<32 | uint64(lo))
+		}
+	}
+	return out, nil
 }
 
 // Steps is the number of optimizer steps taken (including those before a
@@ -220,7 +285,10 @@ func (r *Run) Steps() int { return r.step }
 // Timings is rank r's measured time per kind of instruction, the most
 // expensive first (ties by name).
 func (r *Run) Timings(rank int) []Timing {
-	k := r.ranks[rank]
+	k := r.local(rank)
+	if k == nil {
+		return nil
+	}
 	k.timeMu.Lock()
 	defer k.timeMu.Unlock()
 	var out []Timing
@@ -236,7 +304,18 @@ func (r *Run) Timings(rank int) []Timing {
 	return out
 }
 
-// PeakBytes is each rank's largest live buffer total so far.
+// local is this process's rank number rank, or nil.
+func (r *Run) local(rank int) *rank {
+	for _, k := range r.ranks {
+		if k.r == rank {
+			return k
+		}
+	}
+	return nil
+}
+
+// PeakBytes is the largest live buffer total so far of each rank this
+// process runs.
 func (r *Run) PeakBytes() []int64 {
 	out := make([]int64, len(r.ranks))
 	for i, k := range r.ranks {

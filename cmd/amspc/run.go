@@ -20,7 +20,7 @@ import (
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
-func runRun(args []string, stdout, stderr io.Writer) int {
+func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	fs := newFlagSet("run", "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
@@ -101,6 +101,35 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
 		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+	// Under mpirun or srun (an mpi build), this process runs one rank;
+	// only rank 0 prints and logs.
+	pw, err := openWorld(bundle)
+	if err != nil {
+		if pw == nil || pw.rank == 0 {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		}
+		return exitUser
+	}
+	local := topo.Ranks()
+	if pw != nil {
+		defer func() {
+			if status == exitOK {
+				pw.finish()
+			} else {
+				pw.abort(status)
+			}
+		}()
+		if *save != "" || *resume != "" {
+			if pw.rank == 0 {
+				fmt.Fprintln(stderr, "amspc run: --save and --resume across MPI processes are not supported yet (every process would write its own shards); save and resume on local ranks")
+			}
+			return exitUser
+		}
+		r.World, local = pw.world, 1
+		if pw.rank != 0 {
+			stdout, *logPath = io.Discard, ""
+		}
+	}
 	if err := r.Check(); err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
@@ -111,10 +140,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	// The local backend holds every rank in this process: refuse a plan
 	// that cannot fit before allocating any of it.
-	need := tl.PeakHostBytes * float64(topo.Ranks())
+	need := tl.PeakHostBytes * float64(local)
 	if avail := availableBytes(); need > avail {
 		fmt.Fprintf(stderr, "amspc run: the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available\n",
-			cost.GiB(need), topo.Ranks(), cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
+			cost.GiB(need), local, cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
 		return exitUser
 	}
 	if err := r.Start(); err != nil {
@@ -151,8 +180,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		logw = f
 	}
-	fmt.Fprintf(stdout, "%s: training %s on %d CPU ranks (%d x %d), plan %s, M = %d, %d steps on %s\n",
-		file, bundle.Model, topo.Ranks(), topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
+	where := "CPU ranks"
+	if pw != nil {
+		where = "MPI processes"
+	}
+	fmt.Fprintf(stdout, "%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s\n",
+		file, bundle.Model, topo.Ranks(), where, topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
 	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
 	start := time.Now()
 	var stepTimes []float64

@@ -1,0 +1,38 @@
+//go:build mpi
+
+package main
+
+import (
+	"fmt"
+
+	"amspc/codegen"
+	"amspc/runtime"
+)
+
+// openWorld joins the MPI job that started this process (mpirun, srun),
+// one rank per process, the rank being the process's MPI rank; nil when
+// no launcher started it (the ranks are then goroutines of this process).
+// A job whose size is not the plan's rank count is refused on every
+// process; the error is returned with the procWorld, so that only rank 0
+// prints it.
+func openWorld(b *codegen.Bundle) (*procWorld, error) {
+	if _, ok := launchedSize(); !ok {
+		return nil, nil
+	}
+	rank, size, err := runtime.InitMPI()
+	if err != nil {
+		return nil, err
+	}
+	pw := &procWorld{rank: rank, abort: runtime.AbortMPI}
+	if n := b.Topo.Ranks(); size != n {
+		runtime.FinalizeMPI()
+		return pw, fmt.Errorf("the job has %d processes, the plan %d ranks (%d nodes x %d per node): launch it with mpirun -n %d", size, n, b.Topo.Nodes, b.Topo.GPUsPerNode, n)
+	}
+	w, err := runtime.NewMPIWorld(b, rank)
+	if err != nil {
+		runtime.AbortMPI(1)
+		return pw, err
+	}
+	pw.world, pw.finish = w, w.Finalize
+	return pw, nil
+}
