@@ -238,6 +238,35 @@ func (r *Run) Step() (float64, error) {
 	return sum / float64(count), nil
 }
 
+// AgreeStop reports whether any process of the run wants to stop (a
+// signal arrived): on local ranks stop itself, across processes any
+// process's stop, agreed over the control stream, so that every process
+// stops at the same step boundary.
+func (r *Run) AgreeStop(stop bool) (bool, error) {
+	if r.spansAll() {
+		return stop, nil
+	}
+	n := r.World.Size()
+	g := make([]int, n)
+	for i := range g {
+		g[i] = i
+	}
+	flag := float32(0)
+	if stop {
+		flag = 1
+	}
+	all := make([]float32, n)
+	if err := r.ranks[0].comm.AllGather(ControlStream, g, []float32{flag}, all); err != nil {
+		return false, err
+	}
+	for _, f := range all {
+		if f != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // gatherLosses all-gathers every rank's micro-batch losses over the
 // world (ControlStream), as float64 bits carried in pairs of float32
 // words, which collectives copy without arithmetic.

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"amspc/codegen"
 	"amspc/compiler"
@@ -127,5 +129,57 @@ func TestMPIRefusesWrongSize(t *testing.T) {
 	out, err := mpirun(t, 4, bin, "run", "--steps", "1", "../../testdata/models/tiny.amsp")
 	if err == nil || strings.Count(out, "launch it with mpirun -n 8") != 1 || strings.Contains(out, "loss") {
 		t.Errorf("status %v, output:\n%s", err, out)
+	}
+}
+
+// TestMPIKilledRank: a process killed with SIGKILL in the middle of a run
+// ends the whole job within 10 s, with a message naming the lost rank.
+func TestMPIKilledRank(t *testing.T) {
+	bin := mpiBinary(t)
+	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "../../testdata/models/tiny.amsp")
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader,tcp")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for training to start, then kill one rank's process.
+	deadline := time.Now().Add(60 * time.Second)
+	var victim int
+	for victim == 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		if !strings.Contains(out.String(), "step ") {
+			continue
+		}
+		pids, _ := exec.Command("pgrep", "-f", bin+" run").Output()
+		fields := strings.Fields(string(pids))
+		if len(fields) >= 8 {
+			fmt.Sscan(fields[len(fields)/2], &victim)
+		}
+	}
+	if victim == 0 {
+		cmd.Process.Kill()
+		t.Fatalf("training did not start:\n%s", out.String())
+	}
+	killed := time.Now()
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the job exited 0 after a rank was killed")
+		}
+		if d := time.Since(killed); d > 10*time.Second {
+			t.Errorf("the job took %s to end", d)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the job still runs 10 s after a rank was killed:\n%s", out.String())
+	}
+	if s := out.String(); !strings.Contains(s, "exited on signal 9") || !strings.Contains(s, "rank") {
+		t.Errorf("no message naming the lost rank:\n%s", s)
 	}
 }

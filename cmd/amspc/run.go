@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"amspc"
@@ -187,9 +189,29 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	fmt.Fprintf(stdout, "%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s\n",
 		file, bundle.Model, topo.Ranks(), where, topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
 	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
+	// SIGINT and SIGTERM stop the run at the next step boundary (every
+	// process at the same one), after a checkpoint when --save is given.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var caught os.Signal
 	start := time.Now()
 	var stepTimes []float64
 	for i := first; i < n; i++ {
+		if i > first {
+			select {
+			case caught = <-sigs:
+			default:
+			}
+			stop, err := r.AgreeStop(caught != nil)
+			if err != nil {
+				fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
+				return exitUser
+			}
+			if stop {
+				return stopped(r, caught, *save, checkpoint, stdout, stderr)
+			}
+		}
 		t0 := time.Now()
 		loss, err := r.Step()
 		if err != nil {
@@ -363,4 +385,26 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, tooBig
 	}
 	return b, nil
+}
+
+// stopped ends a run stopped by a signal at a step boundary: it writes a
+// checkpoint when --save is given, says where, and returns 128 + the
+// signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would.
+func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool, stdout, stderr io.Writer) int {
+	name, code := "a signal on another process", 130
+	if s, ok := sig.(syscall.Signal); ok {
+		name, code = s.String(), 128+int(s)
+	}
+	msg := fmt.Sprintf("stopped by %s after step %d", name, r.Steps())
+	if save != "" {
+		if !checkpoint() {
+			return exitUser
+		}
+		msg += "; saved " + save
+	} else {
+		msg += "; nothing saved (no --save)"
+	}
+	fmt.Fprintf(stdout, "\n%s\n", msg)
+	fmt.Fprintf(stderr, "amspc run: %s\n", msg)
+	return code
 }
