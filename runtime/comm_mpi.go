@@ -37,6 +37,9 @@ static int amspc_init(int *provided) {
 	return r;
 }
 static int amspc_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
+static int amspc_reduce_scatter_sum(void *in, void *out, int n, MPI_Comm c) {
+	return MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, c);
+}
 static int amspc_make(int n, int *ranks, int tag, MPI_Comm *out) {
 	MPI_Group world, g;
 	int r = MPI_Comm_group(MPI_COMM_WORLD, &world);
@@ -371,6 +374,23 @@ func (c *mpiComm) Broadcast(stream int, g []int, root int, buf []float32) error 
 	}
 	if r := C.MPI_Bcast(ptr(buf), C.int(len(buf)), C.amspc_float(), C.int(ri), mc); r != C.MPI_SUCCESS {
 		return c.fail("broadcast", stream, g, r)
+	}
+	return nil
+}
+
+// NativeReduceScatter is MPI_Reduce_scatter_block with MPI_SUM over
+// (stream, g): Open MPI's own order of summation, which depends on the
+// algorithm it picks, so its bits are not the documented left fold. It
+// exists to measure what the ordered ReduceScatter costs against it
+// (BenchmarkMPIReduceScatter); the runtime never calls it.
+func (w *MPIWorld) NativeReduceScatter(stream int, g []int, in, out []float32) error {
+	c := &mpiComm{w: w}
+	mc, _, err := c.comm("reduce_scatter", stream, g)
+	if err != nil {
+		return err
+	}
+	if r := C.amspc_reduce_scatter_sum(ptr(in), ptr(out), C.int(len(out)), mc); r != C.MPI_SUCCESS {
+		return c.fail("reduce_scatter", stream, g, r)
 	}
 	return nil
 }
