@@ -183,3 +183,85 @@ func TestMPIKilledRank(t *testing.T) {
 		t.Errorf("no message naming the lost rank:\n%s", s)
 	}
 }
+
+// TestMPITwoMachines emulates two machines: two network namespaces
+// joined by a veth pair (10.77.0.1 and 10.77.0.2), 4 processes in each,
+// Open MPI over TCP only on that link, its daemons started in the other
+// namespace by an rsh agent that enters it (with its own host name).
+// Tiny under its 2/2/8 plan trains bitwise like local ranks, 20 steps (3
+// under -short). Everything the test creates is removed at the end, and
+// no traffic leaves the namespaces.
+func TestMPITwoMachines(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatalf("ip (iproute2) not found: %v", err)
+	}
+	bin := mpiBinary(t)
+	steps := 20
+	if testing.Short() {
+		steps = 3
+	}
+	dir := t.TempDir()
+	id := fmt.Sprint(os.Getpid() % 100000)
+	nsA, nsB, vA, vB := "amspcA"+id, "amspcB"+id, "amspva"+id, "amspvb"+id
+	sh := func(cmds ...string) {
+		t.Helper()
+		for _, c := range cmds {
+			if out, err := exec.Command("sh", "-c", c).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", c, err, out)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", nsA).Run()
+		exec.Command("ip", "netns", "del", nsB).Run()
+	})
+	sh("ip netns add "+nsA, "ip netns add "+nsB,
+		"ip link add "+vA+" type veth peer name "+vB,
+		"ip link set "+vA+" netns "+nsA, "ip link set "+vB+" netns "+nsB,
+		"ip -n "+nsA+" addr add 10.77.0.1/24 dev "+vA, "ip -n "+nsB+" addr add 10.77.0.2/24 dev "+vB,
+		"ip -n "+nsA+" link set "+vA+" up", "ip -n "+nsB+" link set "+vB+" up",
+		"ip -n "+nsA+" link set lo up", "ip -n "+nsB+" link set lo up")
+	agent := filepath.Join(dir, "agent.sh")
+	script := "#!/bin/sh\n# rsh agent: HOST CMD... runs CMD in HOST's namespace.\nhost=$1; shift\ncase $host in\n" +
+		"10.77.0.1) ns=" + nsA + " ;;\n10.77.0.2) ns=" + nsB + " ;;\n*) echo unknown host $host >&2; exit 1 ;;\nesac\n" +
+		"exec ip netns exec $ns unshare --uts sh -c \"hostname node-$ns; exec $*\"\n"
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hosts, []byte("10.77.0.1 slots=4\n10.77.0.2 slots=4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model, err := filepath.Abs("../../testdata/models/tiny.amsp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mlog, llog := filepath.Join(dir, "mpi.jsonl"), filepath.Join(dir, "local.jsonl")
+	mpi := fmt.Sprintf("hostname node-%s; mpirun -n 8 --hostfile %s --mca plm_rsh_agent %s --mca btl self,tcp"+
+		" --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24"+
+		" -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"+
+		" sh -c 'echo host $(hostname); exec %s run --steps %d --log %s %s'", nsA, hosts, agent, bin, steps, mlog, model)
+	cmd := exec.Command("ip", "netns", "exec", nsA, "unshare", "--uts", "sh", "-c", mpi)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun across two namespaces: %v\n%s", err, out)
+	}
+	// Four processes on each emulated machine.
+	for _, ns := range []string{nsA, nsB} {
+		if n := strings.Count(string(out), "host node-"+ns+"\n"); n != 4 {
+			t.Errorf("%d processes on %s, want 4:\n%s", n, ns, out)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"run", "--steps", fmt.Sprint(steps), "--log", llog, model}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("local: %s", stderr.String())
+	}
+	m, l := lossLines(t, mlog), lossLines(t, llog)
+	if len(m) != steps || strings.Join(m, "\n") != strings.Join(l, "\n") {
+		t.Errorf("losses on two emulated machines:\n%s\non local ranks:\n%s", strings.Join(m, "\n"), strings.Join(l, "\n"))
+	}
+}
