@@ -51,6 +51,15 @@ type World interface {
 	Abort(err error)
 }
 
+// allRanks is the member list of a group of every rank: 0 .. n-1.
+func allRanks(n int) []int {
+	g := make([]int, n)
+	for i := range g {
+		g[i] = i
+	}
+	return g
+}
+
 // Comm performs collectives among the ranks of a group. Buffers are
 // float32 (the CPU backend computes in fp32; bf16 values are stored as
 // float32). g is the ordered member list and must contain Rank(); stream

@@ -82,13 +82,7 @@ func NewLocalWorld(n int) *LocalWorld {
 func (w *LocalWorld) Size() int { return w.n }
 
 // Local lists every rank: a LocalWorld runs them all in this process.
-func (w *LocalWorld) Local() []int {
-	out := make([]int, w.n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
+func (w *LocalWorld) Local() []int { return allRanks(w.n) }
 
 // Comm returns rank's endpoint.
 func (w *LocalWorld) Comm(rank int) Comm {

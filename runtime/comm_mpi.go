@@ -58,6 +58,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"unsafe"
@@ -113,10 +114,7 @@ func NewMPIWorld(b *codegen.Bundle, rank int) (*MPIWorld, error) {
 	}
 	seen := map[mpiKey]bool{}
 	var groups []group
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
+	all := allRanks(n)
 	groups = append(groups, group{ControlStream, all, commGroupKey(all)})
 	seen[mpiKey{ControlStream, commGroupKey(all)}] = true
 	for r := 0; r < n; r++ {
@@ -146,7 +144,7 @@ func NewMPIWorld(b *codegen.Bundle, rank int) (*MPIWorld, error) {
 		return groups[i].key < groups[j].key
 	})
 	for i, g := range groups {
-		if !contains(g.members, rank) {
+		if !slices.Contains(g.members, rank) {
 			continue
 		}
 		ranks := make([]C.int, len(g.members))
@@ -160,15 +158,6 @@ func NewMPIWorld(b *codegen.Bundle, rank int) (*MPIWorld, error) {
 		w.comms[mpiKey{g.stream, g.key}] = c
 	}
 	return w, nil
-}
-
-func contains(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func streamName(s int) string {

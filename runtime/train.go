@@ -141,7 +141,11 @@ func (r *Run) Start() error {
 	if r.World.Size() != n {
 		return fmt.Errorf("the plan has %d ranks, the world %d", n, r.World.Size())
 	}
-	for _, i := range r.World.Local() {
+	local := r.World.Local()
+	if len(local) != 1 && len(local) != n {
+		return fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(local), n)
+	}
+	for _, i := range local {
 		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
 		k.initShards(r.Seed)
 		r.ranks = append(r.ranks, k)
@@ -246,17 +250,12 @@ func (r *Run) AgreeStop(stop bool) (bool, error) {
 	if r.spansAll() {
 		return stop, nil
 	}
-	n := r.World.Size()
-	g := make([]int, n)
-	for i := range g {
-		g[i] = i
-	}
 	flag := float32(0)
 	if stop {
 		flag = 1
 	}
-	all := make([]float32, n)
-	if err := r.ranks[0].comm.AllGather(ControlStream, g, []float32{flag}, all); err != nil {
+	all, err := r.controlGather([]float32{flag})
+	if err != nil {
 		return false, err
 	}
 	for _, f := range all {
@@ -267,35 +266,36 @@ func (r *Run) AgreeStop(stop bool) (bool, error) {
 	return false, nil
 }
 
+// controlGather all-gathers in, of the same length on every process,
+// over every rank of the world on ControlStream: a process that runs
+// one rank exchanges what only it has with the others.
+func (r *Run) controlGather(in []float32) ([]float32, error) {
+	n := r.World.Size()
+	out := make([]float32, len(in)*n)
+	if err := r.ranks[0].comm.AllGather(ControlStream, allRanks(n), in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // gatherLosses all-gathers every rank's micro-batch losses over the
-// world (ControlStream), as float64 bits carried in pairs of float32
-// words, which collectives copy without arithmetic.
+// world, as float64 bits carried in pairs of float32 words, which
+// collectives copy without arithmetic.
 func (r *Run) gatherLosses() ([][]float64, error) {
 	n := r.World.Size()
-	g := make([]int, n)
-	for i := range g {
-		g[i] = i
+	losses := r.ranks[0].losses
+	per := len(losses)
+	in := make([]float32, 2*per)
+	for i, l := range losses {
+		b := math.Float64bits(l)
+		in[2*i] = math.Float32frombits(uint32(b))
+		in[2*i+1] = math.Float32frombits(uint32(b >> 32))
 	}
-	if len(r.ranks) != 1 {
-		return nil, fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(r.ranks), n)
+	words, err := r.controlGather(in)
+	if err != nil {
+		return nil, err
 	}
-	per := len(r.ranks[0].losses)
 	out := make([][]float64, n)
-	words := make([]float32, 2*per*n)
-	for _, k := range r.ranks {
-		if len(k.losses) != per {
-			return nil, fmt.Errorf("rank %d has %d micro-batch losses, rank %d has %d", k.r, len(k.losses), r.ranks[0].r, per)
-		}
-		in := make([]float32, 2*per)
-		for i, l := range k.losses {
-			b := math.Float64bits(l)
-			in[2*i] = math.Float32frombits(uint32(b))
-			in[2*i+1] = math.Float32frombits(uint32(b >> 32))
-		}
-		if err := k.comm.AllGather(ControlStream, g, in, words); err != nil {
-			return nil, err
-		}
-	}
 	for rk := range out {
 		out[rk] = make([]float64, per)
 		for i := range per {

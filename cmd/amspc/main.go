@@ -8,9 +8,10 @@
 //	amspc plan --sweep nodes=1,2,4,... [--sweep-batch per-gpu|fixed] [--json] FILE
 //	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS] FILE
 //	amspc disasm [--rank N,...] PLAN
-//	amspc trace [-o trace.json] PLAN
-//	amspc run [--steps N] [--data PATH] [--log FILE] FILE
+//	amspc trace [-o trace.json] [--profile FILE] PLAN
+//	amspc run [--steps N] [--data PATH] [--log FILE] [--profile FILE] [--save DIR] FILE|PLAN   (mpirun -n N with -tags mpi)
 //	amspc profile [-o profile.csv] [--reps N] [--shard PLAN] FILE
+//	amspc validate [--plans rows|all|extremes=N] [--steps N] [--profile FILE] FILE
 //	amspc grammar
 //	amspc version
 //

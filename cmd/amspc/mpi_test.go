@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,26 +23,44 @@ import (
 // processes on this machine (--oversubscribe: more processes than cores).
 // `go test -tags mpi ./cmd/amspc -run MPI` (.ci/run does).
 
-// mpiBinary builds amspc with -tags mpi once per test run.
+// mpiBinary builds amspc with -tags mpi, once for all the tests here.
 func mpiBinary(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("mpirun"); err != nil {
 		t.Fatalf("mpirun not found (install openmpi-bin): %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "amspc")
-	out, err := exec.Command("go", "build", "-tags", "mpi", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
+	mpiBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "amspc-mpi-")
+		if err != nil {
+			mpiBuild.err = err
+			return
+		}
+		mpiBuild.bin = filepath.Join(dir, "amspc")
+		if out, err := exec.Command("go", "build", "-tags", "mpi", "-o", mpiBuild.bin, ".").CombinedOutput(); err != nil {
+			mpiBuild.err = fmt.Errorf("go build -tags mpi: %v\n%s", err, out)
+		}
+	})
+	if mpiBuild.err != nil {
+		t.Fatal(mpiBuild.err)
 	}
-	return bin
+	return mpiBuild.bin
 }
+
+var mpiBuild struct {
+	sync.Once
+	bin string
+	err error
+}
+
+// mpiEnv lets Open MPI run as root (CI containers), which it refuses
+// without both variables, over shared memory and TCP only.
+var mpiEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader,tcp"}
 
 // mpirun runs bin with args on n processes and returns its output.
 func mpirun(t *testing.T, n int, bin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("mpirun", append([]string{"--oversubscribe", "-n", fmt.Sprint(n), bin}, args...)...)
-	// Root in CI containers; Open MPI refuses root without these.
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader,tcp")
+	cmd.Env = append(os.Environ(), mpiEnv...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -137,7 +156,7 @@ func TestMPIRefusesWrongSize(t *testing.T) {
 func TestMPIKilledRank(t *testing.T) {
 	bin := mpiBinary(t)
 	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "../../testdata/models/tiny.amsp")
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl=self,vader,tcp")
+	cmd.Env = append(os.Environ(), mpiEnv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -245,7 +264,7 @@ func TestMPITwoMachines(t *testing.T) {
 		" -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"+
 		" sh -c 'echo host $(hostname); exec %s run --steps %d --log %s %s'", nsA, hosts, agent, bin, steps, mlog, model)
 	cmd := exec.Command("ip", "netns", "exec", nsA, "unshare", "--uts", "sh", "-c", mpi)
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	cmd.Env = append(os.Environ(), mpiEnv[:2]...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mpirun across two namespaces: %v\n%s", err, out)
