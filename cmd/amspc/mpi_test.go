@@ -46,6 +46,15 @@ func mpiBinary(t *testing.T) string {
 	return mpiBuild.bin
 }
 
+// TestMain removes the MPI build once every test is done with it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if mpiBuild.bin != "" {
+		os.RemoveAll(filepath.Dir(mpiBuild.bin))
+	}
+	os.Exit(code)
+}
+
 var mpiBuild struct {
 	sync.Once
 	bin string
