@@ -209,6 +209,12 @@ func (w *MPIWorld) Finalize() {
 // FinalizeMPI ends MPI in a process that made no world (a refused run).
 func FinalizeMPI() { C.MPI_Finalize() }
 
+// BarrierMPI returns when every process of the job has called it. A
+// process that reports an error every process found should call it
+// before ending: the first process to end with an error status ends the
+// job, perhaps before the reporting one has printed.
+func BarrierMPI() { C.MPI_Barrier(C.amspc_world()) }
+
 // AbortMPI ends every process of the job with status code.
 func AbortMPI(code int) { C.MPI_Abort(C.amspc_world(), C.int(code)) }
 

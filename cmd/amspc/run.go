@@ -107,9 +107,15 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	// only rank 0 prints and logs.
 	pw, err := openWorld(bundle)
 	if err != nil {
-		if pw == nil || pw.rank == 0 {
+		if pw == nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return exitUser
+		}
+		if pw.rank == 0 {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		}
+		pw.barrier() // rank 0 has printed before any process ends
+		pw.finish()
 		return exitUser
 	}
 	local := topo.Ranks()
@@ -125,6 +131,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 			if pw.rank == 0 {
 				fmt.Fprintln(stderr, "amspc run: --save and --resume across MPI processes are not supported yet (every process would write its own shards); save and resume on local ranks")
 			}
+			pw.barrier() // rank 0 has printed before any process ends the job
 			return exitUser
 		}
 		r.World, local = pw.world, 1
@@ -132,20 +139,36 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 			stdout, *logPath = io.Discard, ""
 		}
 	}
-	if err := r.Check(); err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+	// refuse reports an error that every process finds alike (in the
+	// input or the plan): rank 0 prints it, and no process ends the job
+	// before it has.
+	refuse := func(err error) int {
+		if pw == nil || pw.rank == 0 {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		}
+		if pw != nil {
+			pw.barrier()
+		}
 		return exitUser
 	}
+	if err := r.Check(); err != nil {
+		return refuse(err)
+	}
 	if err := runtime.CheckVocab(bundle, tokens); err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		return exitUser
+		return refuse(err)
 	}
 	// The local backend holds every rank in this process: refuse a plan
 	// that cannot fit before allocating any of it.
 	need := tl.PeakHostBytes * float64(local)
 	if avail := availableBytes(); need > avail {
-		fmt.Fprintf(stderr, "amspc run: the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available\n",
-			cost.GiB(need), local, cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
+		// Per process (machines differ), so every process that finds it
+		// says so, naming its rank under MPI.
+		who := "amspc run"
+		if pw != nil {
+			who = fmt.Sprintf("amspc run: rank %d", pw.rank)
+		}
+		fmt.Fprintf(stderr, "%s: the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available\n",
+			who, cost.GiB(need), local, cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
 		return exitUser
 	}
 	if err := r.Start(); err != nil {

@@ -12,9 +12,11 @@ type procWorld struct {
 	world runtime.World
 	rank  int
 	// finish ends the process's part of the job after a clean run; abort
-	// ends every process of the job with a status.
-	finish func()
-	abort  func(status int)
+	// ends every process of the job with a status; barrier returns when
+	// every process has called it.
+	finish  func()
+	abort   func(status int)
+	barrier func()
 }
 
 // launchedSize is the number of processes mpirun (OMPI_COMM_WORLD_SIZE),

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"amspc/codegen"
 	"amspc/runtime"
@@ -13,8 +14,8 @@ import (
 // one rank per process, the rank being the process's MPI rank; nil when
 // no launcher started it (the ranks are then goroutines of this process).
 // A job whose size is not the plan's rank count is refused on every
-// process; the error is returned with the procWorld, so that only rank 0
-// prints it.
+// process: the error is returned with a procWorld without a world, so
+// that only rank 0 prints it, before every process finishes.
 func openWorld(b *codegen.Bundle) (*procWorld, error) {
 	if _, ok := launchedSize(); !ok {
 		return nil, nil
@@ -23,15 +24,16 @@ func openWorld(b *codegen.Bundle) (*procWorld, error) {
 	if err != nil {
 		return nil, err
 	}
-	pw := &procWorld{rank: rank, abort: runtime.AbortMPI}
+	pw := &procWorld{rank: rank, abort: runtime.AbortMPI, barrier: runtime.BarrierMPI, finish: runtime.FinalizeMPI}
 	if n := b.Topo.Ranks(); size != n {
-		runtime.FinalizeMPI()
 		return pw, fmt.Errorf("the job has %d processes, the plan %d ranks (%d nodes x %d per node): launch it with mpirun -n %d", size, n, b.Topo.Nodes, b.Topo.GPUsPerNode, n)
 	}
 	w, err := runtime.NewMPIWorld(b, rank)
 	if err != nil {
+		// This process's own failure: it reports it and ends the job.
+		fmt.Fprintf(os.Stderr, "amspc run: rank %d: %v\n", rank, err)
 		runtime.AbortMPI(1)
-		return pw, err
+		os.Exit(1) // not reached: MPI_Abort ends the process
 	}
 	pw.world, pw.finish = w, w.Finalize
 	return pw, nil
