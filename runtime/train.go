@@ -1,11 +1,15 @@
 package runtime
 
 import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 
 	"amspc/codegen"
@@ -153,8 +157,9 @@ func (r *Run) Start() error {
 	return nil
 }
 
-// Spans reports whether this process runs every rank of the run (a
-// checkpoint of a run that does not is not supported yet).
+// spansAll reports whether this process runs every rank of the run (else
+// it runs one, and agrees with the other processes over the control
+// stream).
 func (r *Run) spansAll() bool { return len(r.ranks) == r.World.Size() }
 
 // Check finds what would make Start fail, without allocating anything:
@@ -274,6 +279,124 @@ func (r *Run) controlGather(in []float32) ([]float32, error) {
 	out := make([]float32, len(in)*n)
 	if err := r.ranks[0].comm.AllGather(ControlStream, allRanks(n), in, out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// Words travel over the control stream as float32 bit patterns, which
+// collectives copy without arithmetic.
+func wordsToFloats(w []uint32) []float32 {
+	out := make([]float32, len(w))
+	for i, x := range w {
+		out[i] = math.Float32frombits(x)
+	}
+	return out
+}
+
+// controlWords all-gathers words (the same count from every process):
+// process p's words at [p*len(w), (p+1)*len(w)); across processes each
+// runs one rank, so process p is rank p.
+func (r *Run) controlWords(w []uint32) ([]uint32, error) {
+	all, err := r.controlGather(wordsToFloats(w))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint32, len(all))
+	for i, f := range all {
+		out[i] = math.Float32bits(f)
+	}
+	return out, nil
+}
+
+// agreeWord returns rank 0's w on every process.
+func (r *Run) agreeWord(w uint32) (uint32, error) {
+	if r.spansAll() {
+		return w, nil
+	}
+	all, err := r.controlWords([]uint32{w})
+	if err != nil {
+		return 0, err
+	}
+	return all[0], nil
+}
+
+// agreeMessage is how many bytes of an error agree carries.
+const agreeMessage = 240
+
+// agree makes every process of the run return the same error: nil when
+// none failed, else the lowest failing rank's, naming it (its first
+// agreeMessage bytes). A process that runs every rank has nobody to agree
+// with and returns err.
+func (r *Run) agree(err error) error {
+	if r.spansAll() {
+		return err
+	}
+	const words = 1 + agreeMessage/4
+	in := make([]uint32, words)
+	if err != nil {
+		msg := []byte(err.Error())
+		if len(msg) > agreeMessage {
+			msg = append(msg[:agreeMessage-3], "..."...)
+		}
+		in[0] = uint32(len(msg)) + 1
+		var buf [agreeMessage]byte
+		copy(buf[:], msg)
+		for i := range agreeMessage / 4 {
+			in[1+i] = binary.LittleEndian.Uint32(buf[4*i:])
+		}
+	}
+	all, gerr := r.controlWords(in)
+	if gerr != nil {
+		return gerr
+	}
+	for p := 0; p < len(all)/words; p++ {
+		w := all[p*words : (p+1)*words]
+		if w[0] == 0 {
+			continue
+		}
+		var buf [agreeMessage]byte
+		for i := range agreeMessage / 4 {
+			binary.LittleEndian.PutUint32(buf[4*i:], w[1+i])
+		}
+		msg := string(buf[:min(int(w[0]-1), agreeMessage)])
+		if strings.HasPrefix(msg, fmt.Sprintf("rank %d: ", p)) {
+			return errors.New(msg)
+		}
+		return fmt.Errorf("rank %d: %s", p, msg)
+	}
+	return nil
+}
+
+// gatherFiles all-gathers every rank's checkpoint file (its size and
+// SHA-256; size 0 when the rank wrote none) in rank order.
+func (r *Run) gatherFiles(own ManifestFile, sub string) ([]ManifestFile, error) {
+	in := make([]uint32, 10)
+	in[0], in[1] = uint32(own.Bytes), uint32(own.Bytes>>32)
+	if own.SHA256 != "" {
+		sum, err := hex.DecodeString(own.SHA256)
+		if err != nil {
+			return nil, err
+		}
+		for i := range 8 {
+			in[2+i] = binary.LittleEndian.Uint32(sum[4*i:])
+		}
+	}
+	all, err := r.controlWords(in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ManifestFile, len(all)/10)
+	for q := range out {
+		w := all[10*q : 10*q+10]
+		bytes := int64(w[0]) | int64(w[1])<<32
+		if bytes == 0 {
+			continue
+		}
+		sum := make([]byte, 32)
+		for i := range 8 {
+			binary.LittleEndian.PutUint32(sum[4*i:], w[2+i])
+		}
+		out[q] = ManifestFile{Path: shardFile(sub, q), Bytes: bytes, SHA256: hex.EncodeToString(sum)}
 	}
 	return out, nil
 }

@@ -71,65 +71,6 @@ func TestRecomputeIsExact(t *testing.T) {
 	}
 }
 
-// TestResumeUnderOtherPlans trains under 2/2/8 on 2x4, saves at step 10,
-// and resumes that checkpoint under 1/1/8 on 8 ranks and under a
-// 4-rank plan: the losses match the uninterrupted run.
-func TestResumeUnderOtherPlans(t *testing.T) {
-	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
-	a := cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}
-	const at, more = 10, 3
-	full := train(t, compile(t, 2, 4, a), at+more)
-	dir := t.TempDir()
-	r := &runtime.Run{Bundle: compile(t, 2, 4, a), Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: 64, MicroBatch: 2, Global: 32}}
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < at; i++ {
-		if _, err := r.Step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := r.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		nodes, gpus int
-		f           cost.Factors
-	}{
-		{2, 4, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(4, 2)}},
-		{1, 4, cost.Factors{P: F(2, 1), G: F(4, 1), OS: F(4, 1)}},
-	} {
-		r2 := &runtime.Run{Bundle: compile(t, c.nodes, c.gpus, c.f), Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: 64, MicroBatch: 2, Global: 32}}
-		if err := r2.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := r2.Resume(dir); err != nil {
-			t.Fatal(err)
-		}
-		for i := at; i < at+more; i++ {
-			l, err := r2.Step()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := math.Abs(l-full[i]) / full[i]; d > 1e-5 {
-				t.Errorf("%dx%d %v step %d: resumed loss %.9g, uninterrupted %.9g", c.nodes, c.gpus, c.f, i, l, full[i])
-			}
-		}
-	}
-	// A damaged tensors file is refused.
-	path := dir + "/model.safetensors"
-	b, _ := os.ReadFile(path)
-	b[len(b)/2] ^= 1
-	os.WriteFile(path, b, 0o644)
-	r3 := &runtime.Run{Bundle: compile(t, 2, 4, a), Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: 64, MicroBatch: 2, Global: 32}}
-	if err := r3.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r3.Resume(dir); err == nil {
-		t.Error("a corrupted checkpoint was accepted")
-	}
-}
-
 // TestFailingRankStopsAll: a token outside the vocabulary on one rank's
 // data fails that rank's embedding; the error names the op, the layer
 // stage and the source position, and every other rank stops instead of

@@ -61,6 +61,7 @@ func init() {
 		{"disasm", "print ranks' instruction streams from a plan bundle", runDisasm},
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
 		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
+		{"ckpt", "inspect checkpoints; export them as one safetensors file, import one", runCkpt},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
 		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},

@@ -17,6 +17,7 @@ import (
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/runtime"
 )
 
 // The MPI tests launch the amspc binary under Open MPI's mpirun, 8
@@ -179,7 +180,7 @@ func TestMPIKilledRank(t *testing.T) {
 		if !strings.Contains(out.String(), "step ") {
 			continue
 		}
-		pids, _ := exec.Command("pgrep", "-f", bin+" run").Output()
+		pids, _ := exec.Command("pgrep", "-f", "^"+bin+" run").Output()
 		fields := strings.Fields(string(pids))
 		if len(fields) >= 8 {
 			fmt.Sscan(fields[len(fields)/2], &victim)
@@ -291,5 +292,177 @@ func TestMPITwoMachines(t *testing.T) {
 	m, l := lossLines(t, mlog), lossLines(t, llog)
 	if len(m) != steps || strings.Join(m, "\n") != strings.Join(l, "\n") {
 		t.Errorf("losses on two emulated machines:\n%s\non local ranks:\n%s", strings.Join(m, "\n"), strings.Join(l, "\n"))
+	}
+}
+
+// relClose compares two logs' losses within tol (relative), for plans
+// whose reduction orders differ.
+func relClose(t *testing.T, what string, got, want []string, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d losses, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		var g, w float64
+		fmt.Sscan(got[i], &g)
+		fmt.Sscan(want[i], &w)
+		if d := (g - w) / w; d > tol || d < -tol {
+			t.Errorf("%s: loss %d is %s, uninterrupted %s", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestMPICheckpoint: 8 processes under 2/2/8 save at step 10, every
+// process writing its own shards; the checkpoint resumes on 8 processes
+// under the same plan bitwise like the uninterrupted run, and on 4
+// processes under ZeRO-3 and on local ranks under DDP within 1e-5; a
+// checkpoint those 4 processes save resumes on 8.
+func TestMPICheckpoint(t *testing.T) {
+	bin := mpiBinary(t)
+	tiny := "../../testdata/models/tiny.amsp"
+	dir := t.TempDir()
+	at, end := 10, 13
+	if testing.Short() {
+		at, end = 3, 5
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	plan := "{ params = 2, grads = 2, optim = 8 }"
+	cluster4 := path("c4.amsp")
+	if err := os.WriteFile(cluster4, []byte("cluster cpu_1x4 {\n  nodes = 1\n  gpus_per_node = 4\n  gpu = \"cpu\"\n  intra_node_bw = 10 GB/s\n  inter_node_bw = 1 GB/s\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustRun := func(n int, args ...string) {
+		t.Helper()
+		if out, err := mpirun(t, n, bin, append([]string{"run"}, args...)...); err != nil {
+			t.Fatalf("mpirun -n %d %v: %v\n%s", n, args, err, out)
+		}
+	}
+	mustRun(8, "--steps", fmt.Sprint(end), "--shard", plan, "--log", path("full.jsonl"), tiny)
+	full := lossLines(t, path("full.jsonl"))[at:]
+	mustRun(8, "--steps", fmt.Sprint(at), "--shard", plan, "--save", path("ck"), tiny)
+	m, err := runtime.ReadManifest(path("ck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Step != at || len(m.Files) != 8 {
+		t.Fatalf("checkpoint at step %d in %d files, want %d in 8", m.Step, len(m.Files), at)
+	}
+	mustRun(8, "--steps", fmt.Sprint(end), "--shard", plan, "--resume", path("ck"), "--log", path("same.jsonl"), tiny)
+	if got := lossLines(t, path("same.jsonl")); strings.Join(got, " ") != strings.Join(full, " ") {
+		t.Errorf("resumed on 8 processes, same plan: %v, uninterrupted %v", got, full)
+	}
+	mustRun(4, "--steps", fmt.Sprint(end), "--cluster", cluster4, "--shard", "zero3", "--resume", path("ck"),
+		"--log", path("four.jsonl"), "--save", path("ck4"), tiny)
+	relClose(t, "4 processes under ZeRO-3", lossLines(t, path("four.jsonl")), full, 1e-5)
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"run", "--steps", fmt.Sprint(end), "--shard", "ddp", "--resume", path("ck"), "--log", path("local.jsonl"), tiny}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("local: %s", stderr.String())
+	}
+	relClose(t, "local ranks under DDP", lossLines(t, path("local.jsonl")), full, 1e-5)
+	// The 4 processes' checkpoint (step end) on 8 processes: one more step.
+	mustRun(8, "--steps", fmt.Sprint(end+1), "--shard", plan, "--resume", path("ck4"), "--log", path("back.jsonl"), tiny)
+	if got := lossLines(t, path("back.jsonl")); len(got) != 1 {
+		t.Errorf("resumed the 4-process checkpoint: losses %v, want one", got)
+	}
+}
+
+// TestMPIKilledDuringSave: a process killed while a checkpoint is being
+// written (the save's directory exists, the manifest is not yet
+// replaced) ends the job; the checkpoint directory still loads (the
+// previous checkpoint), and the next save leaves only the new one.
+func TestMPIKilledDuringSave(t *testing.T) {
+	bin := mpiBinary(t)
+	tiny := "../../testdata/models/tiny.amsp"
+	ck := filepath.Join(t.TempDir(), "ck")
+	if out, err := mpirun(t, 8, bin, "run", "--steps", "1", "--save", ck, tiny); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "--resume", ck, "--save", ck, "--save-every", "1", tiny)
+	cmd.Env = append(os.Environ(), mpiEnv...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// The processes, once they run.
+	var pids []string
+	deadline := time.Now().Add(60 * time.Second)
+	for len(pids) < 8 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		b, _ := exec.Command("pgrep", "-f", "^"+bin+" run").Output()
+		pids = strings.Fields(string(b))
+	}
+	if len(pids) < 8 {
+		t.Fatalf("the processes did not start:\n%s", out.String())
+	}
+	var victim int
+	fmt.Sscan(pids[3], &victim)
+	// Kill one as soon as a save's directory exists that the manifest
+	// does not name.
+	committed := func() string {
+		m, err := runtime.ReadManifest(ck)
+		if err != nil {
+			return ""
+		}
+		return filepath.Dir(m.Files[0].Path)
+	}
+	var killedStep string
+	for killedStep == "" && time.Now().Before(deadline) {
+		entries, _ := os.ReadDir(ck)
+		cur := committed()
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "step-") && cur != "" && e.Name() != cur {
+				syscall.Kill(victim, syscall.SIGKILL)
+				killedStep = e.Name()
+				break
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if killedStep == "" {
+		t.Fatalf("no save was seen in progress:\n%s", out.String())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the job exited 0 after a rank was killed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the job still runs 10 s after a rank was killed:\n%s", out.String())
+	}
+	m, err := runtime.ReadManifest(ck)
+	if err != nil {
+		t.Fatalf("the checkpoint does not load after the crash: %v", err)
+	}
+	if c := committed(); c == killedStep {
+		t.Logf("the save in %s committed before the kill landed", killedStep)
+	} else {
+		t.Logf("killed during the save into %s; the checkpoint of step %d (%s) loads", killedStep, m.Step, c)
+	}
+	// It resumes, and the next save leaves only itself.
+	if out, err := mpirun(t, 8, bin, "run", "--steps", fmt.Sprint(m.Step+1), "--resume", ck, "--save", ck, tiny); err != nil {
+		t.Fatalf("resume after the crash: %v\n%s", err, out)
+	}
+	m2, err := runtime.ReadManifest(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	filepath.WalkDir(ck, func(p string, d os.DirEntry, err error) error {
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(ck, p)
+			left = append(left, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	want := []string{"manifest.json"}
+	for _, f := range m2.Files {
+		want = append(want, f.Path)
+	}
+	if strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("after the next save the checkpoint holds %v, want %v", left, want)
 	}
 }

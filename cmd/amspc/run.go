@@ -119,21 +119,18 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		return exitUser
 	}
 	local := topo.Ranks()
+	agreed := false // every process ends here, with the same status
 	if pw != nil {
 		defer func() {
-			if status == exitOK {
+			// An end every process agreed on finishes MPI and exits with
+			// its status; any other failure ends the whole job.
+			if status == exitOK || agreed {
+				pw.barrier()
 				pw.finish()
 			} else {
 				pw.abort(status)
 			}
 		}()
-		if *save != "" || *resume != "" {
-			if pw.rank == 0 {
-				fmt.Fprintln(stderr, "amspc run: --save and --resume across MPI processes are not supported yet (every process would write its own shards); save and resume on local ranks")
-			}
-			pw.barrier() // rank 0 has printed before any process ends the job
-			return exitUser
-		}
 		r.World, local = pw.world, 1
 		if pw.rank != 0 {
 			stdout, *logPath = io.Discard, ""
@@ -143,6 +140,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	// input or the plan): rank 0 prints it, and no process ends the job
 	// before it has.
 	refuse := func(err error) int {
+		agreed = true
 		if pw == nil || pw.rank == 0 {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		}
@@ -178,8 +176,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	first := 0
 	if *resume != "" {
 		if err := r.Resume(*resume); err != nil {
-			fmt.Fprintf(stderr, "amspc run: resume: %v\n", err)
-			return exitUser
+			return refuse(fmt.Errorf("resume: %w", err)) // agreed by every process
 		}
 		first = r.Steps()
 		fmt.Fprintf(stdout, "resumed from %s after step %d\n", *resume, first)
@@ -190,7 +187,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	checkpoint := func() bool {
 		if err := r.Save(*save); err != nil {
-			fmt.Fprintf(stderr, "amspc run: save: %v\n", err)
+			refuse(fmt.Errorf("save: %w", err)) // agreed by every process
 			return false
 		}
 		return true
@@ -232,7 +229,13 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 				return exitUser
 			}
 			if stop {
-				return stopped(r, caught, *save, checkpoint, stdout, stderr)
+				// The stop is agreed: rank 0 says so.
+				said := stderr
+				if pw != nil && pw.rank != 0 {
+					said = io.Discard
+				}
+				agreed = true
+				return stopped(r, caught, *save, checkpoint, stdout, said)
 			}
 		}
 		t0 := time.Now()

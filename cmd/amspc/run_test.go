@@ -166,17 +166,8 @@ func TestRunInitialCheckpoint(t *testing.T) {
 	if out := runOK("--steps", "0", "--save", dir, tiny); !strings.Contains(out, "saved "+dir+" after step 0") {
 		t.Errorf("--steps 0 --save:\n%s", out)
 	}
-	losses := func(out string) []string {
-		var ls []string
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) > 3 && f[0] == "step" {
-				ls = append(ls, f[3])
-			}
-		}
-		return ls
-	}
-	fresh := losses(runOK("--steps", "2", "--save", every, "--save-every", "1", tiny))
-	resumed := losses(runOK("--steps", "2", "--resume", dir, tiny))
+	fresh := printedLosses(runOK("--steps", "2", "--save", every, "--save-every", "1", tiny))
+	resumed := printedLosses(runOK("--steps", "2", "--resume", dir, tiny))
 	if len(fresh) != 2 || strings.Join(fresh, " ") != strings.Join(resumed, " ") {
 		t.Errorf("losses fresh %v, from the initial checkpoint %v", fresh, resumed)
 	}
@@ -190,4 +181,15 @@ func TestRunInitialCheckpoint(t *testing.T) {
 			t.Errorf("no announcement %q:\n%s", s, out)
 		}
 	}
+}
+
+// printedLosses are the losses run prints, one per step line, as printed.
+func printedLosses(out string) []string {
+	var ls []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[0] == "step" {
+			ls = append(ls, f[3])
+		}
+	}
+	return ls
 }

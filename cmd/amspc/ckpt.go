@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"amspc/runtime"
+)
+
+const ckptUsage = `usage: amspc ckpt COMMAND ...
+
+commands:
+  info DIR                                 what a checkpoint holds: model, step, plan, files
+  export DIR -o FILE [--optimizer]         write its full tensors as one safetensors file
+  import FILE --model MODEL.amsp -o DIR    make a checkpoint of a safetensors file's tensors`
+
+// runCkpt inspects and converts checkpoints (run --save writes them).
+func runCkpt(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, ckptUsage)
+		return exitUser
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, ckptUsage)
+		return exitOK
+	case "info":
+		return ckptInfo(args[1:], stdout, stderr)
+	case "export":
+		return ckptExport(args[1:], stdout, stderr)
+	case "import":
+		return ckptImport(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "amspc ckpt: unknown command %q\n%s\n", args[0], ckptUsage)
+	return exitUser
+}
+
+func ckptInfo(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ckpt info", "usage: amspc ckpt info DIR", stderr)
+	dir, ok := oneFile(fs, args)
+	if !ok {
+		return exitUser
+	}
+	m, err := runtime.ReadManifest(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt info: %v\n", err)
+		return exitUser
+	}
+	var bytes int64
+	for _, f := range m.Files {
+		bytes += f.Bytes
+	}
+	var params, elems int64
+	for _, t := range m.Tensors {
+		if !strings.HasSuffix(t.Name, ".adam_m") && !strings.HasSuffix(t.Name, ".adam_v") {
+			params++
+			n := int64(1)
+			for _, d := range t.Shape {
+				n *= d
+			}
+			elems += n
+		}
+	}
+	fmt.Fprintf(stdout, "%s: model %s after step %d (seed %d), format version %d\n", dir, m.Model, m.Step, m.Seed, m.Version)
+	if m.Plan != "" {
+		fmt.Fprintf(stdout, "saved under plan %s on %d ranks\n", m.Plan, m.Ranks)
+	}
+	fmt.Fprintf(stdout, "%d params (%s elements), %d tensors with Adam's moments, in %d files of %s\n",
+		params, commas(elems), len(m.Tensors), len(m.Files), bytesHuman(float64(bytes)))
+	return exitOK
+}
+
+func ckptExport(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ckpt export", "usage: amspc ckpt export DIR -o FILE [--optimizer]", stderr)
+	out := fs.String("o", "", "write the tensors to `FILE` (safetensors)")
+	optimizer := fs.Bool("optimizer", false, "also write Adam's moments (NAME.adam_m, NAME.adam_v), so that import can resume training where the checkpoint was")
+	dir, ok := oneFile(fs, args)
+	if !ok {
+		return exitUser
+	}
+	if *out == "" {
+		fmt.Fprintln(stderr, "amspc ckpt export: -o FILE is required")
+		return exitUser
+	}
+	m, err := runtime.ExportCheckpoint(dir, *out, *optimizer)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
+		return exitUser
+	}
+	what := "weights"
+	if *optimizer {
+		what = "weights and Adam's moments"
+	}
+	fmt.Fprintf(stdout, "wrote %s: model %s after step %d, %s as full fp32 tensors\n", *out, m.Model, m.Step, what)
+	return exitOK
+}
+
+func ckptImport(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ckpt import", "usage: amspc ckpt import FILE --model MODEL.amsp -o DIR", stderr)
+	model := fs.String("model", "", "the `MODEL.amsp` file whose params FILE holds")
+	out := fs.String("o", "", "write the checkpoint into `DIR`")
+	file, ok := oneFile(fs, args)
+	if !ok {
+		return exitUser
+	}
+	if *model == "" || *out == "" {
+		fmt.Fprintln(stderr, "amspc ckpt import: --model MODEL.amsp and -o DIR are required")
+		return exitUser
+	}
+	var lf loadFlags
+	job, err := lf.load(*model)
+	if err != nil {
+		return report(stderr, err)
+	}
+	var params []runtime.ParamShape
+	for _, v := range job.Graph.Params() {
+		params = append(params, runtime.ParamShape{Name: v.Name, Shape: v.Shape})
+	}
+	if err := runtime.CheckWritable(*out); err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt import: -o: %v\n", err)
+		return exitUser
+	}
+	m, err := runtime.ImportWeights(file, job.Graph.Name, params, *out)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt import: %v\n", err)
+		return exitUser
+	}
+	fmt.Fprintf(stdout, "wrote %s: model %s at step %d, %d tensors; train from it with amspc run --resume %s\n", *out, m.Model, m.Step, len(m.Tensors), *out)
+	return exitOK
+}
