@@ -60,6 +60,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -192,7 +193,11 @@ func (w *MPIWorld) Abort(err error) {
 		if w.OnAbort != nil {
 			w.OnAbort(err)
 		}
-		fmt.Fprintf(os.Stderr, "amspc: rank %d: %v\n", w.rank, err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, fmt.Sprintf("rank %d ", w.rank)) {
+			msg = fmt.Sprintf("rank %d: %s", w.rank, msg)
+		}
+		fmt.Fprintf(os.Stderr, "amspc: %s\n", msg)
 		C.MPI_Abort(C.amspc_world(), 1)
 	})
 }

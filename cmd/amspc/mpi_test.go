@@ -4,6 +4,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -465,4 +467,74 @@ func TestMPIKilledDuringSave(t *testing.T) {
 	if strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("after the next save the checkpoint holds %v, want %v", left, want)
 	}
+}
+
+// TestMPINaNOnOneRank: a NaN that only one rank meets (row 1 of the
+// embedding table is NaN, and token 1 is in rank 5's first window alone)
+// stops every process at once; the message names the rank, the op, its
+// stage and micro-batch, and the source position.
+func TestMPINaNOnOneRank(t *testing.T) {
+	bin := mpiBinary(t)
+	tiny := "../../testdata/models/tiny.amsp"
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"run", "--steps", "0", "--save", path("ck0"), tiny}, &stdout, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	if _, err := runtime.ExportCheckpoint(path("ck0"), path("w.safetensors"), false); err != nil {
+		t.Fatal(err)
+	}
+	// Row 1 of tok_emb [256, 64] becomes NaN, in place in the file.
+	w, err := os.ReadFile(path("w.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(binary.LittleEndian.Uint64(w))
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(w[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	var emb struct {
+		Shape   []int `json:"shape"`
+		Offsets []int `json:"data_offsets"`
+	}
+	if err := json.Unmarshal(header["tok_emb"], &emb); err != nil {
+		t.Fatal(err)
+	}
+	row := 8 + n + emb.Offsets[0] + 4*emb.Shape[1]
+	for j := range emb.Shape[1] {
+		binary.LittleEndian.PutUint32(w[row+4*j:], 0x7fc00000)
+	}
+	os.WriteFile(path("w.safetensors"), w, 0o644)
+	stdout.Reset()
+	if st := run([]string{"ckpt", "import", path("w.safetensors"), "--model", tiny, "-o", path("ck")}, &stdout, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	// The data: the README, with token 1 at position 645, input 5 of
+	// window 10, rank 5's first sequence of step 1 (8 ranks, 2 sequences
+	// per micro-batch: windows (m*8 + r)*2 + i).
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.IndexByte(data, 1) >= 0 {
+		t.Fatal("the README holds byte 1")
+	}
+	data[645] = 1
+	os.WriteFile(path("data.txt"), data, 0o644)
+	start := time.Now()
+	out, err := mpirun(t, 8, bin, "run", "--steps", "3", "--resume", path("ck"), "--data", path("data.txt"), tiny)
+	if err == nil {
+		t.Fatalf("the job succeeded:\n%s", out)
+	}
+	for _, want := range []string{"amspc: rank 5 compute: embed in embedding (micro-batch 0) at ", "tiny.amsp:15:7: produced NaN"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "step    1/") || strings.Contains(out, "rank 0 compute") {
+		t.Errorf("a step finished, or another rank reported:\n%s", out)
+	}
+	t.Logf("the job ended %s after it started", time.Since(start).Round(time.Millisecond))
 }

@@ -241,7 +241,11 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		t0 := time.Now()
 		loss, err := r.Step()
 		if err != nil {
-			fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
+			// Across processes, a failing rank has reported its error
+			// when it aborted the job.
+			if pw == nil || !closed(pw.world.Done()) {
+				fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
+			}
 			return exitUser
 		}
 		dt := time.Since(t0).Seconds()
@@ -433,4 +437,14 @@ func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool,
 	fmt.Fprintf(stdout, "\n%s\n", msg)
 	fmt.Fprintf(stderr, "amspc run: %s\n", msg)
 	return code
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
