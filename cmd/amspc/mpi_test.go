@@ -538,3 +538,45 @@ func TestMPINaNOnOneRank(t *testing.T) {
 	}
 	t.Logf("the job ended %s after it started", time.Since(start).Round(time.Millisecond))
 }
+
+// TestMPIStopsOnSignal: SIGTERM to mpirun (which forwards it to every
+// process) stops all 8 at the same step boundary; the checkpoint --save
+// names is written, rank 0 says so once, and the job exits non-zero.
+func TestMPIStopsOnSignal(t *testing.T) {
+	bin := mpiBinary(t)
+	ck := filepath.Join(t.TempDir(), "ck")
+	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "--save", ck, "../../testdata/models/tiny.amsp")
+	cmd.Env = append(os.Environ(), mpiEnv...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "step    2/") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the job exited 0 after SIGTERM")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the job still runs 30 s after SIGTERM:\n%s", out.String())
+	}
+	s := out.String()
+	if n := strings.Count(s, "amspc run: stopped by terminated after step "); n != 1 {
+		t.Fatalf("%d stop messages, want 1:\n%s", n, s)
+	}
+	m, err := runtime.ReadManifest(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("stopped by terminated after step %d; saved %s", m.Step, ck); !strings.Contains(s, want) {
+		t.Errorf("the output does not say %q:\n%s", want, s)
+	}
+}
