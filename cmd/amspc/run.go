@@ -295,14 +295,14 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	} else {
 		fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; measure this machine with amspc profile and pass --profile)")
 	}
-	fmt.Fprint(stdout, "rank 0's time by instruction:")
+	var top []string
 	for i, t := range r.Timings(0) {
 		if i == 6 {
 			break
 		}
-		fmt.Fprintf(stdout, " %s %s (%d),", t.Name, dur(t.Seconds), t.Count)
+		top = append(top, fmt.Sprintf("%s %s (%d)", t.Name, dur(t.Seconds), t.Count))
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "rank 0's time by instruction: %s\n", strings.Join(top, ", "))
 	return exitOK
 }
 

@@ -26,7 +26,11 @@ func openWorld(b *codegen.Bundle) (*procWorld, error) {
 	}
 	pw := &procWorld{rank: rank, abort: runtime.AbortMPI, barrier: runtime.BarrierMPI, finish: runtime.FinalizeMPI}
 	if n := b.Topo.Ranks(); size != n {
-		return pw, fmt.Errorf("the job has %d processes, the plan %d ranks (%d nodes x %d per node): launch it with mpirun -n %d", size, n, b.Topo.Nodes, b.Topo.GPUsPerNode, n)
+		launcher := "mpirun"
+		if os.Getenv("SLURM_STEP_ID") != "" {
+			launcher = "srun"
+		}
+		return pw, fmt.Errorf("the job has %d processes, the plan %d ranks (%d nodes x %d per node): launch it with %s -n %d", size, n, b.Topo.Nodes, b.Topo.GPUsPerNode, launcher, n)
 	}
 	w, err := runtime.NewMPIWorld(b, rank)
 	if err != nil {
