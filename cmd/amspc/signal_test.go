@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"amspc/runtime"
 )
 
 // TestRunStopsOnSignal: SIGINT and SIGTERM stop amspc run at the next step
@@ -69,20 +70,19 @@ func TestRunStopsOnSignal(t *testing.T) {
 			if !strings.Contains(stderr.String(), "stopped by "+c.name+" after step") || !strings.Contains(stderr.String(), "; saved "+dir) {
 				t.Errorf("stderr %q\nstdout:\n%s", stderr.String(), strings.Join(out, "\n"))
 			}
-			b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+			m, err := runtime.ReadManifest(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var st struct{ Step int }
-			if err := json.Unmarshal(b, &st); err != nil || st.Step < 2 || st.Step >= 500 {
-				t.Errorf("checkpoint at step %d (%v)", st.Step, err)
+			if m.Step < 2 || m.Step >= 500 {
+				t.Errorf("checkpoint at step %d", m.Step)
 			}
-			entries, _ := os.ReadDir(dir)
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), ".") {
-					t.Errorf("left behind %s", e.Name())
+			filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+				if strings.HasPrefix(d.Name(), ".") && path != dir {
+					t.Errorf("left behind %s", path)
 				}
-			}
+				return nil
+			})
 		})
 	}
 }
