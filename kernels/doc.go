@@ -24,8 +24,20 @@
 //     order as a naive triple loop whatever the blocking; attention's
 //     dot products use four float32 partial sums in a fixed order.
 //
-// The compiler may fuse a*b+c into one FMA (arm64 always, amd64 with
-// GOAMD64=v3), so bits can differ between such builds, never between runs.
+// SIMD. On amd64 CPUs with AVX2 and FMA (detected at start), matmul's
+// microkernel is assembly (kernel_amd64.s): each output element in its own
+// lane, one fused multiply-add per k step, so each sum is the k-order
+// sequence of correctly rounded a*b+c (TestMatMulExactOrder checks it
+// against big.Float). Elsewhere, and with -tags purego, the portable
+// kernel rounds each product and each sum separately. The two paths give
+// different bits for matmul and everything downstream of it, never
+// different orders: on random data with k = 512 the outputs differ by at
+// most about 1e-5 relative (up to a few hundred ulp where the sum cancels;
+// TestMicroKernelPaths logs it), and tiny's losses over 20 steps of
+// `amspc run` agree to 8e-10 relative. A job whose processes run on machines with and without AVX2
+// is therefore not bitwise reproducible across them. The Go compiler may
+// also fuse a*b+c in Go code (arm64 always, amd64 with GOAMD64=v3), so the
+// portable path's bits can differ between such builds; never between runs.
 //
 // Determinism. Every parallel kernel splits its outputs so that each output
 // element is computed by exactly one goroutine, in an order that does not

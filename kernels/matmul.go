@@ -12,19 +12,20 @@ import (
 // panel, so no blocking choice or worker count changes a single bit.
 //
 // n is blocked only at the register level (nr-column strips, one hot in
-// L1 while it meets every A strip of the block): at scalar speed a B panel
-// streamed from L3 is about 150 MB/s of demand per core, so an L2 block
-// of n would save nothing measurable.
+// L1 while it meets every A strip of the block).
 //
-// The micro-kernel is 2x4: eight accumulators, two a and four b values
-// nearly fit amd64's sixteen float registers (Go schedules the eight
-// products before the adds, so two temporaries still spill); 4x4, 4x3 and
-// 1x8 spill more and measured 1.1-1.7x slower at GOAMD64=v1.
+// The microkernel is 6x16: on amd64 with AVX2 and FMA (kernel_amd64.s)
+// twelve 8-lane accumulators, one fused multiply-add per element per k
+// step; elsewhere, or built with -tags purego, kernelGo computes the same
+// tile as 2x4 blocks of scalar multiply-adds, which Go does not fuse at
+// the default GOAMD64=v1. The two paths differ only in that rounding:
+// FMA rounds a*b+c once, the scalar path twice (kernels/doc.go says by
+// how much).
 const (
-	mr = 2   // rows of the register tile
-	nr = 4   // columns of the register tile
-	kc = 256 // k panel: a 2x256 A strip and a 256x4 B strip (6 KB) live in L1
-	mc = 64  // rows per work unit: the packed 64x256 A block (64 KB) lives in L2
+	mr = 6   // rows of the register tile
+	nr = 16  // columns of the register tile
+	kc = 256 // k panel: a 6x256 A strip (6 KB) and a 256x16 B strip (16 KB) live in L1
+	mc = 96  // rows per work unit: the packed 96x256 A block (96 KB) lives in L2
 )
 
 // view addresses a matrix inside a flat buffer: element (i, j) is
@@ -155,7 +156,7 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 						copy(tile[ii*nr:ii*nr+nj], c[(ri+ii)*n+j0:])
 					}
 				}
-				kernel2x4(pa[r*kb*mr:(r+1)*kb*mr], bs, &tile)
+				microKernel(pa[r*kb*mr:(r+1)*kb*mr], bs, kb, &tile)
 				for ii := 0; ii < ni; ii++ {
 					copy(c[(ri+ii)*n+j0:(ri+ii)*n+j0+nj], tile[ii*nr:])
 				}
@@ -205,15 +206,25 @@ func packB(dst []float32, b view, k, j0, nj int) {
 	}
 }
 
-// kernel2x4 adds the product of a packed 2-row A strip and a packed 4-column
-// B strip into the tile t. The reslicing loop keeps bounds checks out of
-// the body; its shape was chosen by measurement (see BenchmarkMatMul).
-func kernel2x4(a, b []float32, t *[mr * nr]float32) {
-	c00, c01, c02, c03 := t[0], t[1], t[2], t[3]
-	c10, c11, c12, c13 := t[4], t[5], t[6], t[7]
-	for len(a) >= 2 && len(b) >= 4 {
-		a0, a1 := a[0], a[1]
-		b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
+// kernelGo is the portable microkernel: the tile as 2x4 blocks, each a
+// k-order loop of eight scalar accumulators (two a and four b values and
+// eight sums nearly fit amd64's sixteen float registers).
+func kernelGo(a, b []float32, kb int, t *[mr * nr]float32) {
+	for i0 := 0; i0 < mr; i0 += 2 {
+		for j0 := 0; j0 < nr; j0 += 4 {
+			block2x4(a[i0:], b[j0:], kb, t, i0*nr+j0)
+		}
+	}
+}
+
+func block2x4(a, b []float32, kb int, t *[mr * nr]float32, o int) {
+	c00, c01, c02, c03 := t[o], t[o+1], t[o+2], t[o+3]
+	c10, c11, c12, c13 := t[o+nr], t[o+nr+1], t[o+nr+2], t[o+nr+3]
+	for p := 0; p < kb; p++ {
+		ap := a[p*mr:][:2]
+		bp := b[p*nr:][:4]
+		a0, a1 := ap[0], ap[1]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
 		c00 += a0 * b0
 		c01 += a0 * b1
 		c02 += a0 * b2
@@ -222,9 +233,7 @@ func kernel2x4(a, b []float32, t *[mr * nr]float32) {
 		c11 += a1 * b1
 		c12 += a1 * b2
 		c13 += a1 * b3
-		a = a[2:]
-		b = b[4:]
 	}
-	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
-	t[4], t[5], t[6], t[7] = c10, c11, c12, c13
+	t[o], t[o+1], t[o+2], t[o+3] = c00, c01, c02, c03
+	t[o+nr], t[o+nr+1], t[o+nr+2], t[o+nr+3] = c10, c11, c12, c13
 }

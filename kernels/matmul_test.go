@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"runtime"
 	"sync"
 	"testing"
@@ -51,14 +52,16 @@ func TestMatMulGrad(t *testing.T) {
 }
 
 // TestMatMulExactOrder: each output is the float32 sum in plain k order,
-// so MatMul agrees bit for bit with a naive loop (when the build does not
-// fuse multiply-adds: amd64 at GOAMD64 v1 or v2).
+// so MatMul agrees bit for bit with a naive loop: of exactly rounded fused
+// multiply-adds on the SIMD path, of separately rounded products and sums
+// on the portable one (when this build does not fuse them itself: amd64
+// at GOAMD64 v1 or v2).
 func TestMatMulExactOrder(t *testing.T) {
-	if fmaFused() {
-		t.Skip("this build fuses multiply-adds, which the naive loop forbids")
+	if !simd && fmaFused() {
+		t.Skip("this build fuses multiply-adds in Go code, which the portable naive loop forbids")
 	}
 	rng := newRand(3)
-	m, k, n := 67, 600, 19
+	m, k, n := 23, 600, 19
 	a, _ := randVec(rng, m*k)
 	b, _ := randVec(rng, k*n)
 	out := make([]float32, m*n)
@@ -68,20 +71,24 @@ func TestMatMulExactOrder(t *testing.T) {
 		for j := range n {
 			var s float32
 			for p := range k {
-				s += float32(a[i*k+p] * b[p*n+j]) // conversion forbids fusion
+				if simd {
+					s = fma32(a[i*k+p], b[p*n+j], s)
+				} else {
+					s += float32(a[i*k+p] * b[p*n+j]) // conversion forbids fusion
+				}
 			}
 			naive[i*n+j] = s
 		}
 	}
 	for i := range out {
 		if math.Float32bits(out[i]) != math.Float32bits(naive[i]) {
-			t.Fatalf("out[%d] = %v, naive %v", i, out[i], naive[i])
+			t.Fatalf("out[%d] = %v, naive %v (simd %v)", i, out[i], naive[i], simd)
 		}
 	}
 }
 
-// fmaFused reports whether this build fuses x*y+z (which makes exact
-// comparisons with the naive loop meaningless).
+// fmaFused reports whether this build fuses x*y+z in Go code (which makes
+// exact comparisons with the portable naive loop meaningless).
 func fmaFused() bool {
 	x, y, z := fmaProbe()
 	return x*y+z != float32(x*y)+z
@@ -91,6 +98,43 @@ func fmaFused() bool {
 func fmaProbe() (float32, float32, float32) {
 	x := float32(1) + 1.0/(1<<12)
 	return x, x, -(1 + 2.0/(1<<12))
+}
+
+// fma32 is x*y+z rounded once to float32 (exact arithmetic in big.Float,
+// then round to nearest even).
+func fma32(x, y, z float32) float32 {
+	var p, s big.Float
+	p.SetPrec(200).Mul(big.NewFloat(float64(x)).SetPrec(200), big.NewFloat(float64(y)).SetPrec(200))
+	s.SetPrec(200).Add(&p, big.NewFloat(float64(z)).SetPrec(200))
+	f, _ := s.Float32()
+	return f
+}
+
+// TestMicroKernelPaths: the SIMD and the portable microkernels compute
+// the same tile but for the rounding of fused multiply-adds; the largest
+// difference seen, in units of the result's last place, is logged (and
+// documented in doc.go).
+func TestMicroKernelPaths(t *testing.T) {
+	if !simd {
+		t.Skip("no SIMD microkernel in this build or on this CPU")
+	}
+	rng := newRand(9)
+	const kb = 512
+	a, _ := randVec(rng, kb*mr)
+	b, _ := randVec(rng, kb*nr)
+	var fused, plain [mr * nr]float32
+	microKernel(a, b, kb, &fused)
+	kernelGo(a, b, kb, &plain)
+	maxULP, maxRel := 0, 0.0
+	for i := range fused {
+		d := int(math.Float32bits(fused[i])) - int(math.Float32bits(plain[i]))
+		maxULP = max(maxULP, d, -d)
+		maxRel = max(maxRel, math.Abs(float64(fused[i]-plain[i])/float64(plain[i])))
+	}
+	if maxRel > 1e-4 {
+		t.Errorf("paths differ by %.3g relative (%d ulp)", maxRel, maxULP)
+	}
+	t.Logf("k=%d: SIMD and portable differ by at most %d ulp (%.2g relative)", kb, maxULP, maxRel)
 }
 
 // TestMatMulDeterministic: bits do not depend on the worker count or on
@@ -183,24 +227,39 @@ func BenchmarkMatMulGrad(b *testing.B) {
 	}
 }
 
-// BenchmarkPeakFMA measures the machine's scalar float32 multiply-add peak
-// as Go compiles it: twelve independent accumulator chains per goroutine,
-// one goroutine per GOMAXPROCS. MatMul's GFLOP/s is meaningful against
-// this, not against the vector peak of the hardware.
+// BenchmarkPeakFMA measures the float32 multiply-add peak, one goroutine
+// per GOMAXPROCS: "simd" is twelve independent 8-lane AVX2 FMA chains in
+// assembly (the hardware's peak that MatMul's GFLOP/s is a fraction of);
+// "scalar" the same as Go compiles it, one lane.
 func BenchmarkPeakFMA(b *testing.B) {
 	const iters = 1 << 14
 	workers := runtime.GOMAXPROCS(0)
-	for b.Loop() {
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				x := [12]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, float32(w)}
-				peakLoop(&x, iters, 0.999, 0.001)
-			})
+	b.Run("simd", func(b *testing.B) {
+		if !peakFMA(1) {
+			b.Skip("no SIMD FMA in this build or on this CPU")
 		}
-		wg.Wait()
-	}
-	b.ReportMetric(float64(workers)*iters*12*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() { peakFMA(iters) })
+			}
+			wg.Wait()
+		}
+		b.ReportMetric(float64(workers)*iters*12*8*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("scalar", func(b *testing.B) {
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					x := [12]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, float32(w)}
+					peakLoop(&x, iters, 0.999, 0.001)
+				})
+			}
+			wg.Wait()
+		}
+		b.ReportMetric(float64(workers)*iters*12*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 }
 
 // peakLoop's multiplier and addend arrive as arguments and its accumulators

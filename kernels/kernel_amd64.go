@@ -1,0 +1,39 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// simd says whether the AVX2+FMA microkernel runs (chosen once, from
+// CPUID and the OS's saved register state, as x/sys/cpu reports them).
+var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// peakFMAAVX2 runs n rounds of twelve independent 8-lane FMAs.
+func peakFMAAVX2(n int)
+
+// peakFMA runs n rounds of twelve independent 8-lane fused multiply-adds
+// (192 float32 FLOPs a round); false when the CPU has no AVX2 and FMA.
+func peakFMA(n int) bool {
+	if !simd {
+		return false
+	}
+	peakFMAAVX2(n)
+	return true
+}
+
+//go:noescape
+func kernel6x16AVX2(a, b *float32, kb int, t *[mr * nr]float32)
+
+// microKernel adds the product of a packed mr-row A strip and a packed
+// nr-column B strip (kb steps) into the tile t.
+func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
+	if simd {
+		if kb > 0 {
+			_ = a[kb*mr-1]
+			_ = b[kb*nr-1]
+			kernel6x16AVX2(&a[0], &b[0], kb, t)
+		}
+		return
+	}
+	kernelGo(a, b, kb, t)
+}

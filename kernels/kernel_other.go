@@ -1,0 +1,13 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// simd is false: this build has no assembly microkernel.
+const simd = false
+
+func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
+	kernelGo(a, b, kb, t)
+}
+
+// peakFMA: no SIMD in this build.
+func peakFMA(n int) bool { return false }
