@@ -34,8 +34,9 @@
 // different orders: on random data with k = 512 the outputs differ by at
 // most about 1e-5 relative (up to a few hundred ulp where the sum cancels;
 // TestMicroKernelPaths logs it), and tiny's losses over 20 steps of
-// `amspc run` agree to 8e-10 relative. A job whose processes run on machines with and without AVX2
-// is therefore not bitwise reproducible across them. The Go compiler may
+// `amspc run` agree to 8e-10 relative. A job whose processes run on
+// machines with and without AVX2 is therefore not bitwise reproducible
+// across them. The Go compiler may
 // also fuse a*b+c in Go code (arm64 always, amd64 with GOAMD64=v3), so the
 // portable path's bits can differ between such builds; never between runs.
 //
