@@ -37,3 +37,22 @@ func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
 	}
 	kernelGo(a, b, kb, t)
 }
+
+//go:noescape
+func anyNonFiniteAVX2(x *float32, n int) bool
+
+// FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1:
+// a vector scan of the exponent bits, then a scalar search only when one
+// is there.
+func FirstNonFinite(x []float32) int {
+	if simd && len(x) >= 8 {
+		n := len(x) &^ 7
+		if !anyNonFiniteAVX2(&x[0], n) {
+			if i := firstNonFiniteGo(x[n:]); i >= 0 {
+				return n + i
+			}
+			return -1
+		}
+	}
+	return firstNonFiniteGo(x)
+}

@@ -108,3 +108,44 @@ peakloop:
 peakdone:
 	VZEROUPPER
 	RET
+
+// func anyNonFiniteAVX2(x *float32, n int) bool
+//
+// Whether any of x[0:n] (n a multiple of 8) is NaN or ±Inf: its bits with
+// the sign cleared exceed 0x7f7fffff, the largest finite float32.
+TEXT ·anyNonFiniteAVX2(SB), NOSPLIT, $0-17
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0x7fffffff, AX
+	MOVL AX, X0
+	VPBROADCASTD X0, Y0
+	MOVL $0x7f7fffff, AX
+	MOVL AX, X1
+	VPBROADCASTD X1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y5, Y5, Y5
+	CMPQ CX, $16
+	JLT nf8
+nf16:
+	VPAND 0(SI), Y0, Y3
+	VPAND 32(SI), Y0, Y4
+	VPCMPGTD Y1, Y3, Y3
+	VPCMPGTD Y1, Y4, Y4
+	VPOR Y3, Y2, Y2
+	VPOR Y4, Y5, Y5
+	ADDQ $64, SI
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JGE nf16
+nf8:
+	CMPQ CX, $8
+	JLT nfdone
+	VPAND 0(SI), Y0, Y3
+	VPCMPGTD Y1, Y3, Y3
+	VPOR Y3, Y2, Y2
+nfdone:
+	VPOR Y5, Y2, Y2
+	VPTEST Y2, Y2
+	SETNE ret+16(FP)
+	VZEROUPPER
+	RET

@@ -11,3 +11,6 @@ func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
 
 // peakFMA: no SIMD in this build.
 func peakFMA(n int) bool { return false }
+
+// FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
+func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }
