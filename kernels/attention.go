@@ -2,6 +2,10 @@ package kernels
 
 import "math"
 
+// attnBlock is the query rows one attention unit takes at a time: its
+// scores block is attnBlock x seq.
+const attnBlock = 64
+
 // Attention computes softmax(q k^T / sqrt(hd)) v per head. q and out are
 // [batch, seq, heads*hd], k and v [batch, seq, kvHeads*hd]; query head h
 // reads kv head h/(heads/kvHeads); causal masks keys after the query. lse
@@ -9,8 +13,13 @@ import "math"
 // scores, which is all AttentionGrad needs besides q, k, v and out (the
 // seq x seq probabilities are never stored).
 //
-// Scores are float32 dot products; the softmax subtracts the row max in
-// float32, takes exp in float64 rounded to float32, and sums in float64.
+// A unit is a block of attnBlock query rows of one head: its scores
+// S = Q K^T and its output P V are two matmuls on the gemm microkernel,
+// over the keys up to the block's last row when causal (the blocks above
+// the diagonal are skipped). Scores are float32 k-order sums; the softmax
+// subtracts the row max in float32, takes exp in float64 rounded to
+// float32, and sums in float64; the output row is P V times the
+// reciprocal of that sum.
 func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
 	checkAttention(q, k, v, batch, seq, heads, kvHeads, hd)
 	checkLen("Attention out", out, batch*seq*heads*hd)
@@ -18,42 +27,55 @@ func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, 
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qs, kvs := heads*hd, kvHeads*hd // row strides
-	// One unit is one query row of one head; each writes its own out row
-	// and lse entry, so any split is deterministic.
-	parallelFor(batch*heads*seq, 4*seq*hd, func(lo, hi int) {
-		sp := getF32(seq)
+	blocks := (seq + attnBlock - 1) / attnBlock
+	// Each unit writes its own out rows and lse entries, so any split is
+	// deterministic.
+	parallelFor(batch*heads*blocks, 4*attnBlock*seq*hd, func(lo, hi int) {
+		sp, op := getF32(attnBlock*seq), getF32(attnBlock*hd)
 		defer putF32(sp)
-		s := *sp
+		defer putF32(op)
 		for u := lo; u < hi; u++ {
-			b, h, i := u/(heads*seq), u/seq%heads, u%seq
+			b, h, blk := u/(heads*blocks), u/blocks%heads, u%blocks
 			g := h / group
-			qi := q[(b*seq+i)*qs+h*hd:][:hd]
-			oi := out[(b*seq+i)*qs+h*hd:][:hd]
-			kb, vb := k[b*seq*kvs+g*hd:], v[b*seq*kvs+g*hd:]
+			i0 := blk * attnBlock
+			rows := min(attnBlock, seq-i0)
 			n := seq
 			if causal {
-				n = i + 1
+				n = i0 + rows
 			}
-			mx := float32(math.Inf(-1))
-			for j := range n {
-				s[j] = dot(qi, kb[j*kvs:j*kvs+hd]) * scale
-				mx = max(mx, s[j])
+			s, o := (*sp)[:rows*n], (*op)[:rows*hd]
+			kb, vb := k[b*seq*kvs+g*hd:], v[b*seq*kvs+g*hd:]
+			gemm(1, s, view{q[(b*seq+i0)*qs+h*hd:], qs, 1}, view{kb, 1, kvs}, rows, hd, n)
+			var sums [attnBlock]float64
+			for r := range rows {
+				row := s[r*n : (r+1)*n]
+				m := n
+				if causal {
+					m = i0 + r + 1
+				}
+				mx := float32(math.Inf(-1))
+				for j := range m {
+					row[j] *= scale
+					mx = max(mx, row[j])
+				}
+				var sum float64
+				for j := range m {
+					p := float32(math.Exp(float64(row[j] - mx)))
+					row[j] = p
+					sum += float64(p)
+				}
+				clear(row[m:])
+				sums[r] = sum
+				lse[(b*heads+h)*seq+i0+r] = float32(float64(mx) + math.Log(sum))
 			}
-			var sum float64
-			for j := range n {
-				p := float32(math.Exp(float64(s[j] - mx)))
-				s[j] = p
-				sum += float64(p)
+			gemm(1, o, view{s, n, 1}, view{vb, kvs, 1}, rows, n, hd)
+			for r := range rows {
+				inv := float32(1 / sums[r])
+				oi := out[(b*seq+i0+r)*qs+h*hd:][:hd]
+				for e, x := range o[r*hd : (r+1)*hd] {
+					oi[e] = x * inv
+				}
 			}
-			clear(oi)
-			for j := range n {
-				axpy(oi, s[j], vb[j*kvs:j*kvs+hd])
-			}
-			inv := float32(1 / sum)
-			for e := range oi {
-				oi[e] *= inv
-			}
-			lse[(b*heads+h)*seq+i] = float32(float64(mx) + math.Log(sum))
 		}
 	})
 }
@@ -63,9 +85,12 @@ func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, 
 // D = dout . out per row, ds = p * (dout . v_j - D).
 //
 // A unit is one (batch, kv head): it owns dq of the query heads in its
-// group and dk, dv of its kv head, summing over those query heads and then
-// over query rows in order. So dk and dv are never shared between
-// goroutines; the parallelism is batch*kvHeads.
+// group and dk, dv of its kv head. Per query block of each head (heads,
+// then blocks, in order) five matmuls: S = Q K^T, dP = dO V^T, dQ = dS K,
+// and the block's dK += dS^T Q and dV += P^T dO, added into dk and dv in
+// that fixed order. So dk and dv are never shared between goroutines and
+// their sums do not depend on the worker count; the parallelism is
+// batch*kvHeads.
 func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
 	checkAttention(q, k, v, batch, seq, heads, kvHeads, hd)
 	nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
@@ -78,7 +103,13 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qs, kvs := heads*hd, kvHeads*hd
-	parallelFor(batch*kvHeads, 8*group*seq*seq*hd, func(lo, hi int) {
+	blocks := (seq + attnBlock - 1) / attnBlock
+	parallelFor(batch*kvHeads, 10*group*seq*seq*hd, func(lo, hi int) {
+		sp, dpp := getF32(attnBlock*seq), getF32(attnBlock*seq)
+		tp := getF32(max(seq, attnBlock) * hd)
+		defer putF32(sp)
+		defer putF32(dpp)
+		defer putF32(tp)
 		for u := lo; u < hi; u++ {
 			b, g := u/kvHeads, u%kvHeads
 			kb, vb := k[b*seq*kvs+g*hd:], v[b*seq*kvs+g*hd:]
@@ -88,24 +119,49 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 				clear(dvb[j*kvs : j*kvs+hd])
 			}
 			for h := g * group; h < (g+1)*group; h++ {
-				for i := range seq {
-					row := (b*seq+i)*qs + h*hd
-					qi, oi, doi := q[row:row+hd], out[row:row+hd], dout[row:row+hd]
-					dqi := dq[row : row+hd]
-					clear(dqi)
-					l := lse[(b*heads+h)*seq+i]
-					d := dot(doi, oi)
+				for blk := range blocks {
+					i0 := blk * attnBlock
+					rows := min(attnBlock, seq-i0)
 					n := seq
 					if causal {
-						n = i + 1
+						n = i0 + rows
 					}
+					row0 := (b*seq+i0)*qs + h*hd
+					qv, dov := view{q[row0:], qs, 1}, view{dout[row0:], qs, 1}
+					s, dp := (*sp)[:rows*n], (*dpp)[:rows*n]
+					gemm(1, s, qv, view{kb, 1, kvs}, rows, hd, n)
+					gemm(1, dp, dov, view{vb, 1, kvs}, rows, hd, n)
+					// s becomes P, dp becomes dS (both zero past the mask).
+					for r := range rows {
+						i := i0 + r
+						m := n
+						if causal {
+							m = i + 1
+						}
+						l := lse[(b*heads+h)*seq+i]
+						d := dot(dout[(b*seq+i)*qs+h*hd:][:hd], out[(b*seq+i)*qs+h*hd:][:hd])
+						ps, ds := s[r*n:(r+1)*n], dp[r*n:(r+1)*n]
+						for j := range m {
+							p := float32(math.Exp(float64(ps[j]*scale - l)))
+							ps[j] = p
+							ds[j] = p * (ds[j] - d) * scale
+						}
+						clear(ps[m:])
+						clear(ds[m:])
+					}
+					t := (*tp)[:rows*hd]
+					gemm(1, t, view{dp, n, 1}, view{kb, kvs, 1}, rows, n, hd)
+					for r := range rows {
+						copy(dq[row0+r*qs:][:hd], t[r*hd:(r+1)*hd])
+					}
+					t = (*tp)[:n*hd]
+					gemm(1, t, view{dp, 1, n}, qv, n, rows, hd)
 					for j := range n {
-						kj, vj := kb[j*kvs:j*kvs+hd], vb[j*kvs:j*kvs+hd]
-						p := float32(math.Exp(float64(dot(qi, kj)*scale - l)))
-						ds := p * (dot(doi, vj) - d) * scale
-						axpy(dqi, ds, kj)
-						axpy(dkb[j*kvs:j*kvs+hd], ds, qi)
-						axpy(dvb[j*kvs:j*kvs+hd], p, doi)
+						axpy(dkb[j*kvs:j*kvs+hd], 1, t[j*hd:(j+1)*hd])
+					}
+					gemm(1, t, view{s, 1, n}, dov, n, rows, hd)
+					for j := range n {
+						axpy(dvb[j*kvs:j*kvs+hd], 1, t[j*hd:(j+1)*hd])
 					}
 				}
 			}

@@ -22,7 +22,9 @@
 //     update and the rope angles;
 //   - matmul accumulates each output in float32 in plain k order, the same
 //     order as a naive triple loop whatever the blocking; attention's
-//     dot products use four float32 partial sums in a fixed order.
+//     scores, outputs and gradients are matmuls on the same microkernel
+//     (its dK and dV sum query heads, then query blocks, in order), and
+//     its per-row D = dout . out uses four float32 partial sums.
 //
 // SIMD. On amd64 CPUs with AVX2 and FMA (detected at start), matmul's
 // microkernel is assembly (kernel_amd64.s): each output element in its own

@@ -129,14 +129,19 @@ func TestRoPE(t *testing.T) {
 	sameBits(t, "rope in place", x, out)
 }
 
+// TestAttention checks forward and backward against float64 references
+// and finite differences, within one query block and (seq 70, attnBlock
+// 64) across two, where causal units skip keys past their last row.
 func TestAttention(t *testing.T) {
 	for _, c := range []struct {
 		heads, kvHeads int
 		causal         bool
-	}{{4, 2, true}, {4, 2, false}, {4, 4, true}, {4, 4, false}, {4, 1, true}} {
-		t.Run(fmt.Sprintf("heads%d_kv%d_causal%v", c.heads, c.kvHeads, c.causal), func(t *testing.T) {
+		batch, seq, hd int
+	}{{4, 2, true, 2, 5, 6}, {4, 2, false, 2, 5, 6}, {4, 4, true, 2, 5, 6}, {4, 4, false, 2, 5, 6}, {4, 1, true, 2, 5, 6},
+		{2, 1, true, 1, 70, 3}, {2, 2, false, 1, 70, 3}} {
+		t.Run(fmt.Sprintf("heads%d_kv%d_causal%v_seq%d", c.heads, c.kvHeads, c.causal, c.seq), func(t *testing.T) {
 			rng := newRand(14)
-			batch, seq, hd := 2, 5, 6
+			batch, seq, hd := c.batch, c.seq, c.hd
 			nq, nkv := batch*seq*c.heads*hd, batch*seq*c.kvHeads*hd
 			q, q64 := randVec(rng, nq)
 			k, k64 := randVec(rng, nkv)
