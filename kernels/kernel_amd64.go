@@ -56,3 +56,21 @@ func FirstNonFinite(x []float32) int {
 	}
 	return firstNonFiniteGo(x)
 }
+
+//go:noescape
+func kernel6x16AVX2C(a, b *float32, kb int, c *float32, ldc int, zero bool)
+
+// microKernelC computes a full mr x nr tile of C in place (rows ldc
+// apart), from zero when zero (the first k panel), else adding to it;
+// false when there is no SIMD kernel (the caller then goes through the
+// tile buffer).
+func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool {
+	if !simd || kb == 0 {
+		return false
+	}
+	_ = a[kb*mr-1]
+	_ = b[kb*nr-1]
+	_ = c[(mr-1)*ldc+nr-1]
+	kernel6x16AVX2C(&a[0], &b[0], kb, &c[0], ldc, zero)
+	return true
+}

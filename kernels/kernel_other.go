@@ -14,3 +14,6 @@ func peakFMA(n int) bool { return false }
 
 // FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
 func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }
+
+// microKernelC: no in-place kernel in this build.
+func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool { return false }

@@ -147,6 +147,9 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 			for r := 0; r < rStrips; r++ {
 				ri := i0 + r*mr
 				ni := min(mr, i0+rows-ri)
+				if ni == mr && nj == nr && microKernelC(pa[r*kb*mr:(r+1)*kb*mr], bs, kb, c[ri*n+j0:], n, p0 == 0) {
+					continue
+				}
 				// Load the tile (zero on the first panel), run the
 				// panel, store back: exactly the naive k order.
 				if p0 == 0 {
