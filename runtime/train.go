@@ -92,13 +92,33 @@ func InitParam(dst []float32, init ir.Init, seed uint64, name string) {
 	}
 }
 
+// layoutFlat is a layout's full initial flat buffer (padding zero).
+func layoutFlat(lay *codegen.Layout, seed uint64) []float32 {
+	flat := make([]float32, lay.Padded)
+	for _, s := range lay.Params {
+		InitParam(flat[s.Offset:s.Offset+s.Elems], s.Init, seed, s.Name)
+	}
+	return flat
+}
+
+// initialFlats computes every layout's full initial flat buffer, once for
+// all the ranks of this process.
+func initialFlats(p *codegen.Program, seed uint64) [][]float32 {
+	flats := make([][]float32, len(p.Layouts))
+	for li := range p.Layouts {
+		flats[li] = layoutFlat(&p.Layouts[li], seed)
+	}
+	return flats
+}
+
 // initShards fills a rank's persistent shards from the full initial
-// params: P's shard, the fp32 master's os-slice; m and v stay zero.
-func (k *rank) initShards(seed uint64) {
-	for _, lay := range k.p.Layouts {
-		flat := make([]float32, lay.Padded)
-		for _, s := range lay.Params {
-			InitParam(flat[s.Offset:s.Offset+s.Elems], s.Init, seed, s.Name)
+// params (flats, computed once per process): P's shard, the fp32
+// master's os-slice; m and v stay zero.
+func (k *rank) initShards(flats [][]float32, seed uint64) {
+	for li, lay := range k.p.Layouts {
+		flat := flats[li]
+		if int64(len(flat)) != lay.Padded { // another template's layout
+			flat = layoutFlat(&k.p.Layouts[li], seed)
 		}
 		sp := int64(lay.PShard.Size())
 		chunk := lay.Padded / sp
@@ -149,9 +169,11 @@ func (r *Run) Start() error {
 	if len(local) != 1 && len(local) != n {
 		return fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(local), n)
 	}
+	// Every template has the same layouts (params, offsets, padding).
+	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
 	for _, i := range local {
 		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
-		k.initShards(r.Seed)
+		k.initShards(flats, r.Seed)
 		r.ranks = append(r.ranks, k)
 	}
 	return nil
