@@ -187,8 +187,11 @@ func sameBits(t *testing.T, name string, got, want []float32) {
 	}
 }
 
+// BenchmarkMatMul: square shapes, and the d512x8 model's (2,048 tokens a
+// step on one rank: the q/k/v/o projections, w1 and w3, w2, the head).
 func BenchmarkMatMul(b *testing.B) {
-	for _, s := range [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512, 2048}} {
+	for _, s := range [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512, 2048},
+		{2048, 512, 512}, {2048, 512, 1376}, {2048, 1376, 512}, {2048, 512, 256}} {
 		m, k, n := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
 			rng := newRand(5)
