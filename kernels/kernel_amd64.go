@@ -22,20 +22,14 @@ func peakFMA(n int) bool {
 }
 
 //go:noescape
-func kernel6x16AVX2(a, b *float32, kb int, t *[mr * nr]float32)
+func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
 
 // microKernel adds the product of a packed mr-row A strip and a packed
 // nr-column B strip (kb steps) into the tile t.
 func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
-	if simd {
-		if kb > 0 {
-			_ = a[kb*mr-1]
-			_ = b[kb*nr-1]
-			kernel6x16AVX2(&a[0], &b[0], kb, t)
-		}
-		return
+	if !microKernelC(a, b, kb, t[:], nr, false) {
+		kernelGo(a, b, kb, t)
 	}
-	kernelGo(a, b, kb, t)
 }
 
 //go:noescape
@@ -57,20 +51,25 @@ func FirstNonFinite(x []float32) int {
 	return firstNonFiniteGo(x)
 }
 
-//go:noescape
-func kernel6x16AVX2C(a, b *float32, kb int, c *float32, ldc int, zero bool)
-
 // microKernelC computes a full mr x nr tile of C in place (rows ldc
 // apart), from zero when zero (the first k panel), else adding to it;
 // false when there is no SIMD kernel (the caller then goes through the
-// tile buffer).
+// tile buffer and kernelGo).
 func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool {
-	if !simd || kb == 0 {
+	if !simd {
 		return false
+	}
+	if kb == 0 {
+		if zero {
+			for i := range mr {
+				clear(c[i*ldc : i*ldc+nr])
+			}
+		}
+		return true
 	}
 	_ = a[kb*mr-1]
 	_ = b[kb*nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
-	kernel6x16AVX2C(&a[0], &b[0], kb, &c[0], ldc, zero)
+	kernel6x16AVX2(&a[0], &b[0], kb, &c[0], ldc, zero)
 	return true
 }

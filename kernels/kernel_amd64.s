@@ -2,72 +2,6 @@
 
 #include "textflag.h"
 
-// func kernel6x16AVX2(a, b *float32, kb int, t *[96]float32)
-//
-// t[i*16+j] += a[p*6+i] * b[p*16+j] for p = 0 .. kb-1 in order, one
-// fused multiply-add per element per p: each output element lives in
-// one lane of one register (Y4..Y15: row i, columns 0-7 and 8-15), so
-// its sum is the plain k-order sequence of FMAs.
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-32
-	MOVQ a+0(FP), SI
-	MOVQ b+8(FP), DI
-	MOVQ kb+16(FP), CX
-	MOVQ t+24(FP), DX
-	VMOVUPS 0(DX), Y4
-	VMOVUPS 32(DX), Y5
-	VMOVUPS 64(DX), Y6
-	VMOVUPS 96(DX), Y7
-	VMOVUPS 128(DX), Y8
-	VMOVUPS 160(DX), Y9
-	VMOVUPS 192(DX), Y10
-	VMOVUPS 224(DX), Y11
-	VMOVUPS 256(DX), Y12
-	VMOVUPS 288(DX), Y13
-	VMOVUPS 320(DX), Y14
-	VMOVUPS 352(DX), Y15
-	TESTQ CX, CX
-	JEQ done
-loop:
-	VMOVUPS 0(DI), Y0
-	VMOVUPS 32(DI), Y1
-	VBROADCASTSS 0(SI), Y2
-	VFMADD231PS Y0, Y2, Y4
-	VFMADD231PS Y1, Y2, Y5
-	VBROADCASTSS 4(SI), Y3
-	VFMADD231PS Y0, Y3, Y6
-	VFMADD231PS Y1, Y3, Y7
-	VBROADCASTSS 8(SI), Y2
-	VFMADD231PS Y0, Y2, Y8
-	VFMADD231PS Y1, Y2, Y9
-	VBROADCASTSS 12(SI), Y3
-	VFMADD231PS Y0, Y3, Y10
-	VFMADD231PS Y1, Y3, Y11
-	VBROADCASTSS 16(SI), Y2
-	VFMADD231PS Y0, Y2, Y12
-	VFMADD231PS Y1, Y2, Y13
-	VBROADCASTSS 20(SI), Y3
-	VFMADD231PS Y0, Y3, Y14
-	VFMADD231PS Y1, Y3, Y15
-	ADDQ $24, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNE loop
-done:
-	VMOVUPS Y4, 0(DX)
-	VMOVUPS Y5, 32(DX)
-	VMOVUPS Y6, 64(DX)
-	VMOVUPS Y7, 96(DX)
-	VMOVUPS Y8, 128(DX)
-	VMOVUPS Y9, 160(DX)
-	VMOVUPS Y10, 192(DX)
-	VMOVUPS Y11, 224(DX)
-	VMOVUPS Y12, 256(DX)
-	VMOVUPS Y13, 288(DX)
-	VMOVUPS Y14, 320(DX)
-	VMOVUPS Y15, 352(DX)
-	VZEROUPPER
-	RET
-
 // func peakFMAAVX2(n int)
 //
 // n rounds of twelve independent 8-lane fused multiply-adds (zeros, so no
@@ -150,13 +84,15 @@ nfdone:
 	VZEROUPPER
 	RET
 
-// func kernel6x16AVX2C(a, b *float32, kb int, c *float32, ldc int, zero bool)
+// func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
 //
-// The same product for a full tile of C in place: rows c, c+ldc, ...
-// (ldc in elements), loaded first unless zero (the first k panel, which
-// starts from 0), stored after. It saves copying the tile through a
-// buffer.
-TEXT ·kernel6x16AVX2C(SB), NOSPLIT, $0-41
+// c[i*ldc+j] += a[p*6+i] * b[p*16+j] for p = 0 .. kb-1 in order, i < 6,
+// j < 16, starting from 0 instead of c when zero (a first k panel). One
+// fused multiply-add per element per p: each output element lives in one
+// lane of one register (Y4..Y15: row i, columns 0-7 and 8-15), so its sum
+// is the plain k-order sequence of FMAs. C is a full tile in place (ldc
+// its row stride in elements) or the caller's tile buffer (ldc 16).
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
 	MOVQ a+0(FP), SI
 	MOVQ b+8(FP), DI
 	MOVQ kb+16(FP), CX
