@@ -77,6 +77,68 @@ func mpirun(t *testing.T, n int, bin string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// mpiJob is mpirun running in the background, its output collected.
+type mpiJob struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan error
+}
+
+// startMPI starts bin with args on n processes; the test's end kills
+// whatever is left of it.
+func startMPI(t *testing.T, n int, bin string, args ...string) *mpiJob {
+	t.Helper()
+	j := &mpiJob{cmd: exec.Command("mpirun", append([]string{"--oversubscribe", "-n", fmt.Sprint(n), bin}, args...)...), done: make(chan error, 1)}
+	j.cmd.Env = append(os.Environ(), mpiEnv...)
+	j.cmd.Stdout, j.cmd.Stderr = j, j
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { j.done <- j.cmd.Wait() }()
+	t.Cleanup(func() { j.cmd.Process.Kill() })
+	return j
+}
+
+func (j *mpiJob) Write(p []byte) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.out.Write(p)
+}
+
+// output is what the job printed so far.
+func (j *mpiJob) output() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.out.String()
+}
+
+// rankPIDs are the pids of bin's processes running "run" (not mpirun's).
+func rankPIDs(bin string) []int {
+	b, _ := exec.Command("pgrep", "-f", "^"+bin+" run").Output()
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		var pid int
+		fmt.Sscan(f, &pid)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// endsFailing waits up to within for the job, which must end with a
+// non-zero status after what happened to it.
+func (j *mpiJob) endsFailing(t *testing.T, within time.Duration, after string) {
+	t.Helper()
+	select {
+	case err := <-j.done:
+		if err == nil {
+			t.Errorf("the job exited 0 after %s", after)
+		}
+	case <-time.After(within):
+		t.Fatalf("the job still runs %s after %s:\n%s", within, after, j.output())
+	}
+}
+
 // TestMPITrainsLikeLocal: every distinct plan of tiny (the paper's space,
 // ZeRO++'s secondary copy, both recompute choices, the baselines and the
 // MILP's plan), compiled to a bundle, trains on 8 MPI processes exactly as
@@ -167,50 +229,28 @@ func TestMPIRefusesWrongSize(t *testing.T) {
 // ends the whole job within 10 s, with a message naming the lost rank.
 func TestMPIKilledRank(t *testing.T) {
 	bin := mpiBinary(t)
-	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "../../testdata/models/tiny.amsp")
-	cmd.Env = append(os.Environ(), mpiEnv...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	job := startMPI(t, 8, bin, "run", "--steps", "1000", "../../testdata/models/tiny.amsp")
 	// Wait for training to start, then kill one rank's process.
 	deadline := time.Now().Add(60 * time.Second)
 	var victim int
 	for victim == 0 && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
-		if !strings.Contains(out.String(), "step ") {
-			continue
-		}
-		pids, _ := exec.Command("pgrep", "-f", "^"+bin+" run").Output()
-		fields := strings.Fields(string(pids))
-		if len(fields) >= 8 {
-			fmt.Sscan(fields[len(fields)/2], &victim)
+		if pids := rankPIDs(bin); strings.Contains(job.output(), "step ") && len(pids) >= 8 {
+			victim = pids[len(pids)/2]
 		}
 	}
 	if victim == 0 {
-		cmd.Process.Kill()
-		t.Fatalf("training did not start:\n%s", out.String())
+		t.Fatalf("training did not start:\n%s", job.output())
 	}
 	killed := time.Now()
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Errorf("the job exited 0 after a rank was killed")
-		}
-		if d := time.Since(killed); d > 10*time.Second {
-			t.Errorf("the job took %s to end", d)
-		}
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("the job still runs 10 s after a rank was killed:\n%s", out.String())
+	job.endsFailing(t, 10*time.Second, "a rank was killed")
+	if d := time.Since(killed); d > 10*time.Second {
+		t.Errorf("the job took %s to end", d)
 	}
-	if s := out.String(); !strings.Contains(s, "exited on signal 9") || !strings.Contains(s, "rank") {
+	if s := job.output(); !strings.Contains(s, "exited on signal 9") || !strings.Contains(s, "rank") {
 		t.Errorf("no message naming the lost rank:\n%s", s)
 	}
 }
@@ -379,27 +419,18 @@ func TestMPIKilledDuringSave(t *testing.T) {
 	if out, err := mpirun(t, 8, bin, "run", "--steps", "1", "--save", ck, tiny); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "--resume", ck, "--save", ck, "--save-every", "1", tiny)
-	cmd.Env = append(os.Environ(), mpiEnv...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	job := startMPI(t, 8, bin, "run", "--steps", "1000", "--resume", ck, "--save", ck, "--save-every", "1", tiny)
 	// The processes, once they run.
-	var pids []string
+	var pids []int
 	deadline := time.Now().Add(60 * time.Second)
 	for len(pids) < 8 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
-		b, _ := exec.Command("pgrep", "-f", "^"+bin+" run").Output()
-		pids = strings.Fields(string(b))
+		pids = rankPIDs(bin)
 	}
 	if len(pids) < 8 {
-		t.Fatalf("the processes did not start:\n%s", out.String())
+		t.Fatalf("the processes did not start:\n%s", job.output())
 	}
-	var victim int
-	fmt.Sscan(pids[3], &victim)
+	victim := pids[3]
 	// Kill one as soon as a save's directory exists that the manifest
 	// does not name.
 	committed := func() string {
@@ -423,18 +454,9 @@ func TestMPIKilledDuringSave(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	if killedStep == "" {
-		t.Fatalf("no save was seen in progress:\n%s", out.String())
+		t.Fatalf("no save was seen in progress:\n%s", job.output())
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Errorf("the job exited 0 after a rank was killed")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the job still runs 10 s after a rank was killed:\n%s", out.String())
-	}
+	job.endsFailing(t, 10*time.Second, "a rank was killed")
 	m, err := runtime.ReadManifest(ck)
 	if err != nil {
 		t.Fatalf("the checkpoint does not load after the crash: %v", err)
@@ -545,30 +567,14 @@ func TestMPINaNOnOneRank(t *testing.T) {
 func TestMPIStopsOnSignal(t *testing.T) {
 	bin := mpiBinary(t)
 	ck := filepath.Join(t.TempDir(), "ck")
-	cmd := exec.Command("mpirun", "--oversubscribe", "-n", "8", bin, "run", "--steps", "1000", "--save", ck, "../../testdata/models/tiny.amsp")
-	cmd.Env = append(os.Environ(), mpiEnv...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	job := startMPI(t, 8, bin, "run", "--steps", "1000", "--save", ck, "../../testdata/models/tiny.amsp")
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "step    2/") && time.Now().Before(deadline) {
+	for !strings.Contains(job.output(), "step    2/") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Errorf("the job exited 0 after SIGTERM")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the job still runs 30 s after SIGTERM:\n%s", out.String())
-	}
-	s := out.String()
+	job.cmd.Process.Signal(syscall.SIGTERM)
+	job.endsFailing(t, 30*time.Second, "SIGTERM")
+	s := job.output()
 	if n := strings.Count(s, "amspc run: stopped by terminated after step "); n != 1 {
 		t.Fatalf("%d stop messages, want 1:\n%s", n, s)
 	}
