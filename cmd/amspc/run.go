@@ -106,20 +106,28 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	// Under mpirun or srun (an mpi build), this process runs one rank;
 	// only rank 0 prints and logs.
 	pw, err := openWorld(bundle)
-	if err != nil {
-		if pw == nil {
+	agreed := false // every process ends here, with the same status
+	// refuse reports an error that every process finds alike (in the
+	// input or the plan): rank 0 prints it, and no process ends the job
+	// before it has.
+	refuse := func(err error) int {
+		agreed = true
+		if pw == nil || pw.rank == 0 {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
-			return exitUser
 		}
-		if pw.rank == 0 {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		if pw != nil {
+			pw.barrier()
 		}
-		pw.barrier() // rank 0 has printed before any process ends
-		pw.finish()
 		return exitUser
 	}
+	if err != nil {
+		st := refuse(err)
+		if pw != nil {
+			pw.finish() // MPI started, the world refused: end it cleanly
+		}
+		return st
+	}
 	local := topo.Ranks()
-	agreed := false // every process ends here, with the same status
 	if pw != nil {
 		defer func() {
 			// An end every process agreed on finishes MPI and exits with
@@ -135,19 +143,6 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		if pw.rank != 0 {
 			stdout, *logPath = io.Discard, ""
 		}
-	}
-	// refuse reports an error that every process finds alike (in the
-	// input or the plan): rank 0 prints it, and no process ends the job
-	// before it has.
-	refuse := func(err error) int {
-		agreed = true
-		if pw == nil || pw.rank == 0 {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		}
-		if pw != nil {
-			pw.barrier()
-		}
-		return exitUser
 	}
 	if err := r.Check(); err != nil {
 		return refuse(err)
