@@ -114,12 +114,9 @@ func initialFlats(p *codegen.Program, seed uint64) [][]float32 {
 // initShards fills a rank's persistent shards from the full initial
 // params (flats, computed once per process): P's shard, the fp32
 // master's os-slice; m and v stay zero.
-func (k *rank) initShards(flats [][]float32, seed uint64) {
+func (k *rank) initShards(flats [][]float32) {
 	for li, lay := range k.p.Layouts {
 		flat := flats[li]
-		if int64(len(flat)) != lay.Padded { // another template's layout
-			flat = layoutFlat(&k.p.Layouts[li], seed)
-		}
 		sp := int64(lay.PShard.Size())
 		chunk := lay.Padded / sp
 		pOff := int64(lay.PShard.Index(k.topo, k.r)) * chunk
@@ -169,11 +166,12 @@ func (r *Run) Start() error {
 	if len(local) != 1 && len(local) != n {
 		return fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(local), n)
 	}
-	// Every template has the same layouts (params, offsets, padding).
+	// Every template has the same layouts (params, offsets, padding), as
+	// checkpoints also rely on.
 	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
 	for _, i := range local {
 		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
-		k.initShards(flats, r.Seed)
+		k.initShards(flats)
 		r.ranks = append(r.ranks, k)
 	}
 	return nil
