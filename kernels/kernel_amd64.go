@@ -2,27 +2,78 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
+import (
+	"os"
 
-// simd says whether the AVX2+FMA microkernel runs (chosen once, from
-// CPUID and the OS's saved register state, as x/sys/cpu reports them).
-var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	"golang.org/x/sys/cpu"
+)
 
-// peakFMAAVX2 runs n rounds of twelve independent 8-lane FMAs.
+// The instruction sets the assembly kernels use.
+const (
+	isaNone   = iota // portable Go
+	isaAVX2          // AVX2 + FMA, 8 lanes
+	isaAVX512        // AVX-512F, 16 lanes
+)
+
+// isa is the widest instruction set this CPU and OS support (chosen once,
+// from CPUID and the OS's saved register state, as x/sys/cpu reports
+// them), or narrower when AMSPC_SIMD says so (avx2 or none: for
+// comparisons; the bits are the same on either SIMD path).
+var isa = detectISA(os.Getenv("AMSPC_SIMD"))
+
+// simd says whether an assembly microkernel runs.
+var simd = isa != isaNone
+
+func detectISA(force string) int {
+	level := isaNone
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		level = isaAVX2
+		if cpu.X86.HasAVX512F {
+			level = isaAVX512
+		}
+	}
+	switch force {
+	case "none", "purego":
+		level = isaNone
+	case "avx2":
+		level = min(level, isaAVX2)
+	}
+	return level
+}
+
+// setISA switches the kernels' instruction set (tests compare paths);
+// it returns the previous one.
+func setISA(level int) int {
+	old := isa
+	isa, simd = level, level != isaNone
+	return old
+}
+
 func peakFMAAVX2(n int)
+func peakFMAAVX512(n int)
 
-// peakFMA runs n rounds of twelve independent 8-lane fused multiply-adds
-// (192 float32 FLOPs a round); false when the CPU has no AVX2 and FMA.
-func peakFMA(n int) bool {
-	if !simd {
+// peakFMA runs n rounds of twelve independent fused multiply-adds, 8
+// lanes wide (AVX2) or 16 (wide, AVX-512); false when the CPU lacks them.
+func peakFMA(n int, wide bool) bool {
+	switch {
+	case wide && isa >= isaAVX512:
+		peakFMAAVX512(n)
+	case !wide && isa >= isaAVX2:
+		peakFMAAVX2(n)
+	default:
 		return false
 	}
-	peakFMAAVX2(n)
 	return true
 }
 
 //go:noescape
 func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
+
+//go:noescape
+func kernel12x32AVX512(a, b *float32, kb int, c *float32, ldc int, zero bool)
+
+// The assembly kernels' strides are those of a 12x32 tile.
+const _ = uint(mr-12) + uint(12-mr) + uint(nr-32) + uint(32-nr)
 
 // microKernel adds the product of a packed mr-row A strip and a packed
 // nr-column B strip (kb steps) into the tile t.
@@ -54,7 +105,7 @@ func FirstNonFinite(x []float32) int {
 // microKernelC computes a full mr x nr tile of C in place (rows ldc
 // apart), from zero when zero (the first k panel), else adding to it;
 // false when there is no SIMD kernel (the caller then goes through the
-// tile buffer and kernelGo).
+// tile buffer and kernelGo). Under AVX2 the tile is four 6x16 quarters.
 func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool {
 	if !simd {
 		return false
@@ -70,6 +121,14 @@ func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool 
 	_ = a[kb*mr-1]
 	_ = b[kb*nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
+	if isa >= isaAVX512 {
+		kernel12x32AVX512(&a[0], &b[0], kb, &c[0], ldc, zero)
+		return true
+	}
+	h := mr / 2 * ldc
 	kernel6x16AVX2(&a[0], &b[0], kb, &c[0], ldc, zero)
+	kernel6x16AVX2(&a[0], &b[16], kb, &c[16], ldc, zero)
+	kernel6x16AVX2(&a[mr/2], &b[0], kb, &c[h], ldc, zero)
+	kernel6x16AVX2(&a[mr/2], &b[16], kb, &c[h+16], ldc, zero)
 	return true
 }

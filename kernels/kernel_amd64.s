@@ -86,12 +86,14 @@ nfdone:
 
 // func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
 //
-// c[i*ldc+j] += a[p*6+i] * b[p*16+j] for p = 0 .. kb-1 in order, i < 6,
-// j < 16, starting from 0 instead of c when zero (a first k panel). One
-// fused multiply-add per element per p: each output element lives in one
-// lane of one register (Y4..Y15: row i, columns 0-7 and 8-15), so its sum
-// is the plain k-order sequence of FMAs. C is a full tile in place (ldc
-// its row stride in elements) or the caller's tile buffer (ldc 16).
+// One quarter of a 12x32 tile: c[i*ldc+j] += a[p*12+i] * b[p*32+j] for
+// p = 0 .. kb-1 in order, i < 6, j < 16, starting from 0 instead of c when
+// zero (a first k panel); a and b point into the packed 12-row A strip and
+// 32-column B strip (strides 48 and 128 bytes). One fused multiply-add per
+// element per p: each output element lives in one lane of one register
+// (Y4..Y15: row i, columns 0-7 and 8-15), so its sum is the plain k-order
+// sequence of FMAs. C is a tile in place (ldc its row stride in elements)
+// or the caller's tile buffer (ldc 32).
 TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
 	MOVQ a+0(FP), SI
 	MOVQ b+8(FP), DI
@@ -158,8 +160,8 @@ cloop:
 	VBROADCASTSS 20(SI), Y3
 	VFMADD231PS Y0, Y3, Y14
 	VFMADD231PS Y1, Y3, Y15
-	ADDQ $24, SI
-	ADDQ $64, DI
+	ADDQ $48, SI
+	ADDQ $128, DI
 	DECQ CX
 	JNE cloop
 cdone:
@@ -181,5 +183,211 @@ cdone:
 	ADDQ R8, R10
 	VMOVUPS Y14, 0(R10)
 	VMOVUPS Y15, 32(R10)
+	VZEROUPPER
+	RET
+
+// func kernel12x32AVX512(a, b *float32, kb int, c *float32, ldc int, zero bool)
+//
+// The full 12x32 tile: c[i*ldc+j] += a[p*12+i] * b[p*32+j] for p = 0 ..
+// kb-1 in order, i < 12, j < 32, from 0 instead of c when zero. As the
+// AVX2 kernel, one fused multiply-add per element per p, each element in
+// one lane (Z8..Z31: row i, columns 0-15 and 16-31), so the bits are the
+// AVX2 kernel's and the naive k-order loop's of fused multiply-adds.
+TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-41
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ kb+16(FP), CX
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	MOVBLZX zero+40(FP), R9
+	TESTQ R9, R9
+	JNE zzero
+	MOVQ DX, R10
+	VMOVUPS 0(R10), Z8
+	VMOVUPS 64(R10), Z9
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z10
+	VMOVUPS 64(R10), Z11
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z12
+	VMOVUPS 64(R10), Z13
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z14
+	VMOVUPS 64(R10), Z15
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z16
+	VMOVUPS 64(R10), Z17
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z18
+	VMOVUPS 64(R10), Z19
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z20
+	VMOVUPS 64(R10), Z21
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z22
+	VMOVUPS 64(R10), Z23
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z24
+	VMOVUPS 64(R10), Z25
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z26
+	VMOVUPS 64(R10), Z27
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z28
+	VMOVUPS 64(R10), Z29
+	ADDQ R8, R10
+	VMOVUPS 0(R10), Z30
+	VMOVUPS 64(R10), Z31
+	JMP zbody
+zzero:
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+zbody:
+	TESTQ CX, CX
+	JEQ zdone
+zloop:
+	VMOVUPS 0(DI), Z0
+	VMOVUPS 64(DI), Z1
+	VBROADCASTSS 0(SI), Z2
+	VFMADD231PS Z0, Z2, Z8
+	VFMADD231PS Z1, Z2, Z9
+	VBROADCASTSS 4(SI), Z3
+	VFMADD231PS Z0, Z3, Z10
+	VFMADD231PS Z1, Z3, Z11
+	VBROADCASTSS 8(SI), Z4
+	VFMADD231PS Z0, Z4, Z12
+	VFMADD231PS Z1, Z4, Z13
+	VBROADCASTSS 12(SI), Z5
+	VFMADD231PS Z0, Z5, Z14
+	VFMADD231PS Z1, Z5, Z15
+	VBROADCASTSS 16(SI), Z6
+	VFMADD231PS Z0, Z6, Z16
+	VFMADD231PS Z1, Z6, Z17
+	VBROADCASTSS 20(SI), Z7
+	VFMADD231PS Z0, Z7, Z18
+	VFMADD231PS Z1, Z7, Z19
+	VBROADCASTSS 24(SI), Z2
+	VFMADD231PS Z0, Z2, Z20
+	VFMADD231PS Z1, Z2, Z21
+	VBROADCASTSS 28(SI), Z3
+	VFMADD231PS Z0, Z3, Z22
+	VFMADD231PS Z1, Z3, Z23
+	VBROADCASTSS 32(SI), Z4
+	VFMADD231PS Z0, Z4, Z24
+	VFMADD231PS Z1, Z4, Z25
+	VBROADCASTSS 36(SI), Z5
+	VFMADD231PS Z0, Z5, Z26
+	VFMADD231PS Z1, Z5, Z27
+	VBROADCASTSS 40(SI), Z6
+	VFMADD231PS Z0, Z6, Z28
+	VFMADD231PS Z1, Z6, Z29
+	VBROADCASTSS 44(SI), Z7
+	VFMADD231PS Z0, Z7, Z30
+	VFMADD231PS Z1, Z7, Z31
+	ADDQ $48, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNE zloop
+zdone:
+	MOVQ DX, R10
+	VMOVUPS Z8, 0(R10)
+	VMOVUPS Z9, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z10, 0(R10)
+	VMOVUPS Z11, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z12, 0(R10)
+	VMOVUPS Z13, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z14, 0(R10)
+	VMOVUPS Z15, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z16, 0(R10)
+	VMOVUPS Z17, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z18, 0(R10)
+	VMOVUPS Z19, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z20, 0(R10)
+	VMOVUPS Z21, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z22, 0(R10)
+	VMOVUPS Z23, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z24, 0(R10)
+	VMOVUPS Z25, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z26, 0(R10)
+	VMOVUPS Z27, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z28, 0(R10)
+	VMOVUPS Z29, 64(R10)
+	ADDQ R8, R10
+	VMOVUPS Z30, 0(R10)
+	VMOVUPS Z31, 64(R10)
+	VZEROUPPER
+	RET
+
+// func peakFMAAVX512(n int)
+//
+// n rounds of twelve independent 16-lane fused multiply-adds: the
+// AVX-512 FMA peak.
+TEXT ·peakFMAAVX512(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	TESTQ CX, CX
+	JEQ peak512done
+peak512loop:
+	VFMADD231PS Z12, Z13, Z0
+	VFMADD231PS Z12, Z13, Z1
+	VFMADD231PS Z12, Z13, Z2
+	VFMADD231PS Z12, Z13, Z3
+	VFMADD231PS Z12, Z13, Z4
+	VFMADD231PS Z12, Z13, Z5
+	VFMADD231PS Z12, Z13, Z6
+	VFMADD231PS Z12, Z13, Z7
+	VFMADD231PS Z12, Z13, Z8
+	VFMADD231PS Z12, Z13, Z9
+	VFMADD231PS Z12, Z13, Z10
+	VFMADD231PS Z12, Z13, Z11
+	DECQ CX
+	JNE peak512loop
+peak512done:
 	VZEROUPPER
 	RET

@@ -10,7 +10,18 @@ func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
 }
 
 // peakFMA: no SIMD in this build.
-func peakFMA(n int) bool { return false }
+func peakFMA(n int, wide bool) bool { return false }
+
+// The instruction sets of amd64's assembly kernels; this build has none.
+const (
+	isaNone = iota
+	isaAVX2
+	isaAVX512
+	isa = isaNone
+)
+
+// setISA: this build has only the portable kernels.
+func setISA(level int) int { return isaNone }
 
 // FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
 func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }

@@ -14,18 +14,19 @@ import (
 // n is blocked only at the register level (nr-column strips, one hot in
 // L1 while it meets every A strip of the block).
 //
-// The microkernel is 6x16: on amd64 with AVX2 and FMA (kernel_amd64.s)
-// twelve 8-lane accumulators, one fused multiply-add per element per k
-// step; elsewhere, or built with -tags purego, kernelGo computes the same
-// tile as 2x4 blocks of scalar multiply-adds, which Go does not fuse at
-// the default GOAMD64=v1. The two paths differ only in that rounding:
-// FMA rounds a*b+c once, the scalar path twice (kernels/doc.go says by
-// how much).
+// The microkernel is 12x32: on amd64 with AVX-512 (kernel_amd64.s)
+// twenty-four 16-lane accumulators, with AVX2 and FMA four 6x16 quarters
+// of twelve 8-lane accumulators, one fused multiply-add per element per k
+// step either way (so the two give the same bits); elsewhere, or built
+// with -tags purego, kernelGo computes the same tile as 2x4 blocks of
+// scalar multiply-adds, which Go does not fuse at the default GOAMD64=v1.
+// The SIMD and portable paths differ only in that rounding: FMA rounds
+// a*b+c once, the scalar path twice (kernels/doc.go says by how much).
 const (
-	mr = 6   // rows of the register tile
-	nr = 16  // columns of the register tile
-	kc = 256 // k panel: a 6x256 A strip (6 KB) and a 256x16 B strip (16 KB) live in L1
-	mc = 96  // rows per work unit: the packed 96x256 A block (96 KB) lives in L2
+	mr = 12  // rows of the register tile
+	nr = 32  // columns of the register tile
+	kc = 384 // k panel (measured on Zen 5: 384 beats 128, 192 and 256 by 3-10 %, 512 ties)
+	mc = 96  // rows per work unit: the packed 96x384 A block (144 KB) lives in L2
 )
 
 // view addresses a matrix inside a flat buffer: element (i, j) is

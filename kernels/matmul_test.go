@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// Shapes straddle the block sizes (mr=2, nr=4, kc=256, mc=64) so edge
+// Shapes straddle the block sizes (mr=12, nr=32, kc=384, mc=96) so edge
 // tiles, partial k panels, several row blocks and (20x200x302: one row
 // block, split by columns) column chunks are all exercised.
 var matmulShapes = [][3]int{
 	{1, 1, 1}, {3, 5, 7}, {7, 13, 9}, {17, 33, 6}, {65, 257, 11}, {130, 300, 37}, {5, 600, 3}, {20, 200, 302},
+	{100, 790, 70},
 }
 
 func TestMatMulForward(t *testing.T) {
@@ -137,6 +138,34 @@ func TestMicroKernelPaths(t *testing.T) {
 	t.Logf("k=%d: SIMD and portable differ by at most %d ulp (%.2g relative)", kb, maxULP, maxRel)
 }
 
+// TestMatMulISAs: the AVX-512 and AVX2 kernels give the same bits (each
+// element is the same k-order chain of fused multiply-adds), for all three
+// products, on shapes with edge tiles and several k panels.
+func TestMatMulISAs(t *testing.T) {
+	if isa < isaAVX512 {
+		t.Skip("this CPU or build has no AVX-512 kernel to compare with AVX2")
+	}
+	rng := newRand(10)
+	for _, sh := range [][3]int{{100, 790, 70}, {37, 400, 33}, {12, 384, 32}, {130, 300, 37}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		a, _ := randVec(rng, m*k)
+		b, _ := randVec(rng, k*n)
+		dy, _ := randVec(rng, m*n)
+		run := func(level int) [3][]float32 {
+			defer setISA(setISA(level))
+			out := [3][]float32{make([]float32, m*n), make([]float32, m*k), make([]float32, k*n)}
+			MatMul(out[0], a, b, m, k, n)
+			MatMulGradA(out[1], dy, b, m, k, n)
+			MatMulGradB(out[2], a, dy, m, k, n)
+			return out
+		}
+		wide, narrow := run(isaAVX512), run(isaAVX2)
+		for i, name := range []string{"matmul", "grad_a", "grad_b"} {
+			sameBits(t, fmt.Sprintf("%v %s AVX-512 vs AVX2", sh, name), wide[i], narrow[i])
+		}
+	}
+}
+
 // TestMatMulDeterministic: bits do not depend on the worker count or on
 // GOMAXPROCS, for all three products.
 func TestMatMulDeterministic(t *testing.T) {
@@ -187,11 +216,13 @@ func sameBits(t *testing.T, name string, got, want []float32) {
 	}
 }
 
+var matmulBenchShapes = [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512, 2048},
+	{2048, 512, 512}, {2048, 512, 1376}, {2048, 1376, 512}, {2048, 512, 256}}
+
 // BenchmarkMatMul: square shapes, and the d512x8 model's (2,048 tokens a
 // step on one rank: the q/k/v/o projections, w1 and w3, w2, the head).
 func BenchmarkMatMul(b *testing.B) {
-	for _, s := range [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512, 2048},
-		{2048, 512, 512}, {2048, 512, 1376}, {2048, 1376, 512}, {2048, 512, 256}} {
+	for _, s := range matmulBenchShapes {
 		m, k, n := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
 			rng := newRand(5)
@@ -231,25 +262,32 @@ func BenchmarkMatMulGrad(b *testing.B) {
 }
 
 // BenchmarkPeakFMA measures the float32 multiply-add peak, one goroutine
-// per GOMAXPROCS: "simd" is twelve independent 8-lane AVX2 FMA chains in
-// assembly (the hardware's peak that MatMul's GFLOP/s is a fraction of);
-// "scalar" the same as Go compiles it, one lane.
+// per GOMAXPROCS: "avx2" is twelve independent 8-lane AVX2 FMA chains in
+// assembly, "avx512" the same 16 lanes wide (the hardware's peaks that
+// MatMul's GFLOP/s are fractions of); "scalar" the same as Go compiles
+// it, one lane.
 func BenchmarkPeakFMA(b *testing.B) {
 	const iters = 1 << 14
 	workers := runtime.GOMAXPROCS(0)
-	b.Run("simd", func(b *testing.B) {
-		if !peakFMA(1) {
-			b.Skip("no SIMD FMA in this build or on this CPU")
-		}
-		for b.Loop() {
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() { peakFMA(iters) })
+	for _, v := range []struct {
+		name  string
+		wide  bool
+		lanes int
+	}{{"avx2", false, 8}, {"avx512", true, 16}} {
+		b.Run(v.name, func(b *testing.B) {
+			if !peakFMA(1, v.wide) {
+				b.Skip("no such SIMD FMA in this build or on this CPU")
 			}
-			wg.Wait()
-		}
-		b.ReportMetric(float64(workers)*iters*12*8*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-	})
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() { peakFMA(iters, v.wide) })
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(workers)*iters*12*float64(v.lanes)*2*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
 	b.Run("scalar", func(b *testing.B) {
 		for b.Loop() {
 			var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -23,7 +24,7 @@ import (
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
 func runRun(args []string, stdout, stderr io.Writer) (status int) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -33,6 +34,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -210,6 +212,18 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	var caught os.Signal
+	if *cpuProfile != "" {
+		path := *cpuProfile
+		if pw != nil {
+			path = fmt.Sprintf("%s.rank%d", path, pw.rank)
+		}
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
+			return exitUser
+		}
+		defer stop()
+	}
 	start := time.Now()
 	var stepTimes []float64
 	for i := first; i < n; i++ {
@@ -442,4 +456,21 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// startCPUProfile profiles this process's CPU into path until the
+// returned function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
