@@ -33,27 +33,52 @@ func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay fl
 		}
 	}
 	t := float64(step)
-	stepSize := lr / (1 - math.Pow(beta1, t))
-	bc2 := math.Sqrt(1 - math.Pow(beta2, t))
-	keep := 1 - lr*weightDecay
+	k := adamConsts{beta1: beta1, c1: 1 - beta1, beta2: beta2, c2: 1 - beta2,
+		stepSize: lr / (1 - math.Pow(beta1, t)), bc2: math.Sqrt(1 - math.Pow(beta2, t)), eps: eps, keep: 1}
+	kd := k
+	kd.keep = 1 - lr*weightDecay
 	parallelFor(n, 20, func(lo, hi int) {
-		// r is the first decayed range not wholly before i.
+		// Runs of decayed and undecayed elements; r is the first decayed
+		// range not wholly before i.
 		r := sort.Search(len(decayed), func(j int) bool { return decayed[j].Hi > lo })
-		for i := lo; i < hi; i++ {
-			for r < len(decayed) && decayed[r].Hi <= i {
+		for i := lo; i < hi; {
+			switch {
+			case r < len(decayed) && decayed[r].Lo <= i:
+				e := min(hi, decayed[r].Hi)
+				adamw(p[i:e], m[i:e], v[i:e], g[i:e], &kd)
+				i = e
 				r++
+			case r < len(decayed):
+				e := min(hi, decayed[r].Lo)
+				adamw(p[i:e], m[i:e], v[i:e], g[i:e], &k)
+				i = e
+			default:
+				adamw(p[i:hi], m[i:hi], v[i:hi], g[i:hi], &k)
+				i = hi
 			}
-			pi := float64(p[i])
-			if r < len(decayed) && decayed[r].Lo <= i {
-				pi *= keep
-			}
-			gi := float64(g[i])
-			mi := beta1*float64(m[i]) + (1-beta1)*gi
-			vi := beta2*float64(v[i]) + (1-beta2)*gi*gi
-			m[i], v[i] = float32(mi), float32(vi)
-			p[i] = float32(pi - stepSize*mi/(math.Sqrt(vi)/bc2+eps))
 		}
 	})
+}
+
+// adamConsts are one AdamW step's factors (the SIMD kernel reads them in
+// this order). keep is 1 - lr*wd for decayed elements and 1 for the
+// others: multiplying by 1 is exact, so it is the same as not decaying.
+type adamConsts struct {
+	beta1, c1, beta2, c2, stepSize, bc2, eps, keep float64
+}
+
+// adamwGo updates every element of p (and m, v) from g, in float64, each
+// element stored back as float32.
+func adamwGo(p, m, v, g []float32, k *adamConsts) {
+	m, v, g = m[:len(p)], v[:len(p)], g[:len(p)]
+	for i := range p {
+		pi := float64(p[i]) * k.keep
+		gi := float64(g[i])
+		mi := k.beta1*float64(m[i]) + k.c1*gi
+		vi := k.beta2*float64(v[i]) + k.c2*gi*gi
+		m[i], v[i] = float32(mi), float32(vi)
+		p[i] = float32(pi - k.stepSize*mi/(math.Sqrt(vi)/k.bc2+k.eps))
+	}
 }
 
 // RoundBF16 rounds x to the nearest bfloat16 value, ties to even, and

@@ -132,3 +132,19 @@ func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool 
 	kernel6x16AVX2(&a[mr/2], &b[16], kb, &c[h+16], ldc, zero)
 	return true
 }
+
+//go:noescape
+func adamwAVX2(p, m, v, grad *float32, n int, k *adamConsts)
+
+// adamw runs adamwGo's update, four elements at a time in assembly when
+// the CPU has AVX2 (the same operations, so the same bits).
+func adamw(p, m, v, g []float32, k *adamConsts) {
+	n := len(p)
+	if simd && n >= 4 {
+		m, v, g = m[:n], v[:n], g[:n]
+		n4 := n &^ 3
+		adamwAVX2(&p[0], &m[0], &v[0], &g[0], n4, k)
+		p, m, v, g = p[n4:], m[n4:], v[n4:], g[n4:]
+	}
+	adamwGo(p, m, v, g, k)
+}

@@ -391,3 +391,64 @@ peak512loop:
 peak512done:
 	VZEROUPPER
 	RET
+
+// func adamwAVX2(p, m, v, grad *float32, n int, k *adamConsts)
+//
+// AdamW on n elements (a multiple of 4), four at a time in float64, the
+// same operations in the same order as the scalar loop in adamw.go
+// (separate multiplies and adds, correctly rounded sqrt and divide, the
+// same conversions), so the same bits:
+//
+//	pi = p*keep;  mi = beta1*m + (1-beta1)*g;  vi = beta2*v + ((1-beta2)*g)*g
+//	m, v = f32(mi), f32(vi);  p = f32(pi - (stepSize*mi) / (sqrt(vi)/bc2 + eps))
+TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ m+8(FP), SI
+	MOVQ v+16(FP), DX
+	MOVQ grad+24(FP), BX
+	MOVQ n+32(FP), CX
+	MOVQ k+40(FP), AX
+	VBROADCASTSD 0(AX), Y8
+	VBROADCASTSD 8(AX), Y9
+	VBROADCASTSD 16(AX), Y10
+	VBROADCASTSD 24(AX), Y11
+	VBROADCASTSD 32(AX), Y12
+	VBROADCASTSD 40(AX), Y13
+	VBROADCASTSD 48(AX), Y14
+	VBROADCASTSD 56(AX), Y15
+	TESTQ CX, CX
+	JEQ adone
+aloop:
+	VCVTPS2PD 0(BX), Y0
+	VCVTPS2PD 0(SI), Y1
+	VMULPD Y8, Y1, Y1
+	VMULPD Y9, Y0, Y2
+	VADDPD Y2, Y1, Y1
+	VCVTPS2PD 0(DX), Y3
+	VMULPD Y10, Y3, Y3
+	VMULPD Y11, Y0, Y4
+	VMULPD Y0, Y4, Y4
+	VADDPD Y4, Y3, Y3
+	VCVTPD2PSY Y1, X5
+	VMOVUPS X5, 0(SI)
+	VCVTPD2PSY Y3, X5
+	VMOVUPS X5, 0(DX)
+	VSQRTPD Y3, Y3
+	VDIVPD Y13, Y3, Y3
+	VADDPD Y14, Y3, Y3
+	VMULPD Y12, Y1, Y1
+	VDIVPD Y3, Y1, Y1
+	VCVTPS2PD 0(DI), Y6
+	VMULPD Y15, Y6, Y6
+	VSUBPD Y1, Y6, Y6
+	VCVTPD2PSY Y6, X6
+	VMOVUPS X6, 0(DI)
+	ADDQ $16, DI
+	ADDQ $16, SI
+	ADDQ $16, DX
+	ADDQ $16, BX
+	SUBQ $4, CX
+	JNE aloop
+adone:
+	VZEROUPPER
+	RET

@@ -28,3 +28,5 @@ func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }
 
 // microKernelC: no in-place kernel in this build.
 func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool { return false }
+
+func adamw(p, m, v, g []float32, k *adamConsts) { adamwGo(p, m, v, g, k) }
