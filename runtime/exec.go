@@ -36,6 +36,12 @@ type rank struct {
 	live int64 // bytes allocated now
 	peak int64
 
+	// Freed float buffers by length, reused by the next Alloc of that
+	// length (cleared: no page faults, no garbage), holding at most peak
+	// bytes in all.
+	pool      map[int64][][]float32
+	poolBytes int64
+
 	step   int   // 1-based optimizer step
 	micro  int   // for loads: the data a Load fills comes from data
 	data   *Data // shared by all ranks
@@ -95,6 +101,12 @@ func (k *rank) alloc(id int32) {
 	defer k.mu.Unlock()
 	if buf.DType == ir.I32 {
 		k.i32[id] = make([]int32, buf.Elems)
+	} else if free := k.pool[buf.Elems]; len(free) > 0 {
+		s := free[len(free)-1]
+		k.pool[buf.Elems] = free[:len(free)-1]
+		k.poolBytes -= 4 * buf.Elems
+		clear(s)
+		k.f32[id] = s
 	} else {
 		k.f32[id] = make([]float32, buf.Elems)
 	}
@@ -106,6 +118,13 @@ func (k *rank) free(id int32) {
 	buf := k.p.Buffers[id]
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if s := k.f32[id]; s != nil && k.poolBytes+4*buf.Elems <= k.peak {
+		if k.pool == nil {
+			k.pool = map[int64][][]float32{}
+		}
+		k.pool[buf.Elems] = append(k.pool[buf.Elems], s)
+		k.poolBytes += 4 * buf.Elems
+	}
 	k.f32[id], k.i32[id] = nil, nil
 	k.live -= buf.Bytes()
 }
