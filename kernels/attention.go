@@ -59,10 +59,19 @@ func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, 
 					mx = max(mx, row[j])
 				}
 				var sum float64
-				for j := range m {
-					p := float32(math.Exp(float64(row[j] - mx)))
-					row[j] = p
-					sum += float64(p)
+				var e [expChunk]float64
+				for c := 0; c < m; c += expChunk {
+					xs := row[c:min(c+expChunk, m)]
+					b := e[:len(xs)]
+					for j, v := range xs {
+						b[j] = float64(v - mx)
+					}
+					expInPlace(b)
+					for j, v := range b {
+						p := float32(v)
+						xs[j] = p
+						sum += float64(p)
+					}
 				}
 				clear(row[m:])
 				sums[r] = sum
@@ -141,10 +150,19 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 						l := lse[(b*heads+h)*seq+i]
 						d := dot(dout[(b*seq+i)*qs+h*hd:][:hd], out[(b*seq+i)*qs+h*hd:][:hd])
 						ps, ds := s[r*n:(r+1)*n], dp[r*n:(r+1)*n]
-						for j := range m {
-							p := float32(math.Exp(float64(ps[j]*scale - l)))
-							ps[j] = p
-							ds[j] = p * (ds[j] - d) * scale
+						var e [expChunk]float64
+						for c := 0; c < m; c += expChunk {
+							xs, dxs := ps[c:min(c+expChunk, m)], ds[c:]
+							b := e[:len(xs)]
+							for j, v := range xs {
+								b[j] = float64(v*scale - l)
+							}
+							expInPlace(b)
+							for j, v := range b {
+								p := float32(v)
+								xs[j] = p
+								dxs[j] = p * (dxs[j] - d) * scale
+							}
 						}
 						clear(ps[m:])
 						clear(ds[m:])

@@ -9,8 +9,17 @@ import "math"
 func SiLU(out, x []float32) {
 	out = out[:len(x)]
 	parallelFor(len(x), 20, func(lo, hi int) {
-		for i, v := range x[lo:hi] {
-			out[lo+i] = float32(float64(v) / (1 + math.Exp(-float64(v))))
+		var e [expChunk]float64
+		for c := lo; c < hi; c += expChunk {
+			xs := x[c:min(c+expChunk, hi)]
+			b := e[:len(xs)]
+			for j, v := range xs {
+				b[j] = -float64(v)
+			}
+			expInPlace(b)
+			for j, v := range xs {
+				out[c+j] = float32(float64(v) / (1 + b[j]))
+			}
 		}
 	})
 }
@@ -19,10 +28,19 @@ func SiLU(out, x []float32) {
 func SiLUGrad(dx, x, dy []float32) {
 	dx, dy = dx[:len(x)], dy[:len(x)]
 	parallelFor(len(x), 20, func(lo, hi int) {
-		for i, v := range x[lo:hi] {
-			x := float64(v)
-			s := 1 / (1 + math.Exp(-x))
-			dx[lo+i] = float32(float64(dy[lo+i]) * s * (1 + x*(1-s)))
+		var e [expChunk]float64
+		for c := lo; c < hi; c += expChunk {
+			xs := x[c:min(c+expChunk, hi)]
+			b := e[:len(xs)]
+			for j, v := range xs {
+				b[j] = -float64(v)
+			}
+			expInPlace(b)
+			for j, v := range xs {
+				x := float64(v)
+				s := 1 / (1 + b[j])
+				dx[c+j] = float32(float64(dy[c+j]) * s * (1 + x*(1-s)))
+			}
 		}
 	})
 }
@@ -44,11 +62,20 @@ func GELUGrad(dx, x, dy []float32) {
 	dx, dy = dx[:len(x)], dy[:len(x)]
 	const invSqrt2Pi = 0.3989422804014327
 	parallelFor(len(x), 30, func(lo, hi int) {
-		for i, v := range x[lo:hi] {
-			x := float64(v)
-			cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
-			pdf := invSqrt2Pi * math.Exp(-0.5*x*x)
-			dx[lo+i] = float32(float64(dy[lo+i]) * (cdf + x*pdf))
+		var e [expChunk]float64
+		for c := lo; c < hi; c += expChunk {
+			xs := x[c:min(c+expChunk, hi)]
+			b := e[:len(xs)]
+			for j, v := range xs {
+				x := float64(v)
+				b[j] = -0.5 * x * x
+			}
+			expInPlace(b)
+			for j, v := range xs {
+				x := float64(v)
+				cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
+				dx[c+j] = float32(float64(dy[c+j]) * (cdf + x*(invSqrt2Pi*b[j])))
+			}
 		}
 	})
 }

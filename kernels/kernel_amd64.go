@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"math"
 	"os"
 
 	"golang.org/x/sys/cpu"
@@ -67,10 +68,10 @@ func peakFMA(n int, wide bool) bool {
 }
 
 //go:noescape
-func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
+func kernel6x16AVX2(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
 
 //go:noescape
-func kernel12x32AVX512(a, b *float32, kb int, c *float32, ldc int, zero bool)
+func kernel12x32AVX512(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
 
 // The assembly kernels' strides are those of a 12x32 tile.
 const _ = uint(mr-12) + uint(12-mr) + uint(nr-32) + uint(32-nr)
@@ -78,7 +79,7 @@ const _ = uint(mr-12) + uint(12-mr) + uint(nr-32) + uint(32-nr)
 // microKernel adds the product of a packed mr-row A strip and a packed
 // nr-column B strip (kb steps) into the tile t.
 func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
-	if !microKernelC(a, b, kb, t[:], nr, false) {
+	if !microKernelC(a, 1, mr, b, kb, t[:], nr, false) {
 		kernelGo(a, b, kb, t)
 	}
 }
@@ -105,8 +106,10 @@ func FirstNonFinite(x []float32) int {
 // microKernelC computes a full mr x nr tile of C in place (rows ldc
 // apart), from zero when zero (the first k panel), else adding to it;
 // false when there is no SIMD kernel (the caller then goes through the
-// tile buffer and kernelGo). Under AVX2 the tile is four 6x16 quarters.
-func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool {
+// tile buffer and kernelGo). A(i, p) is a[i*ars + p*aks]: a packed strip
+// (ars 1, aks mr) or A's rows in place (ars the row stride, aks 1). Under
+// AVX2 the tile is four 6x16 quarters.
+func microKernelC(a []float32, ars, aks int, b []float32, kb int, c []float32, ldc int, zero bool) bool {
 	if !simd {
 		return false
 	}
@@ -118,18 +121,18 @@ func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool 
 		}
 		return true
 	}
-	_ = a[kb*mr-1]
+	_ = a[(mr-1)*ars+(kb-1)*aks]
 	_ = b[kb*nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
 	if isa >= isaAVX512 {
-		kernel12x32AVX512(&a[0], &b[0], kb, &c[0], ldc, zero)
+		kernel12x32AVX512(&a[0], 4*ars, 4*aks, &b[0], kb, &c[0], ldc, zero)
 		return true
 	}
-	h := mr / 2 * ldc
-	kernel6x16AVX2(&a[0], &b[0], kb, &c[0], ldc, zero)
-	kernel6x16AVX2(&a[0], &b[16], kb, &c[16], ldc, zero)
-	kernel6x16AVX2(&a[mr/2], &b[0], kb, &c[h], ldc, zero)
-	kernel6x16AVX2(&a[mr/2], &b[16], kb, &c[h+16], ldc, zero)
+	h := mr / 2
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[0], kb, &c[0], ldc, zero)
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[16], kb, &c[16], ldc, zero)
+	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[0], kb, &c[h*ldc], ldc, zero)
+	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[16], kb, &c[h*ldc+16], ldc, zero)
 	return true
 }
 
@@ -147,4 +150,33 @@ func adamw(p, m, v, g []float32, k *adamConsts) {
 		p, m, v, g = p[n4:], m[n4:], v[n4:], g[n4:]
 	}
 	adamwGo(p, m, v, g, k)
+}
+
+//go:noescape
+func expAVX2(x *float64, n int, c *[expConsts][8]float64)
+
+// expTable is expAVX2's constants, each eight times, in the order its
+// offsets (64 bytes apart) name them.
+var expTable = func() (t [expConsts][8]float64) {
+	for i, c := range [expConsts]float64{expLog2e, math.Copysign(0, -1), 0.5, expLn2Hi, expLn2Lo,
+		expP1, expP2, expP3, expP4, expP5, 1, 2, math.Float64frombits(1022), expMax, math.Inf(1), expMin} {
+		for j := range t[i] {
+			t[i][j] = c
+		}
+	}
+	return t
+}()
+
+const expConsts = 16
+
+// expInPlace sets x[i] = exp64(x[i]), four at a time with AVX2.
+func expInPlace(x []float64) {
+	if simd && len(x) >= 4 {
+		n := len(x) &^ 3
+		expAVX2(&x[0], n, &expTable)
+		x = x[n:]
+	}
+	for i, v := range x {
+		x[i] = exp64(v)
+	}
 }

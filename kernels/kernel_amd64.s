@@ -84,46 +84,51 @@ nfdone:
 	VZEROUPPER
 	RET
 
-// func kernel6x16AVX2(a, b *float32, kb int, c *float32, ldc int, zero bool)
+// func kernel6x16AVX2(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
 //
-// One quarter of a 12x32 tile: c[i*ldc+j] += a[p*12+i] * b[p*32+j] for
+// One quarter of a 12x32 tile: c[i*ldc+j] += A(i, p) * b[p*32+j] for
 // p = 0 .. kb-1 in order, i < 6, j < 16, starting from 0 instead of c when
-// zero (a first k panel); a and b point into the packed 12-row A strip and
-// 32-column B strip (strides 48 and 128 bytes). One fused multiply-add per
-// element per p: each output element lives in one lane of one register
-// (Y4..Y15: row i, columns 0-7 and 8-15), so its sum is the plain k-order
-// sequence of FMAs. C is a tile in place (ldc its row stride in elements)
-// or the caller's tile buffer (ldc 32).
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-41
+// zero (a first k panel). A(i, p) is the float32 at a + i*ars + p*aks
+// (bytes): a packed strip (ars 4, aks 48) or rows of A in place (ars its
+// row stride, aks 4). b points into a packed 32-column B strip (128 bytes
+// a step). One fused multiply-add per element per p: each output element
+// lives in one lane of one register (Y4..Y15: row i, columns 0-7 and
+// 8-15), so its sum is the plain k-order sequence of FMAs. C is a tile in
+// place (ldc its row stride in elements) or the caller's tile buffer.
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ a+0(FP), SI
-	MOVQ b+8(FP), DI
-	MOVQ kb+16(FP), CX
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	MOVBLZX zero+40(FP), R9
-	TESTQ R9, R9
-	JNE czero
-	MOVQ DX, R10
-	VMOVUPS 0(R10), Y4
-	VMOVUPS 32(R10), Y5
+	MOVQ ars+8(FP), R8
+	MOVQ aks+16(FP), R9
+	MOVQ b+24(FP), DI
+	MOVQ kb+32(FP), CX
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R13
+	SHLQ $2, R13
+	LEAQ (SI)(R8*2), R10
 	ADDQ R8, R10
-	VMOVUPS 0(R10), Y6
-	VMOVUPS 32(R10), Y7
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Y8
-	VMOVUPS 32(R10), Y9
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Y10
-	VMOVUPS 32(R10), Y11
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Y12
-	VMOVUPS 32(R10), Y13
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Y14
-	VMOVUPS 32(R10), Y15
-	JMP cbody
-czero:
+	MOVBLZX zero+56(FP), AX
+	TESTQ AX, AX
+	JNE kernel6x16AVX2zero
+	MOVQ DX, BX
+	VMOVUPS 0(BX), Y4
+	VMOVUPS 32(BX), Y5
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Y6
+	VMOVUPS 32(BX), Y7
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Y8
+	VMOVUPS 32(BX), Y9
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Y10
+	VMOVUPS 32(BX), Y11
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Y12
+	VMOVUPS 32(BX), Y13
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Y14
+	VMOVUPS 32(BX), Y15
+	JMP kernel6x16AVX2body
+kernel6x16AVX2zero:
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
@@ -136,111 +141,122 @@ czero:
 	VXORPS Y13, Y13, Y13
 	VXORPS Y14, Y14, Y14
 	VXORPS Y15, Y15, Y15
-cbody:
+kernel6x16AVX2body:
 	TESTQ CX, CX
-	JEQ cdone
-cloop:
+	JEQ kernel6x16AVX2done
+kernel6x16AVX2loop:
 	VMOVUPS 0(DI), Y0
 	VMOVUPS 32(DI), Y1
 	VBROADCASTSS 0(SI), Y2
 	VFMADD231PS Y0, Y2, Y4
 	VFMADD231PS Y1, Y2, Y5
-	VBROADCASTSS 4(SI), Y3
+	VBROADCASTSS (SI)(R8*1), Y3
 	VFMADD231PS Y0, Y3, Y6
 	VFMADD231PS Y1, Y3, Y7
-	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS (SI)(R8*2), Y2
 	VFMADD231PS Y0, Y2, Y8
 	VFMADD231PS Y1, Y2, Y9
-	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS 0(R10), Y3
 	VFMADD231PS Y0, Y3, Y10
 	VFMADD231PS Y1, Y3, Y11
-	VBROADCASTSS 16(SI), Y2
+	VBROADCASTSS (R10)(R8*1), Y2
 	VFMADD231PS Y0, Y2, Y12
 	VFMADD231PS Y1, Y2, Y13
-	VBROADCASTSS 20(SI), Y3
+	VBROADCASTSS (R10)(R8*2), Y3
 	VFMADD231PS Y0, Y3, Y14
 	VFMADD231PS Y1, Y3, Y15
-	ADDQ $48, SI
+	ADDQ R9, SI
+	ADDQ R9, R10
 	ADDQ $128, DI
 	DECQ CX
-	JNE cloop
-cdone:
-	MOVQ DX, R10
-	VMOVUPS Y4, 0(R10)
-	VMOVUPS Y5, 32(R10)
-	ADDQ R8, R10
-	VMOVUPS Y6, 0(R10)
-	VMOVUPS Y7, 32(R10)
-	ADDQ R8, R10
-	VMOVUPS Y8, 0(R10)
-	VMOVUPS Y9, 32(R10)
-	ADDQ R8, R10
-	VMOVUPS Y10, 0(R10)
-	VMOVUPS Y11, 32(R10)
-	ADDQ R8, R10
-	VMOVUPS Y12, 0(R10)
-	VMOVUPS Y13, 32(R10)
-	ADDQ R8, R10
-	VMOVUPS Y14, 0(R10)
-	VMOVUPS Y15, 32(R10)
+	JNE kernel6x16AVX2loop
+kernel6x16AVX2done:
+	MOVQ DX, BX
+	VMOVUPS Y4, 0(BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ R13, BX
+	VMOVUPS Y6, 0(BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ R13, BX
+	VMOVUPS Y8, 0(BX)
+	VMOVUPS Y9, 32(BX)
+	ADDQ R13, BX
+	VMOVUPS Y10, 0(BX)
+	VMOVUPS Y11, 32(BX)
+	ADDQ R13, BX
+	VMOVUPS Y12, 0(BX)
+	VMOVUPS Y13, 32(BX)
+	ADDQ R13, BX
+	VMOVUPS Y14, 0(BX)
+	VMOVUPS Y15, 32(BX)
 	VZEROUPPER
 	RET
 
-// func kernel12x32AVX512(a, b *float32, kb int, c *float32, ldc int, zero bool)
+
+// func kernel12x32AVX512(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
 //
-// The full 12x32 tile: c[i*ldc+j] += a[p*12+i] * b[p*32+j] for p = 0 ..
-// kb-1 in order, i < 12, j < 32, from 0 instead of c when zero. As the
-// AVX2 kernel, one fused multiply-add per element per p, each element in
-// one lane (Z8..Z31: row i, columns 0-15 and 16-31), so the bits are the
-// AVX2 kernel's and the naive k-order loop's of fused multiply-adds.
-TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-41
+// The full 12x32 tile: c[i*ldc+j] += A(i, p) * b[p*32+j] for p = 0 ..
+// kb-1 in order, i < 12, j < 32, from 0 instead of c when zero; A(i, p) as
+// in kernel6x16AVX2. As there, one fused multiply-add per element per p,
+// each element in one lane (Z8..Z31: row i, columns 0-15 and 16-31), so
+// the bits are the AVX2 kernel's and the naive k-order loop's of fused
+// multiply-adds.
+TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-57
 	MOVQ a+0(FP), SI
-	MOVQ b+8(FP), DI
-	MOVQ kb+16(FP), CX
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	MOVBLZX zero+40(FP), R9
-	TESTQ R9, R9
-	JNE zzero
-	MOVQ DX, R10
-	VMOVUPS 0(R10), Z8
-	VMOVUPS 64(R10), Z9
+	MOVQ ars+8(FP), R8
+	MOVQ aks+16(FP), R9
+	MOVQ b+24(FP), DI
+	MOVQ kb+32(FP), CX
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R13
+	SHLQ $2, R13
+	LEAQ (SI)(R8*2), R10
 	ADDQ R8, R10
-	VMOVUPS 0(R10), Z10
-	VMOVUPS 64(R10), Z11
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z12
-	VMOVUPS 64(R10), Z13
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z14
-	VMOVUPS 64(R10), Z15
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z16
-	VMOVUPS 64(R10), Z17
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z18
-	VMOVUPS 64(R10), Z19
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z20
-	VMOVUPS 64(R10), Z21
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z22
-	VMOVUPS 64(R10), Z23
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z24
-	VMOVUPS 64(R10), Z25
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z26
-	VMOVUPS 64(R10), Z27
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z28
-	VMOVUPS 64(R10), Z29
-	ADDQ R8, R10
-	VMOVUPS 0(R10), Z30
-	VMOVUPS 64(R10), Z31
-	JMP zbody
-zzero:
+	LEAQ (R10)(R8*2), R11
+	ADDQ R8, R11
+	LEAQ (R11)(R8*2), R12
+	ADDQ R8, R12
+	MOVBLZX zero+56(FP), AX
+	TESTQ AX, AX
+	JNE kernel12x32AVX512zero
+	MOVQ DX, BX
+	VMOVUPS 0(BX), Z8
+	VMOVUPS 64(BX), Z9
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z10
+	VMOVUPS 64(BX), Z11
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z12
+	VMOVUPS 64(BX), Z13
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z14
+	VMOVUPS 64(BX), Z15
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z16
+	VMOVUPS 64(BX), Z17
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z18
+	VMOVUPS 64(BX), Z19
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z20
+	VMOVUPS 64(BX), Z21
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z22
+	VMOVUPS 64(BX), Z23
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z26
+	VMOVUPS 64(BX), Z27
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z28
+	VMOVUPS 64(BX), Z29
+	ADDQ R13, BX
+	VMOVUPS 0(BX), Z30
+	VMOVUPS 64(BX), Z31
+	JMP kernel12x32AVX512body
+kernel12x32AVX512zero:
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -265,91 +281,95 @@ zzero:
 	VPXORD Z29, Z29, Z29
 	VPXORD Z30, Z30, Z30
 	VPXORD Z31, Z31, Z31
-zbody:
+kernel12x32AVX512body:
 	TESTQ CX, CX
-	JEQ zdone
-zloop:
+	JEQ kernel12x32AVX512done
+kernel12x32AVX512loop:
 	VMOVUPS 0(DI), Z0
 	VMOVUPS 64(DI), Z1
 	VBROADCASTSS 0(SI), Z2
 	VFMADD231PS Z0, Z2, Z8
 	VFMADD231PS Z1, Z2, Z9
-	VBROADCASTSS 4(SI), Z3
+	VBROADCASTSS (SI)(R8*1), Z3
 	VFMADD231PS Z0, Z3, Z10
 	VFMADD231PS Z1, Z3, Z11
-	VBROADCASTSS 8(SI), Z4
+	VBROADCASTSS (SI)(R8*2), Z4
 	VFMADD231PS Z0, Z4, Z12
 	VFMADD231PS Z1, Z4, Z13
-	VBROADCASTSS 12(SI), Z5
+	VBROADCASTSS 0(R10), Z5
 	VFMADD231PS Z0, Z5, Z14
 	VFMADD231PS Z1, Z5, Z15
-	VBROADCASTSS 16(SI), Z6
+	VBROADCASTSS (R10)(R8*1), Z6
 	VFMADD231PS Z0, Z6, Z16
 	VFMADD231PS Z1, Z6, Z17
-	VBROADCASTSS 20(SI), Z7
+	VBROADCASTSS (R10)(R8*2), Z7
 	VFMADD231PS Z0, Z7, Z18
 	VFMADD231PS Z1, Z7, Z19
-	VBROADCASTSS 24(SI), Z2
+	VBROADCASTSS 0(R11), Z2
 	VFMADD231PS Z0, Z2, Z20
 	VFMADD231PS Z1, Z2, Z21
-	VBROADCASTSS 28(SI), Z3
+	VBROADCASTSS (R11)(R8*1), Z3
 	VFMADD231PS Z0, Z3, Z22
 	VFMADD231PS Z1, Z3, Z23
-	VBROADCASTSS 32(SI), Z4
+	VBROADCASTSS (R11)(R8*2), Z4
 	VFMADD231PS Z0, Z4, Z24
 	VFMADD231PS Z1, Z4, Z25
-	VBROADCASTSS 36(SI), Z5
+	VBROADCASTSS 0(R12), Z5
 	VFMADD231PS Z0, Z5, Z26
 	VFMADD231PS Z1, Z5, Z27
-	VBROADCASTSS 40(SI), Z6
+	VBROADCASTSS (R12)(R8*1), Z6
 	VFMADD231PS Z0, Z6, Z28
 	VFMADD231PS Z1, Z6, Z29
-	VBROADCASTSS 44(SI), Z7
+	VBROADCASTSS (R12)(R8*2), Z7
 	VFMADD231PS Z0, Z7, Z30
 	VFMADD231PS Z1, Z7, Z31
-	ADDQ $48, SI
+	ADDQ R9, SI
+	ADDQ R9, R10
+	ADDQ R9, R11
+	ADDQ R9, R12
 	ADDQ $128, DI
 	DECQ CX
-	JNE zloop
-zdone:
-	MOVQ DX, R10
-	VMOVUPS Z8, 0(R10)
-	VMOVUPS Z9, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z10, 0(R10)
-	VMOVUPS Z11, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z12, 0(R10)
-	VMOVUPS Z13, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z14, 0(R10)
-	VMOVUPS Z15, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z16, 0(R10)
-	VMOVUPS Z17, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z18, 0(R10)
-	VMOVUPS Z19, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z20, 0(R10)
-	VMOVUPS Z21, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z22, 0(R10)
-	VMOVUPS Z23, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z24, 0(R10)
-	VMOVUPS Z25, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z26, 0(R10)
-	VMOVUPS Z27, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z28, 0(R10)
-	VMOVUPS Z29, 64(R10)
-	ADDQ R8, R10
-	VMOVUPS Z30, 0(R10)
-	VMOVUPS Z31, 64(R10)
+	JNE kernel12x32AVX512loop
+kernel12x32AVX512done:
+	MOVQ DX, BX
+	VMOVUPS Z8, 0(BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z10, 0(BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z12, 0(BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z14, 0(BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z16, 0(BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z18, 0(BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z20, 0(BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z22, 0(BX)
+	VMOVUPS Z23, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z24, 0(BX)
+	VMOVUPS Z25, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z26, 0(BX)
+	VMOVUPS Z27, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z28, 0(BX)
+	VMOVUPS Z29, 64(BX)
+	ADDQ R13, BX
+	VMOVUPS Z30, 0(BX)
+	VMOVUPS Z31, 64(BX)
 	VZEROUPPER
 	RET
+
 
 // func peakFMAAVX512(n int)
 //
@@ -450,5 +470,65 @@ aloop:
 	SUBQ $4, CX
 	JNE aloop
 adone:
+	VZEROUPPER
+	RET
+
+// func expAVX2(x *float64, n int, c *[expConsts][8]float64)
+//
+// x[i] = exp64(x[i]) for n elements (a multiple of 4), four at a time:
+// exp.go's operations in its order (no fused multiply-adds), truncation
+// by VROUNDPD, 2^(k-1) built in the exponent bits, so the same bits. c
+// holds each constant eight times (see expTable).
+TEXT ·expAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ c+16(FP), AX
+	TESTQ CX, CX
+	JEQ edone
+eloop:
+	VMOVUPD 0(SI), Y0
+	VMULPD 0(AX), Y0, Y1
+	VANDPD 64(AX), Y0, Y2
+	VORPD 128(AX), Y2, Y2
+	VADDPD Y2, Y1, Y1
+	VROUNDPD $3, Y1, Y1
+	VCVTTPD2DQY Y1, X2
+	VMULPD 192(AX), Y1, Y3
+	VSUBPD Y3, Y0, Y3
+	VMULPD 256(AX), Y1, Y4
+	VSUBPD Y4, Y3, Y5
+	VMULPD Y5, Y5, Y1
+	VMULPD 576(AX), Y1, Y6
+	VADDPD 512(AX), Y6, Y6
+	VMULPD Y6, Y1, Y6
+	VADDPD 448(AX), Y6, Y6
+	VMULPD Y6, Y1, Y6
+	VADDPD 384(AX), Y6, Y6
+	VMULPD Y6, Y1, Y6
+	VADDPD 320(AX), Y6, Y6
+	VMULPD Y6, Y1, Y6
+	VSUBPD Y6, Y5, Y6
+	VMULPD Y6, Y5, Y7
+	VMOVUPD 704(AX), Y8
+	VSUBPD Y6, Y8, Y8
+	VDIVPD Y8, Y7, Y7
+	VSUBPD Y7, Y4, Y7
+	VSUBPD Y3, Y7, Y7
+	VMOVUPD 640(AX), Y8
+	VSUBPD Y7, Y8, Y7
+	VADDPD Y7, Y7, Y7
+	VPMOVSXDQ X2, Y2
+	VPADDQ 768(AX), Y2, Y2
+	VPSLLQ $52, Y2, Y2
+	VMULPD Y2, Y7, Y7
+	VCMPPD $0x1e, 832(AX), Y0, Y8
+	VBLENDVPD Y8, 896(AX), Y7, Y7
+	VCMPPD $0x11, 960(AX), Y0, Y8
+	VANDNPD Y7, Y8, Y7
+	VMOVUPD Y7, 0(SI)
+	ADDQ $32, SI
+	SUBQ $4, CX
+	JNE eloop
+edone:
 	VZEROUPPER
 	RET

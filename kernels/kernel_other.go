@@ -27,6 +27,15 @@ func setISA(level int) int { return isaNone }
 func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }
 
 // microKernelC: no in-place kernel in this build.
-func microKernelC(a, b []float32, kb int, c []float32, ldc int, zero bool) bool { return false }
+func microKernelC(a []float32, ars, aks int, b []float32, kb int, c []float32, ldc int, zero bool) bool {
+	return false
+}
 
 func adamw(p, m, v, g []float32, k *adamConsts) { adamwGo(p, m, v, g, k) }
+
+// expInPlace sets x[i] = exp64(x[i]).
+func expInPlace(x []float64) {
+	for i, v := range x {
+		x[i] = exp64(v)
+	}
+}

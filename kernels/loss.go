@@ -62,8 +62,17 @@ func logSumExp(x []float32) float64 {
 		mx = max(mx, v)
 	}
 	var s float64
-	for _, v := range x {
-		s += math.Exp(float64(v - mx))
+	var e [expChunk]float64
+	for c := 0; c < len(x); c += expChunk {
+		xs := x[c:min(c+expChunk, len(x))]
+		b := e[:len(xs)]
+		for j, v := range xs {
+			b[j] = float64(v - mx)
+		}
+		expInPlace(b)
+		for _, v := range b {
+			s += v
+		}
 	}
 	return float64(mx) + math.Log(s)
 }
@@ -83,11 +92,22 @@ func CrossEntropyGrad(dlogits, logits []float32, targets []int32, rows, vocab in
 		for r := lo; r < hi; r++ {
 			row, dr := logits[r*vocab:(r+1)*vocab], dlogits[r*vocab:(r+1)*vocab]
 			lse := logSumExp(row)
-			for j, v := range row {
-				dr[j] = float32(math.Exp(float64(v)-lse) * f)
+			t := int(targets[r])
+			var e [expChunk]float64
+			for c := 0; c < vocab; c += expChunk {
+				xs := row[c:min(c+expChunk, vocab)]
+				b := e[:len(xs)]
+				for j, v := range xs {
+					b[j] = float64(v) - lse
+				}
+				expInPlace(b)
+				for j, v := range b {
+					if c+j == t {
+						v--
+					}
+					dr[c+j] = float32(v * f)
+				}
 			}
-			t := targets[r]
-			dr[t] = float32((math.Exp(float64(row[t])-lse) - 1) * f)
 		}
 	})
 }

@@ -132,14 +132,19 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 }
 
 // gemmBlock computes rows [i0, i0+rows) of C in the column strips
-// [s0, s1).
+// [s0, s1). With a SIMD kernel, full row strips of a row-major A are read
+// in place instead of packed (packing costs as much as the product when
+// n is small).
 func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int) {
 	var tile [mr * nr]float32
+	rStrips := (rows + mr - 1) / mr
+	direct := simd && a.cs == 1
 	for p0 := 0; p0 < k; p0 += kc {
 		kb := min(kc, k-p0)
-		rStrips := (rows + mr - 1) / mr
 		for r := 0; r < rStrips; r++ {
-			packA(pa[r*kb*mr:(r+1)*kb*mr], a, i0+r*mr, min(mr, rows-r*mr), p0, kb)
+			if ni := min(mr, rows-r*mr); !direct || ni < mr {
+				packA(pa[r*kb*mr:(r+1)*kb*mr], a, i0+r*mr, ni, p0, kb)
+			}
 		}
 		for s := s0; s < s1; s++ {
 			j0 := s * nr
@@ -148,7 +153,11 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 			for r := 0; r < rStrips; r++ {
 				ri := i0 + r*mr
 				ni := min(mr, i0+rows-ri)
-				if ni == mr && nj == nr && microKernelC(pa[r*kb*mr:(r+1)*kb*mr], bs, kb, c[ri*n+j0:], n, p0 == 0) {
+				as, ars, aks := pa[r*kb*mr:(r+1)*kb*mr], 1, mr
+				if direct && ni == mr {
+					as, ars, aks = a.data[ri*a.rs+p0:], a.rs, 1
+				}
+				if ni == mr && nj == nr && microKernelC(as, ars, aks, bs, kb, c[ri*n+j0:], n, p0 == 0) {
 					continue
 				}
 				// Load the tile (zero on the first panel), run the
@@ -160,7 +169,9 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 						copy(tile[ii*nr:ii*nr+nj], c[(ri+ii)*n+j0:])
 					}
 				}
-				microKernel(pa[r*kb*mr:(r+1)*kb*mr], bs, kb, &tile)
+				if !microKernelC(as, ars, aks, bs, kb, tile[:], nr, false) {
+					kernelGo(as, bs, kb, &tile)
+				}
 				for ii := 0; ii < ni; ii++ {
 					copy(c[(ri+ii)*n+j0:(ri+ii)*n+j0+nj], tile[ii*nr:])
 				}
@@ -175,14 +186,23 @@ func packA(dst []float32, a view, i0, ni, p0, kb int) {
 	if ni < mr {
 		clear(dst)
 	}
-	for ii := 0; ii < ni; ii++ {
-		src := a.data[(i0+ii)*a.rs+p0*a.cs:]
-		if a.cs == 1 {
-			src = src[:kb]
+	switch {
+	case a.cs == 1:
+		for ii := 0; ii < ni; ii++ {
+			src := a.data[(i0+ii)*a.rs+p0:][:kb]
 			for p, v := range src {
 				dst[p*mr+ii] = v
 			}
-		} else {
+		}
+	case a.rs == 1:
+		// A is a transpose (MatMulGradB's a^T): the mr values of a step
+		// are contiguous.
+		for p := 0; p < kb; p++ {
+			copy(dst[p*mr:p*mr+ni], a.data[i0+(p0+p)*a.cs:])
+		}
+	default:
+		for ii := 0; ii < ni; ii++ {
+			src := a.data[(i0+ii)*a.rs+p0*a.cs:]
 			for p := 0; p < kb; p++ {
 				dst[p*mr+ii] = src[p*a.cs]
 			}
