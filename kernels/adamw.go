@@ -72,12 +72,14 @@ type adamConsts struct {
 func adamwGo(p, m, v, g []float32, k *adamConsts) {
 	m, v, g = m[:len(p)], v[:len(p)], g[:len(p)]
 	for i := range p {
-		pi := float64(p[i]) * k.keep
+		// The conversions round each product, so no compiler fuses a
+		// multiply-add here: every architecture gets these bits.
+		pi := float64(float64(p[i]) * k.keep)
 		gi := float64(g[i])
-		mi := k.beta1*float64(m[i]) + k.c1*gi
-		vi := k.beta2*float64(v[i]) + k.c2*gi*gi
+		mi := float64(k.beta1*float64(m[i])) + float64(k.c1*gi)
+		vi := float64(k.beta2*float64(v[i])) + float64(float64(k.c2*gi)*gi)
 		m[i], v[i] = float32(mi), float32(vi)
-		p[i] = float32(pi - k.stepSize*mi/(math.Sqrt(vi)/k.bc2+k.eps))
+		p[i] = float32(pi - float64(k.stepSize*mi)/(math.Sqrt(vi)/k.bc2+k.eps))
 	}
 }
 

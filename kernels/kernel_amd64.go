@@ -180,3 +180,25 @@ func expInPlace(x []float64) {
 		x[i] = exp64(v)
 	}
 }
+
+//go:noescape
+func packBTAVX2(dst, src *float32, cs, k8 int)
+
+// packBT packs a full 32-column strip of a transposed B (B(p, j) =
+// src[p + j*cs]) for p < k: dst[p*nr + j]; false without AVX2.
+func packBT(dst, src []float32, cs, k int) bool {
+	if !simd || k < 8 {
+		return false
+	}
+	k8 := k &^ 7
+	_ = dst[k*nr-1]
+	_ = src[(nr-1)*cs+k-1]
+	packBTAVX2(&dst[0], &src[0], cs, k8)
+	for j := range nr {
+		col := src[j*cs:]
+		for p := k8; p < k; p++ {
+			dst[p*nr+j] = col[p]
+		}
+	}
+	return true
+}

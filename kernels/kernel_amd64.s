@@ -532,3 +532,76 @@ eloop:
 edone:
 	VZEROUPPER
 	RET
+
+// func packBTAVX2(dst, src *float32, cs, k8 int)
+//
+// Packs a 32-column strip of a transposed B (B(p, j) = src[p + j*cs]) for
+// p < k8 (a multiple of 8): dst[p*32 + j] = src[p + j*cs], as 8x8 blocks
+// transposed in registers (unpack, shuffle, 128-bit permute).
+TEXT ·packBTAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ cs+16(FP), R8
+	SHLQ $2, R8
+	MOVQ k8+24(FP), CX
+	LEAQ (R8)(R8*2), R9
+	SHRQ $3, CX
+	JEQ tdone
+tloop:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ $4, DX
+tblock:
+	MOVQ R10, AX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(R8*1), Y1
+	VMOVUPS (AX)(R8*2), Y2
+	VMOVUPS (AX)(R9*1), Y3
+	LEAQ (AX)(R8*4), AX
+	VMOVUPS (AX), Y4
+	VMOVUPS (AX)(R8*1), Y5
+	VMOVUPS (AX)(R8*2), Y6
+	VMOVUPS (AX)(R9*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, 0(R11)
+	VMOVUPS Y9, 128(R11)
+	VMOVUPS Y10, 256(R11)
+	VMOVUPS Y11, 384(R11)
+	VMOVUPS Y12, 512(R11)
+	VMOVUPS Y13, 640(R11)
+	VMOVUPS Y14, 768(R11)
+	VMOVUPS Y15, 896(R11)
+	LEAQ (R10)(R8*8), R10
+	ADDQ $32, R11
+	DECQ DX
+	JNE tblock
+	ADDQ $32, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNE tloop
+tdone:
+	VZEROUPPER
+	RET

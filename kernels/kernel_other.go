@@ -39,3 +39,6 @@ func expInPlace(x []float64) {
 		x[i] = exp64(v)
 	}
 }
+
+// packBT: no assembly in this build.
+func packBT(dst, src []float32, cs, k int) bool { return false }

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -41,7 +40,7 @@ func MatMul(out, a, b []float32, m, k, n int) {
 	checkLen("MatMul out", out, m*n)
 	checkLen("MatMul a", a, m*k)
 	checkLen("MatMul b", b, k*n)
-	gemm(runtime.GOMAXPROCS(0), out, view{a, k, 1}, view{b, n, 1}, m, k, n)
+	gemm(Workers(), out, view{a, k, 1}, view{b, n, 1}, m, k, n)
 }
 
 // MatMulGradA computes da[m,k] = dy[m,n] @ b[k,n]^T.
@@ -49,7 +48,7 @@ func MatMulGradA(da, dy, b []float32, m, k, n int) {
 	checkLen("MatMulGradA da", da, m*k)
 	checkLen("MatMulGradA dy", dy, m*n)
 	checkLen("MatMulGradA b", b, k*n)
-	gemm(runtime.GOMAXPROCS(0), da, view{dy, n, 1}, view{b, 1, n}, m, n, k)
+	gemm(Workers(), da, view{dy, n, 1}, view{b, 1, n}, m, n, k)
 }
 
 // MatMulGradB computes db[k,n] = a[m,k]^T @ dy[m,n], the sum over the m
@@ -58,7 +57,7 @@ func MatMulGradB(db, a, dy []float32, m, k, n int) {
 	checkLen("MatMulGradB db", db, k*n)
 	checkLen("MatMulGradB a", a, m*k)
 	checkLen("MatMulGradB dy", dy, m*n)
-	gemm(runtime.GOMAXPROCS(0), db, view{a, 1, k}, view{dy, n, 1}, k, m, n)
+	gemm(Workers(), db, view{a, 1, k}, view{dy, n, 1}, k, m, n)
 }
 
 func checkLen(what string, s []float32, n int) {
@@ -221,6 +220,9 @@ func packB(dst []float32, b view, k, j0, nj int) {
 			copy(dst[p*nr:p*nr+nr], b.data[p*b.rs+j0:])
 		}
 		return
+	}
+	if b.rs == 1 && nj == nr && packBT(dst, b.data[j0*b.cs:], b.cs, k) {
+		return // B is a transpose (MatMulGradA's b^T): 8x8 blocks in registers
 	}
 	for jj := 0; jj < nj; jj++ {
 		src := b.data[(j0+jj)*b.cs:]

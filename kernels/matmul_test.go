@@ -138,6 +138,30 @@ func TestMicroKernelPaths(t *testing.T) {
 	t.Logf("k=%d: SIMD and portable differ by at most %d ulp (%.2g relative)", kb, maxULP, maxRel)
 }
 
+// TestMatMulGradTransposes: the backward products read a transposed
+// operand in place (packed by 8x8 register transposes, or read as
+// columns); they give the bits of MatMul on explicitly transposed copies.
+func TestMatMulGradTransposes(t *testing.T) {
+	rng := newRand(12)
+	for _, sh := range [][3]int{{37, 100, 70}, {100, 790, 70}, {13, 35, 33}, {64, 8, 96}, {5, 7, 3}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		a, _ := randVec(rng, m*k)
+		b, _ := randVec(rng, k*n)
+		dy, _ := randVec(rng, m*n)
+		bT, aT := make([]float32, n*k), make([]float32, k*m)
+		Transpose(bT, b, k, n)
+		Transpose(aT, a, m, k)
+		da, want := make([]float32, m*k), make([]float32, m*k)
+		MatMulGradA(da, dy, b, m, k, n)
+		MatMul(want, dy, bT, m, n, k)
+		sameBits(t, fmt.Sprintf("%v grad_a", sh), da, want)
+		db, wantB := make([]float32, k*n), make([]float32, k*n)
+		MatMulGradB(db, a, dy, m, k, n)
+		MatMul(wantB, aT, dy, k, m, n)
+		sameBits(t, fmt.Sprintf("%v grad_b", sh), db, wantB)
+	}
+}
+
 // TestMatMulISAs: the AVX-512 and AVX2 kernels give the same bits (each
 // element is the same k-order chain of fused multiply-adds), for all three
 // products, on shapes with edge tiles and several k panels.

@@ -6,18 +6,34 @@ import (
 	"sync/atomic"
 )
 
+var workers atomic.Int32
+
+// SetWorkers sets how many goroutines one kernel call may use (0, the
+// default: GOMAXPROCS). A process that runs several ranks at once gives
+// each its share of the cores, so concurrent kernels do not fan out past
+// them. Results never depend on it.
+func SetWorkers(n int) { workers.Store(int32(max(n, 0))) }
+
+// Workers is how many goroutines one kernel call may use.
+func Workers() int {
+	if n := workers.Load(); n > 0 {
+		return int(n)
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
 // minParallelWork is the operation count below which spawning goroutines
 // costs more than it saves (a goroutine start is about a microsecond).
 const minParallelWork = 1 << 15
 
 // parallelFor calls fn on disjoint ranges covering [0, n), from up to
-// GOMAXPROCS goroutines when n*cost (cost is the work per index, in rough
+// Workers() goroutines when n*cost (cost is the work per index, in rough
 // operations) pays for them. Ranges are handed out dynamically for balance
 // (causal attention rows differ in cost), which is safe for determinism
 // because fn must compute each index on its own: which goroutine runs a
 // range never changes what it computes.
 func parallelFor(n, cost int, fn func(lo, hi int)) {
-	parallelForWorkers(runtime.GOMAXPROCS(0), n, cost, fn)
+	parallelForWorkers(Workers(), n, cost, fn)
 }
 
 func parallelForWorkers(workers, n, cost int, fn func(lo, hi int)) {

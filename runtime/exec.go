@@ -37,10 +37,14 @@ type rank struct {
 	peak int64
 
 	// Freed float buffers by length, reused by the next Alloc of that
-	// length (cleared: no page faults, no garbage), holding at most peak
-	// bytes in all.
+	// length (no page faults, no garbage; cleared unless overwritten),
+	// holding at most peak bytes in all.
 	pool      map[int64][][]float32
 	poolBytes int64
+	// overwritten[id]: the first instruction to touch buffer id after its
+	// Alloc writes all of it and reads none of it, so a reused slice needs
+	// no clearing.
+	overwritten []bool
 
 	step   int   // 1-based optimizer step
 	micro  int   // for loads: the data a Load fills comes from data
@@ -92,7 +96,68 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
 			k.alloc(int32(id))
 		}
 	}
+	k.overwritten = k.findOverwritten()
 	return k
+}
+
+// findOverwritten finds the transient buffers whose first use after each
+// Alloc writes them whole without reading them: on the allocating
+// stream, before any Record (so no other stream can be ordered between
+// the Alloc and that use), a kernel with the buffer itself (not a view)
+// among its results and not among its operands (kernels write their
+// results in full), or an all-gather, reduce-scatter or out-of-place
+// all-reduce into it. A buffer allocated more than once qualifies only
+// if every Alloc does.
+func (k *rank) findOverwritten() []bool {
+	ok := make([]bool, len(k.p.Buffers))
+	seen := make([]bool, len(k.p.Buffers))
+	root := func(id int32) int32 { r, _ := k.offset(id); return r }
+	for _, ins := range k.p.Streams {
+		for i, in := range ins {
+			if in.Op != codegen.Alloc {
+				continue
+			}
+			id := in.Buf
+			good := false
+		scan:
+			for _, x := range ins[i+1:] {
+				switch x.Op {
+				case codegen.Record, codegen.Free, codegen.Load:
+					if x.Op != codegen.Load || x.Buf == id {
+						break scan
+					}
+				case codegen.Kernel:
+					wrote := false
+					for _, o := range x.Outs {
+						if o == id {
+							wrote = true
+						} else if root(o) == id {
+							break scan
+						}
+					}
+					for _, a := range x.Args {
+						if root(a) == id {
+							break scan
+						}
+					}
+					if wrote {
+						good = true
+						break scan
+					}
+				case codegen.Collective:
+					rin, rout := root(x.In), root(x.Out)
+					if rin == id || rout == id {
+						good = x.Out == id && rin != id &&
+							(x.Coll == codegen.AllGather || x.Coll == codegen.ReduceScatter || x.Coll == codegen.AllReduce)
+						break scan
+					}
+				}
+			}
+			ok[id] = good && (!seen[id] || ok[id])
+			seen[id] = true
+		}
+	}
+	return ok
 }
 
 func (k *rank) alloc(id int32) {
@@ -105,7 +170,9 @@ func (k *rank) alloc(id int32) {
 		s := free[len(free)-1]
 		k.pool[buf.Elems] = free[:len(free)-1]
 		k.poolBytes -= 4 * buf.Elems
-		clear(s)
+		if !k.overwritten[id] {
+			clear(s)
+		}
 		k.f32[id] = s
 	} else {
 		k.f32[id] = make([]float32, buf.Elems)

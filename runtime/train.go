@@ -8,12 +8,14 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
 
 	"amspc/codegen"
 	"amspc/ir"
+	"amspc/kernels"
 )
 
 // Data is a token stream cut into windows of SeqLen+1 tokens with stride
@@ -166,6 +168,9 @@ func (r *Run) Start() error {
 	if len(local) != 1 && len(local) != n {
 		return fmt.Errorf("this process runs %d of %d ranks; a process runs every rank or one", len(local), n)
 	}
+	// The ranks of this process compute at once: each kernel call gets
+	// their share of the cores.
+	kernels.SetWorkers(max(1, goruntime.GOMAXPROCS(0)/len(local)))
 	// Every template has the same layouts (params, offsets, padding), as
 	// checkpoints also rely on.
 	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
