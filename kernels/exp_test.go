@@ -53,15 +53,23 @@ func TestExp64(t *testing.T) {
 	}
 }
 
-// TestExpPaths: expInPlace (SIMD when the CPU has it) gives exp64's bits.
+// TestExpPaths: expInPlace (AVX-512 and AVX2 where the CPU has them)
+// gives exp64's bits.
 func TestExpPaths(t *testing.T) {
 	xs := expInputs()
-	got := append([]float64(nil), xs...)
-	expInPlace(got)
-	for i, x := range xs {
-		want := exp64(x)
-		if math.Float64bits(got[i]) != math.Float64bits(want) && !(math.IsNaN(got[i]) && math.IsNaN(want)) {
-			t.Fatalf("expInPlace(%v) = %v (%#x), exp64 %v (%#x)", x, got[i], math.Float64bits(got[i]), want, math.Float64bits(want))
+	for _, level := range []int{isaAVX512, isaAVX2} {
+		if level > isa {
+			continue
+		}
+		old := setISA(level)
+		got := append([]float64(nil), xs...)
+		expInPlace(got)
+		setISA(old)
+		for i, x := range xs {
+			want := exp64(x)
+			if math.Float64bits(got[i]) != math.Float64bits(want) && !(math.IsNaN(got[i]) && math.IsNaN(want)) {
+				t.Fatalf("isa %d: expInPlace(%v) = %v (%#x), exp64 %v (%#x)", level, x, got[i], math.Float64bits(got[i]), want, math.Float64bits(want))
+			}
 		}
 	}
 }

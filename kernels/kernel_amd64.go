@@ -169,8 +169,17 @@ var expTable = func() (t [expConsts][8]float64) {
 
 const expConsts = 16
 
-// expInPlace sets x[i] = exp64(x[i]), four at a time with AVX2.
+//go:noescape
+func expAVX512(x *float64, n int, c *[expConsts][8]float64)
+
+// expInPlace sets x[i] = exp64(x[i]), eight at a time with AVX-512, four
+// with AVX2.
 func expInPlace(x []float64) {
+	if isa >= isaAVX512 && len(x) >= 8 {
+		n := len(x) &^ 7
+		expAVX512(&x[0], n, &expTable)
+		x = x[n:]
+	}
 	if simd && len(x) >= 4 {
 		n := len(x) &^ 3
 		expAVX2(&x[0], n, &expTable)

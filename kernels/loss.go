@@ -57,10 +57,7 @@ func checkTargets(targets []int32, rows, vocab int) error {
 
 // logSumExp returns log(sum(exp(x))) of a row, shifted by its max.
 func logSumExp(x []float32) float64 {
-	mx := float32(math.Inf(-1))
-	for _, v := range x {
-		mx = max(mx, v)
-	}
+	mx := maxOf(x)
 	var s float64
 	var e [expChunk]float64
 	for c := 0; c < len(x); c += expChunk {
