@@ -68,10 +68,10 @@ func peakFMA(n int, wide bool) bool {
 }
 
 //go:noescape
-func kernel6x16AVX2(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
+func kernel6x16AVX2(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 
 //go:noescape
-func kernel12x32AVX512(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
+func kernel12x32AVX512(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 
 // The assembly kernels' strides are those of a 12x32 tile.
 const _ = uint(mr-12) + uint(12-mr) + uint(nr-32) + uint(32-nr)
@@ -79,7 +79,7 @@ const _ = uint(mr-12) + uint(12-mr) + uint(nr-32) + uint(32-nr)
 // microKernel adds the product of a packed mr-row A strip and a packed
 // nr-column B strip (kb steps) into the tile t.
 func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
-	if !microKernelC(a, 1, mr, b, kb, t[:], nr, false) {
+	if !microKernelC(a, 1, mr, b, nr, kb, t[:], nr, false) {
 		kernelGo(a, b, kb, t)
 	}
 }
@@ -107,9 +107,10 @@ func FirstNonFinite(x []float32) int {
 // apart), from zero when zero (the first k panel), else adding to it;
 // false when there is no SIMD kernel (the caller then goes through the
 // tile buffer and kernelGo). A(i, p) is a[i*ars + p*aks]: a packed strip
-// (ars 1, aks mr) or A's rows in place (ars the row stride, aks 1). Under
-// AVX2 the tile is four 6x16 quarters.
-func microKernelC(a []float32, ars, aks int, b []float32, kb int, c []float32, ldc int, zero bool) bool {
+// (ars 1, aks mr) or A's rows in place (ars the row stride, aks 1).
+// B(p, j) is b[p*bks + j]: a packed strip (bks nr) or B's rows in place.
+// Under AVX2 the tile is four 6x16 quarters.
+func microKernelC(a []float32, ars, aks int, b []float32, bks, kb int, c []float32, ldc int, zero bool) bool {
 	if !simd {
 		return false
 	}
@@ -122,17 +123,17 @@ func microKernelC(a []float32, ars, aks int, b []float32, kb int, c []float32, l
 		return true
 	}
 	_ = a[(mr-1)*ars+(kb-1)*aks]
-	_ = b[kb*nr-1]
+	_ = b[(kb-1)*bks+nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
 	if isa >= isaAVX512 {
-		kernel12x32AVX512(&a[0], 4*ars, 4*aks, &b[0], kb, &c[0], ldc, zero)
+		kernel12x32AVX512(&a[0], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[0], ldc, zero)
 		return true
 	}
 	h := mr / 2
-	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[0], kb, &c[0], ldc, zero)
-	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[16], kb, &c[16], ldc, zero)
-	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[0], kb, &c[h*ldc], ldc, zero)
-	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[16], kb, &c[h*ldc+16], ldc, zero)
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[0], ldc, zero)
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[16], 4*bks, kb, &c[16], ldc, zero)
+	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[h*ldc], ldc, zero)
+	kernel6x16AVX2(&a[h*ars], 4*ars, 4*aks, &b[16], 4*bks, kb, &c[h*ldc+16], ldc, zero)
 	return true
 }
 

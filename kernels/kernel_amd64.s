@@ -84,30 +84,33 @@ nfdone:
 	VZEROUPPER
 	RET
 
-// func kernel6x16AVX2(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
+// func kernel6x16AVX2(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 //
-// One quarter of a 12x32 tile: c[i*ldc+j] += A(i, p) * b[p*32+j] for
+// One quarter of a 12x32 tile: c[i*ldc+j] += A(i, p) * B(p, j) for
 // p = 0 .. kb-1 in order, i < 6, j < 16, starting from 0 instead of c when
 // zero (a first k panel). A(i, p) is the float32 at a + i*ars + p*aks
 // (bytes): a packed strip (ars 4, aks 48) or rows of A in place (ars its
-// row stride, aks 4). b points into a packed 32-column B strip (128 bytes
-// a step). One fused multiply-add per element per p: each output element
-// lives in one lane of one register (Y4..Y15: row i, columns 0-7 and
-// 8-15), so its sum is the plain k-order sequence of FMAs. C is a tile in
-// place (ldc its row stride in elements) or the caller's tile buffer.
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-57
+// row stride, aks 4). B(p, j) is at b + p*bks + 4j: a packed 32-column
+// strip (bks 128) or B's rows in place (bks its row stride). One fused
+// multiply-add per element per p: each output element lives in one lane
+// of one register (Y4..Y15: row i, columns 0-7 and 8-15), so its sum is
+// the plain k-order sequence of FMAs. C is a tile in place (ldc its row
+// stride in elements) or the caller's tile buffer.
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-65
 	MOVQ a+0(FP), SI
 	MOVQ ars+8(FP), R8
 	MOVQ aks+16(FP), R9
 	MOVQ b+24(FP), DI
-	MOVQ kb+32(FP), CX
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R13
+	MOVQ bks+32(FP), BX
+	MOVQ kb+40(FP), CX
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R13
 	SHLQ $2, R13
 	LEAQ (SI)(R8*2), R10
 	ADDQ R8, R10
-	MOVBLZX zero+56(FP), AX
-	TESTQ AX, AX
+	MOVQ BX, AX
+	MOVBLZX zero+64(FP), BX
+	TESTQ BX, BX
 	JNE kernel6x16AVX2zero
 	MOVQ DX, BX
 	VMOVUPS 0(BX), Y4
@@ -167,7 +170,7 @@ kernel6x16AVX2loop:
 	VFMADD231PS Y1, Y3, Y15
 	ADDQ R9, SI
 	ADDQ R9, R10
-	ADDQ $128, DI
+	ADDQ AX, DI
 	DECQ CX
 	JNE kernel6x16AVX2loop
 kernel6x16AVX2done:
@@ -193,22 +196,23 @@ kernel6x16AVX2done:
 	RET
 
 
-// func kernel12x32AVX512(a *float32, ars, aks int, b *float32, kb int, c *float32, ldc int, zero bool)
+// func kernel12x32AVX512(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 //
-// The full 12x32 tile: c[i*ldc+j] += A(i, p) * b[p*32+j] for p = 0 ..
-// kb-1 in order, i < 12, j < 32, from 0 instead of c when zero; A(i, p) as
-// in kernel6x16AVX2. As there, one fused multiply-add per element per p,
+// The full 12x32 tile: c[i*ldc+j] += A(i, p) * B(p, j) for p = 0 ..
+// kb-1 in order, i < 12, j < 32, from 0 instead of c when zero; A and B
+// as in kernel6x16AVX2. As there, one fused multiply-add per element per p,
 // each element in one lane (Z8..Z31: row i, columns 0-15 and 16-31), so
 // the bits are the AVX2 kernel's and the naive k-order loop's of fused
 // multiply-adds.
-TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-57
+TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-65
 	MOVQ a+0(FP), SI
 	MOVQ ars+8(FP), R8
 	MOVQ aks+16(FP), R9
 	MOVQ b+24(FP), DI
-	MOVQ kb+32(FP), CX
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R13
+	MOVQ bks+32(FP), BX
+	MOVQ kb+40(FP), CX
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R13
 	SHLQ $2, R13
 	LEAQ (SI)(R8*2), R10
 	ADDQ R8, R10
@@ -216,8 +220,9 @@ TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-57
 	ADDQ R8, R11
 	LEAQ (R11)(R8*2), R12
 	ADDQ R8, R12
-	MOVBLZX zero+56(FP), AX
-	TESTQ AX, AX
+	MOVQ BX, AX
+	MOVBLZX zero+64(FP), BX
+	TESTQ BX, BX
 	JNE kernel12x32AVX512zero
 	MOVQ DX, BX
 	VMOVUPS 0(BX), Z8
@@ -327,7 +332,7 @@ kernel12x32AVX512loop:
 	ADDQ R9, R10
 	ADDQ R9, R11
 	ADDQ R9, R12
-	ADDQ $128, DI
+	ADDQ AX, DI
 	DECQ CX
 	JNE kernel12x32AVX512loop
 kernel12x32AVX512done:

@@ -27,7 +27,7 @@ func setISA(level int) int { return isaNone }
 func FirstNonFinite(x []float32) int { return firstNonFiniteGo(x) }
 
 // microKernelC: no in-place kernel in this build.
-func microKernelC(a []float32, ars, aks int, b []float32, kb int, c []float32, ldc int, zero bool) bool {
+func microKernelC(a []float32, ars, aks int, b []float32, bks, kb int, c []float32, ldc int, zero bool) bool {
 	return false
 }
 
