@@ -36,11 +36,11 @@ for model in tiny d512x8; do
 	for r in $(seq "$rounds"); do
 		$py bench/torch_ddp.py --procs 2 $targs --steps $((steps + 1)) |
 			sed -n 's/.* \([0-9]*\) tokens\/s.*/torch 2 ddp \1/p' >>"$tmp/$model"
-		for plan in ddp zero3; do
+		for plan in ddp zero2 zero3; do
 			s=$("$tmp/amspc" run --steps "$steps" --cluster "$tmp/c2.amsp" --train "$tmp/t2.amsp" --shard $plan "$file" | median)
 			echo "amspc 2 $plan $(awk -v s="$s" -v t=$((batch * seq)) 'BEGIN { printf "%.0f", t / s }')" >>"$tmp/$model"
 		done
-		for plan in ddp zero2 zero3; do
+		for plan in ddp zero1 zero2 zero3; do
 			s=$("$tmp/amspc" run --steps "$steps" --train "$tmp/t8.amsp" --shard $plan "$file" | median)
 			echo "amspc 8 $plan $(awk -v s="$s" -v t=$((batch * seq)) 'BEGIN { printf "%.0f", t / s }')" >>"$tmp/$model"
 		done

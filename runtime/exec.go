@@ -46,6 +46,13 @@ type rank struct {
 	// no clearing.
 	overwritten []bool
 
+	// gate, when the process runs more ranks than it has cores, lets only
+	// as many kernels run at once as there are cores: each then runs to
+	// its end with its caches instead of being time-sliced with the
+	// others (kernels never wait for another rank, so holding a place
+	// cannot deadlock).
+	gate chan struct{}
+
 	step   int   // 1-based optimizer step
 	micro  int   // for loads: the data a Load fills comes from data
 	data   *Data // shared by all ranks
@@ -294,11 +301,19 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 		case codegen.Kernel:
+			if k.gate != nil {
+				k.gate <- struct{}{}
+			}
 			t0 := time.Now()
-			if err := k.kernel(in); err != nil {
+			err := k.kernel(in)
+			d := time.Since(t0)
+			if k.gate != nil {
+				<-k.gate
+			}
+			if err != nil {
 				return k.fail(s, in, err)
 			}
-			k.time(in.Kern.String(), time.Since(t0))
+			k.time(in.Kern.String(), d)
 		case codegen.Collective:
 			t0 := time.Now()
 			if err := k.collective(s, in); err != nil {

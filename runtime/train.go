@@ -170,12 +170,18 @@ func (r *Run) Start() error {
 	}
 	// The ranks of this process compute at once: each kernel call gets
 	// their share of the cores.
-	kernels.SetWorkers(max(1, goruntime.GOMAXPROCS(0)/len(local)))
+	cores := goruntime.GOMAXPROCS(0)
+	kernels.SetWorkers(max(1, cores/len(local)))
+	var gate chan struct{}
+	if len(local) > cores {
+		gate = make(chan struct{}, cores)
+	}
 	// Every template has the same layouts (params, offsets, padding), as
 	// checkpoints also rely on.
 	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
 	for _, i := range local {
 		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
+		k.gate = gate
 		k.initShards(flats)
 		r.ranks = append(r.ranks, k)
 	}
