@@ -13,6 +13,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +48,10 @@ type rank struct {
 	overwritten []bool
 
 	// gate, when the process runs more ranks than it has cores, lets only
-	// as many kernels run at once as there are cores: each then runs to
-	// its end with its caches instead of being time-sliced with the
-	// others (kernels never wait for another rank, so holding a place
-	// cannot deadlock).
+	// as many streams compute at once as there are cores: each runs its
+	// kernels to their end with its caches instead of being time-sliced
+	// with the others (a place is given up before every wait and
+	// collective, so holding one cannot deadlock).
 	gate chan struct{}
 
 	step   int   // 1-based optimizer step
@@ -107,64 +108,115 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
 	return k
 }
 
-// findOverwritten finds the transient buffers whose first use after each
-// Alloc writes them whole without reading them: on the allocating
-// stream, before any Record (so no other stream can be ordered between
-// the Alloc and that use), a kernel with the buffer itself (not a view)
-// among its results and not among its operands (kernels write their
-// results in full), or an all-gather, reduce-scatter or out-of-place
-// all-reduce into it. A buffer allocated more than once qualifies only
-// if every Alloc does.
+// findOverwritten finds the transient buffers whose first uses after
+// each Alloc write all of them before reading any part not yet written:
+// on the allocating stream, before any Record (so no other stream can be
+// ordered between the Alloc and those uses), kernels' results (kernels
+// write their results in full) and collectives' outputs, whole or as
+// views (a two-level all-gather writes its node's part, then the whole
+// from it). A buffer allocated more than once qualifies only if every
+// Alloc does.
 func (k *rank) findOverwritten() []bool {
 	ok := make([]bool, len(k.p.Buffers))
 	seen := make([]bool, len(k.p.Buffers))
-	root := func(id int32) int32 { r, _ := k.offset(id); return r }
 	for _, ins := range k.p.Streams {
 		for i, in := range ins {
 			if in.Op != codegen.Alloc {
 				continue
 			}
 			id := in.Buf
-			good := false
-		scan:
-			for _, x := range ins[i+1:] {
-				switch x.Op {
-				case codegen.Record, codegen.Free, codegen.Load:
-					if x.Op != codegen.Load || x.Buf == id {
-						break scan
-					}
-				case codegen.Kernel:
-					wrote := false
-					for _, o := range x.Outs {
-						if o == id {
-							wrote = true
-						} else if root(o) == id {
-							break scan
-						}
-					}
-					for _, a := range x.Args {
-						if root(a) == id {
-							break scan
-						}
-					}
-					if wrote {
-						good = true
-						break scan
-					}
-				case codegen.Collective:
-					rin, rout := root(x.In), root(x.Out)
-					if rin == id || rout == id {
-						good = x.Out == id && rin != id &&
-							(x.Coll == codegen.AllGather || x.Coll == codegen.ReduceScatter || x.Coll == codegen.AllReduce)
-						break scan
-					}
-				}
-			}
+			good := k.writtenBeforeRead(id, ins[i+1:])
 			ok[id] = good && (!seen[id] || ok[id])
 			seen[id] = true
 		}
 	}
 	return ok
+}
+
+// writtenBeforeRead says whether the instructions ins, from the start,
+// write every element of root buffer id before reading any of it that
+// they have not written, and before any Record, Free or Load of it.
+func (k *rank) writtenBeforeRead(id int32, ins []codegen.Instr) bool {
+	var done elemRanges
+	whole := k.p.Buffers[id].Elems
+	// part is the span of root id that buffer b covers, or false.
+	part := func(b int32) (elemRange, bool) {
+		r, off := k.offset(b)
+		return elemRange{off, off + k.p.Buffers[b].Elems}, r == id
+	}
+	for _, x := range ins {
+		switch x.Op {
+		case codegen.Record:
+			return false
+		case codegen.Free, codegen.Load:
+			if x.Buf == id {
+				return false
+			}
+		case codegen.Kernel:
+			for _, a := range x.Args {
+				if sp, mine := part(a); mine && !done.cover(sp) {
+					return false
+				}
+			}
+			for _, o := range x.Outs {
+				if sp, mine := part(o); mine {
+					done.add(sp)
+				}
+			}
+		case codegen.Collective:
+			reads := []int32{x.In}
+			if x.Coll == codegen.Broadcast || x.In == x.Out {
+				reads = append(reads, x.Out)
+			}
+			for _, b := range reads {
+				if sp, mine := part(b); mine && !done.cover(sp) {
+					return false
+				}
+			}
+			if sp, mine := part(x.Out); mine {
+				done.add(sp)
+			}
+		}
+		if done.cover(elemRange{0, whole}) {
+			return true
+		}
+	}
+	return false
+}
+
+// elemRange is the elements [lo, hi) of a buffer; elemRanges a sorted,
+// disjoint, non-adjacent union of them.
+type elemRange struct{ lo, hi int64 }
+type elemRanges []elemRange
+
+func (ss *elemRanges) add(x elemRange) {
+	if x.lo >= x.hi {
+		return
+	}
+	var out elemRanges
+	for _, s := range *ss {
+		switch {
+		case s.hi < x.lo || x.hi < s.lo:
+			out = append(out, s)
+		default:
+			x = elemRange{min(s.lo, x.lo), max(s.hi, x.hi)}
+		}
+	}
+	out = append(out, x)
+	sort.Slice(out, func(i, j int) bool { return out[i].lo < out[j].lo })
+	*ss = out
+}
+
+func (ss elemRanges) cover(x elemRange) bool {
+	if x.lo >= x.hi {
+		return true
+	}
+	for _, s := range ss {
+		if s.lo <= x.lo && x.hi <= s.hi {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *rank) alloc(id int32) {
@@ -275,7 +327,14 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err error) {
 	ins := k.p.Streams[s]
 	var cur *codegen.Instr
+	// With a gate, a stream holds its place through a run of kernels (the
+	// next one finds its inputs in this core's caches) and gives it up
+	// before anything that may block.
+	held := false
 	defer func() {
+		if held {
+			<-k.gate
+		}
 		if r := recover(); r != nil {
 			err = k.fail(s, cur, fmt.Errorf("%v", r))
 		}
@@ -283,6 +342,16 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 	for i := range ins {
 		in := &ins[i]
 		cur = in
+		if k.gate != nil {
+			switch {
+			case in.Op == codegen.Kernel && !held:
+				k.gate <- struct{}{}
+				held = true
+			case (in.Op == codegen.Wait || in.Op == codegen.Collective) && held:
+				<-k.gate
+				held = false
+			}
+		}
 		switch in.Op {
 		case codegen.Alloc:
 			k.alloc(in.Buf)
@@ -301,19 +370,11 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 		case codegen.Kernel:
-			if k.gate != nil {
-				k.gate <- struct{}{}
-			}
 			t0 := time.Now()
-			err := k.kernel(in)
-			d := time.Since(t0)
-			if k.gate != nil {
-				<-k.gate
-			}
-			if err != nil {
+			if err := k.kernel(in); err != nil {
 				return k.fail(s, in, err)
 			}
-			k.time(in.Kern.String(), d)
+			k.time(in.Kern.String(), time.Since(t0))
 		case codegen.Collective:
 			t0 := time.Now()
 			if err := k.collective(s, in); err != nil {
