@@ -83,11 +83,12 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 	pbp := getF32(nStrips * k * nr)
 	defer putF32(pbp)
 	pb := *pbp
-	// A SIMD kernel reads a row-major B's full strips in place (measured:
-	// 3 to 15 % faster than packing them, most at small m, where packing
-	// k*n values is not repaid by 2*m*k*n FLOPs); only the edge strip and
-	// a transposed B are packed, split by strips when big.
-	directB := simd && b.cs == 1
+	// At small m, packing k*n values is not repaid by 2*m*k*n FLOPs: a
+	// SIMD kernel reads a row-major B's full strips in place (15 % faster
+	// at m = 256), unless B's rows are a multiple of 4 KiB apart, which
+	// maps a strip's rows onto a few cache sets (n = 1024: 10 % slower).
+	// Otherwise B is packed, split by strips when big.
+	directB := simd && b.cs == 1 && m <= 512 && b.rs%1024 != 0
 	parallelForWorkers(workers, nStrips, k*nr, func(lo, hi int) {
 		for s := lo; s < hi; s++ {
 			if nj := min(nr, n-s*nr); !directB || nj < nr {
