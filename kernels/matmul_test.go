@@ -291,7 +291,7 @@ func BenchmarkMatMulGrad(b *testing.B) {
 // MatMul's GFLOP/s are fractions of); "scalar" the same as Go compiles
 // it, one lane.
 func BenchmarkPeakFMA(b *testing.B) {
-	const iters = 1 << 14
+	const iters = 1 << 18
 	workers := runtime.GOMAXPROCS(0)
 	for _, v := range []struct {
 		name  string
