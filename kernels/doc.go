@@ -63,6 +63,9 @@
 //
 // Scratch. Hot kernels allocate no data-sized buffers per call: matmul
 // packing buffers, attention score rows and per-row norm statistics come
-// from package pools and are reused across calls (what remains is a few
-// small closure objects when a kernel fans out to goroutines).
+// from package pools and are reused across calls, exponentials go through
+// a 256-value array on the stack (what remains is a few small closure
+// objects when a kernel fans out to goroutines). A kernel call uses up to
+// Workers() goroutines (SetWorkers; the runtime gives each of a process's
+// ranks its share of the cores).
 package kernels

@@ -13,6 +13,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -234,7 +235,7 @@ func (k *rank) alloc(id int32) {
 		}
 		k.f32[id] = s
 	} else {
-		k.f32[id] = make([]float32, buf.Elems)
+		k.f32[id] = makeF32(buf.Elems)
 	}
 	k.live += buf.Bytes()
 	k.peak = max(k.peak, k.live)
@@ -375,6 +376,9 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 			k.time(in.Kern.String(), time.Since(t0))
+			// A collective woken while both cores compute would wait for
+			// the scheduler's 10 ms preemption: let it run now.
+			goruntime.Gosched()
 		case codegen.Collective:
 			t0 := time.Now()
 			if err := k.collective(s, in); err != nil {
