@@ -5,7 +5,8 @@ package runtime
 // `amspc run` does on this machine. Every rank of the topology is a
 // goroutine and all of them run the same kernel (or the same collective,
 // each on its own group) at once, sharing the machine's cores as the
-// ranks of a step do. Kernels go through the CPU backend's dispatch
+// ranks of a step do (the same workers per call, and at most as many
+// ranks computing at once as there are cores). Kernels go through the CPU backend's dispatch
 // (rank.kernel: the op's kernel, bf16 rounding of the results, the
 // finiteness check) and collectives through the local Comm.
 //
@@ -45,8 +46,9 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 	}
 	n := topo.Ranks()
 	ks := make([]*rank, n)
+	gate := shareCores(n) // as a step shares them
 	for r := range ks {
-		k := &rank{p: p, r: r, topo: topo, step: 1,
+		k := &rank{p: p, r: r, topo: topo, step: 1, gate: gate,
 			f32: make([][]float32, len(p.Buffers)), i32: make([][]int32, len(p.Buffers))}
 		bound := idBound(k, in)
 		for _, id := range slices.Concat(in.Args, in.Outs) {
@@ -66,6 +68,11 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 				err = fmt.Errorf("%v", e)
 			}
 		}()
+		if k.gate != nil {
+			// A compute stream holds its place through a run of kernels.
+			k.gate <- struct{}{}
+			defer func() { <-k.gate }()
+		}
 		for range calls {
 			if err := k.kernel(in); err != nil {
 				return err

@@ -170,12 +170,7 @@ func (r *Run) Start() error {
 	}
 	// The ranks of this process compute at once: each kernel call gets
 	// their share of the cores.
-	cores := goruntime.GOMAXPROCS(0)
-	kernels.SetWorkers(max(1, cores/len(local)))
-	var gate chan struct{}
-	if len(local) > cores {
-		gate = make(chan struct{}, cores)
-	}
+	gate := shareCores(len(local))
 	// Every template has the same layouts (params, offsets, padding), as
 	// checkpoints also rely on.
 	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
@@ -184,6 +179,19 @@ func (r *Run) Start() error {
 		k.gate = gate
 		k.initShards(flats)
 		r.ranks = append(r.ranks, k)
+	}
+	return nil
+}
+
+// shareCores divides this process's cores among the n ranks it runs, as a
+// step and a profile's measurement both do: each kernel call gets
+// GOMAXPROCS/n workers (at least 1), and when n exceeds the cores, the
+// returned gate lets only as many ranks compute at once (else nil).
+func shareCores(n int) chan struct{} {
+	cores := goruntime.GOMAXPROCS(0)
+	kernels.SetWorkers(max(1, cores/n))
+	if n > cores {
+		return make(chan struct{}, cores)
 	}
 	return nil
 }
