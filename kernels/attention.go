@@ -220,51 +220,17 @@ func axpy(y []float32, alpha float32, x []float32) {
 }
 
 // scaleMax multiplies x by scale in place and returns the largest
-// result (-Inf for none), with four running maxima: max is exact, so the
-// order does not change it. A NaN is skipped here and caught downstream
-// (exp of it is NaN, and so is the row's sum).
+// result (-Inf for none).
 func scaleMax(x []float32, scale float32) float32 {
-	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		v := x[i : i+4 : i+4]
-		v[0] *= scale
-		v[1] *= scale
-		v[2] *= scale
-		v[3] *= scale
-		if v[0] > m0 {
-			m0 = v[0]
-		}
-		if v[1] > m1 {
-			m1 = v[1]
-		}
-		if v[2] > m2 {
-			m2 = v[2]
-		}
-		if v[3] > m3 {
-			m3 = v[3]
-		}
-	}
-	for ; i < len(x); i++ {
+	for i := range x {
 		x[i] *= scale
-		if x[i] > m0 {
-			m0 = x[i]
-		}
 	}
-	if m1 > m0 {
-		m0 = m1
-	}
-	if m3 > m2 {
-		m2 = m3
-	}
-	if m2 > m0 {
-		m0 = m2
-	}
-	return m0
+	return maxOf(x)
 }
 
-// maxOf is the largest of x (-Inf for none), as scaleMax without the
-// scaling.
+// maxOf is the largest of x (-Inf for none), with four running maxima:
+// max is exact, so the order does not change it. A NaN is skipped here
+// and caught downstream (exp of it is NaN, and so is the row's sum).
 func maxOf(x []float32) float32 {
 	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
 	i := 0

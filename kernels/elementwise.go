@@ -8,18 +8,9 @@ import "math"
 // SiLU computes out = x * sigmoid(x).
 func SiLU(out, x []float32) {
 	out = out[:len(x)]
-	parallelFor(len(x), 20, func(lo, hi int) {
-		var e [expChunk]float64
-		for c := lo; c < hi; c += expChunk {
-			xs := x[c:min(c+expChunk, hi)]
-			b := e[:len(xs)]
-			for j, v := range xs {
-				b[j] = -float64(v)
-			}
-			expInPlace(b)
-			for j, v := range xs {
-				out[c+j] = float32(float64(v) / (1 + b[j]))
-			}
+	expNegChunks(x, func(c int, xs []float32, e []float64) {
+		for j, v := range xs {
+			out[c+j] = float32(float64(v) / (1 + e[j]))
 		}
 	})
 }
@@ -27,6 +18,19 @@ func SiLU(out, x []float32) {
 // SiLUGrad computes dx = dy * s * (1 + x*(1-s)), s = sigmoid(x).
 func SiLUGrad(dx, x, dy []float32) {
 	dx, dy = dx[:len(x)], dy[:len(x)]
+	expNegChunks(x, func(c int, xs []float32, e []float64) {
+		for j, v := range xs {
+			x := float64(v)
+			s := 1 / (1 + e[j])
+			dx[c+j] = float32(float64(dy[c+j]) * s * (1 + x*(1-s)))
+		}
+	})
+}
+
+// expNegChunks calls use on consecutive chunks xs = x[c:c+len(xs)] of at
+// most expChunk values with e[j] = exp64(-xs[j]), the chunks split among
+// workers.
+func expNegChunks(x []float32, use func(c int, xs []float32, e []float64)) {
 	parallelFor(len(x), 20, func(lo, hi int) {
 		var e [expChunk]float64
 		for c := lo; c < hi; c += expChunk {
@@ -36,11 +40,7 @@ func SiLUGrad(dx, x, dy []float32) {
 				b[j] = -float64(v)
 			}
 			expInPlace(b)
-			for j, v := range xs {
-				x := float64(v)
-				s := 1 / (1 + b[j])
-				dx[c+j] = float32(float64(dy[c+j]) * s * (1 + x*(1-s)))
-			}
+			use(c, xs, b)
 		}
 	})
 }

@@ -245,7 +245,10 @@ var matmulBenchShapes = [][3]int{{512, 512, 512}, {1024, 1024, 1024}, {4096, 512
 
 // BenchmarkMatMul: square shapes, and the d512x8 model's (2,048 tokens a
 // step on one rank: the q/k/v/o projections, w1 and w3, w2, the head).
-func BenchmarkMatMul(b *testing.B) {
+func BenchmarkMatMul(b *testing.B) { benchGemm(b, MatMul) }
+
+// benchGemm runs mul on each of matmulBenchShapes and reports GFLOP/s.
+func benchGemm(b *testing.B, mul func(out, x, y []float32, m, k, n int)) {
 	for _, s := range matmulBenchShapes {
 		m, k, n := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
@@ -254,7 +257,7 @@ func BenchmarkMatMul(b *testing.B) {
 			y, _ := randVec(rng, k*n)
 			out := make([]float32, m*n)
 			for b.Loop() {
-				MatMul(out, x, y, m, k, n)
+				mul(out, x, y, m, k, n)
 			}
 			b.ReportMetric(2*float64(m)*float64(k)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

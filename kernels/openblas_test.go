@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"fmt"
 	"runtime"
 	"testing"
 
@@ -17,19 +16,7 @@ import (
 func BenchmarkMatMulOpenBLAS(b *testing.B) {
 	openblas.SetThreads(runtime.GOMAXPROCS(0))
 	b.Logf("OpenBLAS core: %s, %d threads", openblas.Core(), runtime.GOMAXPROCS(0))
-	for _, s := range matmulBenchShapes {
-		m, k, n := s[0], s[1], s[2]
-		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
-			rng := newRand(5)
-			x, _ := randVec(rng, m*k)
-			y, _ := randVec(rng, k*n)
-			out := make([]float32, m*n)
-			for b.Loop() {
-				openblas.MatMul(out, x, y, m, k, n)
-			}
-			b.ReportMetric(2*float64(m)*float64(k)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
-	}
+	benchGemm(b, openblas.MatMul)
 }
 
 // TestOpenBLASAgrees: the comparison is of the same product (OpenBLAS

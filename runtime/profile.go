@@ -6,9 +6,10 @@ package runtime
 // goroutine and all of them run the same kernel (or the same collective,
 // each on its own group) at once, sharing the machine's cores as the
 // ranks of a step do (the same workers per call, and at most as many
-// ranks computing at once as there are cores). Kernels go through the CPU backend's dispatch
-// (rank.kernel: the op's kernel, bf16 rounding of the results, the
-// finiteness check) and collectives through the local Comm.
+// ranks computing at once as there are cores). Kernels go through the
+// CPU backend's dispatch (rank.kernel: the op's kernel, bf16 rounding of
+// the results, the finiteness check) and collectives through the local
+// Comm.
 //
 // One sample is the wall time from releasing every rank to the last one
 // finishing, divided by the calls each made: a kernel that takes a few
