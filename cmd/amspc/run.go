@@ -34,7 +34,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -212,18 +212,14 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	var caught os.Signal
-	if *cpuProfile != "" {
-		path := *cpuProfile
-		if pw != nil {
-			path = fmt.Sprintf("%s.rank%d", path, pw.rank)
-		}
-		stop, err := startCPUProfile(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
-			return exitUser
-		}
-		defer stop()
+	// The profile starts after the first step when there are more: the
+	// first step's page faults and allocations are not the steady state.
+	profileAt := first
+	if n-first > 1 {
+		profileAt = first + 1
 	}
+	stopProfile := func() {}
+	defer func() { stopProfile() }()
 	start := time.Now()
 	var stepTimes []float64
 	for i := first; i < n; i++ {
@@ -246,6 +242,18 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 				agreed = true
 				return stopped(r, caught, *save, checkpoint, stdout, said)
 			}
+		}
+		if *cpuProfile != "" && i == profileAt {
+			path := *cpuProfile
+			if pw != nil {
+				path = fmt.Sprintf("%s.rank%d", path, pw.rank)
+			}
+			stop, err := startCPUProfile(path)
+			if err != nil {
+				fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
+				return exitUser
+			}
+			stopProfile = stop
 		}
 		t0 := time.Now()
 		loss, err := r.Step()

@@ -193,3 +193,22 @@ func printedLosses(out string) []string {
 	}
 	return ls
 }
+
+// TestRunCPUProfile: --cpuprofile writes a pprof file (gzipped protobuf)
+// for the steps after the first, and with one step, for that step.
+func TestRunCPUProfile(t *testing.T) {
+	for _, steps := range []string{"1", "2"} {
+		prof := filepath.Join(t.TempDir(), "cpu.prof")
+		var stdout, stderr bytes.Buffer
+		if st := run([]string{"run", "../../testdata/models/tiny.amsp", "--steps", steps, "--cpuprofile", prof}, &stdout, &stderr); st != 0 {
+			t.Fatalf("--steps %s: status %d: %s", steps, st, stderr.String())
+		}
+		b, err := os.ReadFile(prof)
+		if err != nil {
+			t.Fatalf("--steps %s: %v", steps, err)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("--steps %s: %s is not a gzipped profile (%d bytes)", steps, prof, len(b))
+		}
+	}
+}
