@@ -99,21 +99,35 @@ func Add(out, a, b []float32) {
 	if !broadcast("Add", a, b) {
 		b = b[:len(a)]
 		parallelFor(len(a), 1, func(lo, hi int) {
-			for i, v := range a[lo:hi] {
-				out[lo+i] = v + b[lo+i]
-			}
+			addVec(out[lo:hi], a[lo:hi], b[lo:hi])
 		})
 		return
 	}
 	d := len(b)
 	parallelFor(len(a)/d, d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			ar, or := a[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			for j, v := range ar {
-				or[j] = v + b[j]
-			}
+			addVec(out[r*d:(r+1)*d], a[r*d:(r+1)*d], b)
 		}
 	})
+}
+
+// AddTo sets dst[i] += src[i] (equal lengths) on the calling goroutine:
+// the step of a left-fold reduction.
+func AddTo(dst, src []float32) { addVec(dst, dst, src[:len(dst)]) }
+
+// addGo and mulGo are the scalar loops (and the SIMD paths' tails).
+func addGo(out, a, b []float32) {
+	b, out = b[:len(a)], out[:len(a)]
+	for i, v := range a {
+		out[i] = v + b[i]
+	}
+}
+
+func mulGo(out, a, b []float32) {
+	b, out = b[:len(a)], out[:len(a)]
+	for i, v := range a {
+		out[i] = v * b[i]
+	}
 }
 
 // AddGradBroadcast sums dy over rows into db (d = len(db)): the gradient of
@@ -138,19 +152,14 @@ func Mul(out, a, b []float32) {
 	if !broadcast("Mul", a, b) {
 		b = b[:len(a)]
 		parallelFor(len(a), 1, func(lo, hi int) {
-			for i, v := range a[lo:hi] {
-				out[lo+i] = v * b[lo+i]
-			}
+			mulVec(out[lo:hi], a[lo:hi], b[lo:hi])
 		})
 		return
 	}
 	d := len(b)
 	parallelFor(len(a)/d, d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			ar, or := a[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			for j, v := range ar {
-				or[j] = v * b[j]
-			}
+			mulVec(out[r*d:(r+1)*d], a[r*d:(r+1)*d], b)
 		}
 	})
 }
@@ -168,18 +177,13 @@ func MulGrad(da, db, a, b, dy []float32) {
 		da = da[:len(a)]
 		parallelFor(len(a)/d, d, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				dar, dyr := da[r*d:(r+1)*d], dy[r*d:(r+1)*d]
-				for j, v := range b {
-					dar[j] = dyr[j] * v
-				}
+				mulVec(da[r*d:(r+1)*d], dy[r*d:(r+1)*d], b)
 			}
 		})
 	default:
 		da = da[:len(a)]
 		parallelFor(len(a), 1, func(lo, hi int) {
-			for i, v := range b[lo:hi] {
-				da[lo+i] = dy[lo+i] * v
-			}
+			mulVec(da[lo:hi], dy[lo:hi], b[lo:hi])
 		})
 	}
 	switch {
@@ -187,9 +191,7 @@ func MulGrad(da, db, a, b, dy []float32) {
 	case !bc:
 		db = db[:len(a)]
 		parallelFor(len(a), 1, func(lo, hi int) {
-			for i, v := range a[lo:hi] {
-				db[lo+i] = dy[lo+i] * v
-			}
+			mulVec(db[lo:hi], dy[lo:hi], a[lo:hi])
 		})
 	default:
 		reduceRows(db[:d], nil, len(a)/d, d, func(r, j0 int, acc, _ *[colBlock]float64) {
@@ -207,9 +209,7 @@ func MulGrad(da, db, a, b, dy []float32) {
 func AddInPlace(dst, src []float32) {
 	src = src[:len(dst)]
 	parallelFor(len(dst), 1, func(lo, hi int) {
-		for i, v := range src[lo:hi] {
-			dst[lo+i] += v
-		}
+		addVec(dst[lo:hi], dst[lo:hi], src[lo:hi])
 	})
 }
 

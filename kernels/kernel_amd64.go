@@ -212,3 +212,32 @@ func packBT(dst, src []float32, cs, k int) bool {
 	}
 	return true
 }
+
+//go:noescape
+func addAVX2(out, a, b *float32, n int)
+
+//go:noescape
+func mulAVX2(out, a, b *float32, n int)
+
+// addVec sets out[i] = a[i] + b[i] (equal lengths), eight at a time with
+// AVX2: one rounded add each, as the scalar loop.
+func addVec(out, a, b []float32) {
+	if simd && len(a) >= 8 {
+		n := len(a) &^ 7
+		_, _ = out[n-1], b[n-1]
+		addAVX2(&out[0], &a[0], &b[0], n)
+		out, a, b = out[n:], a[n:], b[n:]
+	}
+	addGo(out, a, b)
+}
+
+// mulVec sets out[i] = a[i] * b[i], as addVec.
+func mulVec(out, a, b []float32) {
+	if simd && len(a) >= 8 {
+		n := len(a) &^ 7
+		_, _ = out[n-1], b[n-1]
+		mulAVX2(&out[0], &a[0], &b[0], n)
+		out, a, b = out[n:], a[n:], b[n:]
+	}
+	mulGo(out, a, b)
+}

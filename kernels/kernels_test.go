@@ -354,6 +354,41 @@ func TestAdamWPaths(t *testing.T) {
 	}
 }
 
+// TestAddMulPaths: the vector add and multiply give the scalar loops'
+// bits, in place and not, on lengths around the 8- and 32-element steps,
+// with infinities and NaNs among the values.
+func TestAddMulPaths(t *testing.T) {
+	rng := newRand(23)
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 40, 1001} {
+		a, _ := randVec(rng, n)
+		b, _ := randVec(rng, n)
+		for i := 0; i < n; i += 11 {
+			a[i] = float32(math.Inf(1 - 2*(i%2)))
+			if i%3 == 0 {
+				b[i] = float32(math.NaN())
+			}
+		}
+		for _, op := range []struct {
+			name      string
+			vec, scal func(out, a, b []float32)
+		}{{"add", addVec, addGo}, {"mul", mulVec, mulGo}} {
+			want := make([]float32, n)
+			op.scal(want, a, b)
+			got := make([]float32, n)
+			op.vec(got, a, b)
+			sameBits(t, fmt.Sprintf("%s n=%d", op.name, n), got, want)
+			inPlace := slices.Clone(a)
+			op.vec(inPlace, inPlace, b)
+			sameBits(t, fmt.Sprintf("%s in place n=%d", op.name, n), inPlace, want)
+		}
+		acc := slices.Clone(a)
+		AddTo(acc, b)
+		want := make([]float32, n)
+		addGo(want, a, b)
+		sameBits(t, fmt.Sprintf("AddTo n=%d", n), acc, want)
+	}
+}
+
 // TestAdamWRanges: decayed ranges out of order, overlapping or outside
 // the shard are a caller's bug.
 func TestAdamWRanges(t *testing.T) {

@@ -10,11 +10,12 @@ import (
 )
 
 // Shapes straddle the block sizes (mr=12, nr=32, kc=384, mc=96) so edge
-// tiles, partial k panels, several row blocks and (20x200x302: one row
-// block, split by columns) column chunks are all exercised.
+// tiles, partial k panels, several row blocks, (20x200x302: one row
+// block, split by columns) column chunks and (250x400x100: B in place, a
+// tall row block ending in a partial strip) are all exercised.
 var matmulShapes = [][3]int{
 	{1, 1, 1}, {3, 5, 7}, {7, 13, 9}, {17, 33, 6}, {65, 257, 11}, {130, 300, 37}, {5, 600, 3}, {20, 200, 302},
-	{100, 790, 70},
+	{100, 790, 70}, {250, 400, 100},
 }
 
 func TestMatMulForward(t *testing.T) {
@@ -193,8 +194,9 @@ func TestMatMulISAs(t *testing.T) {
 // TestMatMulDeterministic: bits do not depend on the worker count or on
 // GOMAXPROCS, for all three products.
 func TestMatMulDeterministic(t *testing.T) {
-	// The second shape has one row block, so its units are column chunks.
-	for _, sh := range [][3]int{{300, 530, 70}, {10, 300, 200}} {
+	// The second shape has one row block, so its units are column chunks;
+	// the third reads B in place in tall blocks of 12k+10 rows.
+	for _, sh := range [][3]int{{300, 530, 70}, {10, 300, 200}, {250, 530, 70}} {
 		m, k, n := sh[0], sh[1], sh[2]
 		rng := newRand(4)
 		a, _ := randVec(rng, m*k)

@@ -1,6 +1,9 @@
 package kernels
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // RoPE rotates x [batch, seq, heads*hd] in the rotate-half layout: for i in
 // [0, hd/2) the pair (x[i], x[i+hd/2]) of every head at position p (from 0
@@ -15,7 +18,7 @@ func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
 	rope(dx, dy, batch, seq, heads, hd, theta, -1)
 }
 
-func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float64) {
+func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float32) {
 	n := batch * seq * heads * hd
 	checkLen("RoPE out", out, n)
 	checkLen("RoPE x", x, n)
@@ -24,17 +27,17 @@ func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float
 	}
 	half := hd / 2
 	width := heads * hd
+	tab := ropeTable(seq, hd, theta)
 	// Positions are the parallel unit: one sin/cos row serves every batch
 	// entry and head at that position.
 	parallelFor(seq, batch*width*3, func(lo, hi int) {
-		bufp := getF32(2 * half)
+		bufp := getF32(half)
 		defer putF32(bufp)
-		cos, sin := (*bufp)[:half], (*bufp)[half:]
+		sin := *bufp
 		for p := lo; p < hi; p++ {
-			for i := range half {
-				ang := float64(p) * math.Pow(theta, -2*float64(i)/float64(hd))
-				s, c := math.Sincos(ang)
-				cos[i], sin[i] = float32(c), float32(sign*s)
+			cos := tab.cos[p*half : (p+1)*half]
+			for i, s := range tab.sin[p*half : (p+1)*half] {
+				sin[i] = sign * s // exact: a sign flip
 			}
 			for b := range batch {
 				base := (b*seq + p) * width
@@ -51,4 +54,50 @@ func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float
 			}
 		}
 	})
+}
+
+// A ropeTab holds cos and sin of p * theta^(-2i/hd), rounded to float32,
+// at [p*hd/2 + i] for positions p < seq.
+type ropeTab struct {
+	cos, sin []float32
+}
+
+type ropeKey struct {
+	hd    int
+	theta float64
+}
+
+// ropeTabs caches one table per head dim and theta, grown to the longest
+// sequence asked for: every call of a step (each layer's q and k, forward
+// and backward, every rank) shares it instead of recomputing seq*hd/2
+// powers and sines, which at small micro-batches cost as much as the
+// rotation. A table's entries never change once written, so readers need
+// no lock after lookup.
+var ropeTabs struct {
+	sync.Mutex
+	m map[ropeKey]*ropeTab
+}
+
+func ropeTable(seq, hd int, theta float64) *ropeTab {
+	half := hd / 2
+	key := ropeKey{hd, theta}
+	ropeTabs.Lock()
+	defer ropeTabs.Unlock()
+	t := ropeTabs.m[key]
+	if t != nil && len(t.cos) >= seq*half {
+		return t
+	}
+	if ropeTabs.m == nil {
+		ropeTabs.m = make(map[ropeKey]*ropeTab)
+	}
+	nt := &ropeTab{cos: make([]float32, seq*half), sin: make([]float32, seq*half)}
+	for p := range seq {
+		for i := range half {
+			ang := float64(p) * math.Pow(theta, -2*float64(i)/float64(hd))
+			s, c := math.Sincos(ang)
+			nt.cos[p*half+i], nt.sin[p*half+i] = float32(c), float32(s)
+		}
+	}
+	ropeTabs.m[key] = nt
+	return nt
 }

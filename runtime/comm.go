@@ -29,6 +29,7 @@ import (
 	"unsafe"
 
 	"amspc/codegen"
+	"amspc/kernels"
 )
 
 // ControlStream is the stream of the runtime's own collectives (the
@@ -227,10 +228,7 @@ func commFold(dsts, parts [][]float32) {
 		s := sum[:min(n-lo, commChunk)]
 		copy(s, parts[0][lo:])
 		for _, p := range parts[1:] {
-			p = p[lo : lo+len(s)]
-			for k, x := range p {
-				s[k] += x
-			}
+			kernels.AddTo(s, p[lo:lo+len(s)])
 		}
 		for _, d := range dsts {
 			copy(d[lo:lo+len(s)], s)
