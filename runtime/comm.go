@@ -115,13 +115,29 @@ func (e *CommError) Error() string {
 func (e *CommError) Unwrap() error { return e.Err }
 
 // commCall is one member's side of a collective. AllReduce and Broadcast
-// use out as the buffer and leave in nil.
+// use out as the buffer and leave in nil. A shared all-gather fills one
+// buffer for every member instead of each member's out (out still gives
+// the sizes and the aliasing rules).
 type commCall struct {
-	rank int
-	kind codegen.Coll
-	root int
-	in   []float32
-	out  []float32
+	rank   int
+	kind   codegen.Coll
+	root   int
+	in     []float32
+	out    []float32
+	shared bool
+}
+
+// A sharingComm can gather into one buffer that every member of the group
+// reads, when the members run in one process and none of them writes its
+// result: the members' parts are copied once in all instead of once per
+// member, and every member's kernels then read the same memory.
+type sharingComm interface {
+	// AllGatherShared is AllGather whose result is returned instead of
+	// written into out (which only sizes it; in is disjoint from it or
+	// its own part, as for AllGather).
+	// Every member must call release once it no longer reads the result;
+	// the buffer is reused after the last release.
+	AllGatherShared(stream int, g []int, in, out []float32) (result []float32, release func(), err error)
 }
 
 func (c *commCall) String() string {
@@ -136,7 +152,7 @@ func (c *commCall) String() string {
 
 // matches reports whether two members' calls can meet.
 func (c *commCall) matches(d *commCall) bool {
-	return c.kind == d.kind && len(c.in) == len(d.in) && len(c.out) == len(d.out) && c.root == d.root
+	return c.kind == d.kind && len(c.in) == len(d.in) && len(c.out) == len(d.out) && c.root == d.root && c.shared == d.shared
 }
 
 // commIndex validates g (ranks in [0,n), no repeats, rank a member) and

@@ -14,6 +14,10 @@ package runtime
 // group order. A second barrier keeps every buffer alive until no member
 // reads or writes it any more.
 //
+// A shared all-gather (AllGatherShared) fills one buffer from the
+// world's pool instead: member i copies its part into it, and the buffer
+// goes back to the pool when every member has released it.
+//
 // Abort fails every rendezvous that has not started; one that has started
 // only copies and adds, so its members finish it within a few
 // milliseconds and return. No goroutines are created, so none can leak.
@@ -37,6 +41,8 @@ type LocalWorld struct {
 	ops  map[commOpKey]*commOp
 	err  error // set by the first Abort
 	done chan struct{}
+	// shared holds released buffers of shared all-gathers by length.
+	shared map[int][][]float32
 }
 
 type commSeqKey struct {
@@ -63,6 +69,10 @@ type commOp struct {
 	// finished is closed when every member has done its share.
 	left     int
 	finished chan struct{}
+	// result is a shared all-gather's buffer, refs the members that have
+	// not released it.
+	result []float32
+	refs   int
 }
 
 // NewLocalWorld returns a world of n ranks.
@@ -138,6 +148,22 @@ func (c *localComm) AllGather(stream int, g []int, in, out []float32) error {
 	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out})
 }
 
+// AllGatherShared gathers into one buffer for all members (sharingComm).
+func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]float32, func(), error) {
+	op, err := c.w.rendezvous(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out, shared: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	w := c.w
+	return op.result, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if op.refs--; op.refs == 0 {
+			w.shared[len(op.result)] = append(w.shared[len(op.result)], op.result)
+		}
+	}, nil
+}
+
 func (c *localComm) ReduceScatter(stream int, g []int, in, out []float32) error {
 	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.ReduceScatter, in: in, out: out})
 }
@@ -152,8 +178,14 @@ func (c *localComm) Broadcast(stream int, g []int, root int, buf []float32) erro
 
 // run is one member's call: rendezvous, share, second barrier.
 func (w *LocalWorld) run(stream int, g []int, call commCall) error {
-	fail := func(seq uint64, err error) error {
-		return &CommError{Rank: call.rank, Stream: stream, Group: slices.Clone(g), Seq: seq, Call: call.String(), Err: err}
+	_, err := w.rendezvous(stream, g, call)
+	return err
+}
+
+// rendezvous is run, returning the finished rendezvous.
+func (w *LocalWorld) rendezvous(stream int, g []int, call commCall) (*commOp, error) {
+	fail := func(seq uint64, err error) (*commOp, error) {
+		return nil, &CommError{Rank: call.rank, Stream: stream, Group: slices.Clone(g), Seq: seq, Call: call.String(), Err: err}
 	}
 	idx, err := commIndex(g, w.n, call.rank)
 	if err != nil {
@@ -195,6 +227,9 @@ func (w *LocalWorld) run(stream int, g []int, call commCall) error {
 				ErrCommMismatch, ref.rank, ref, call.rank, &call)
 		case op.arrived == len(g):
 			op.started = true
+			if call.shared {
+				op.result, op.refs = w.sharedBuffer(len(call.out)), len(g)
+			}
 		}
 		if op.started || op.err != nil {
 			close(op.ready)
@@ -217,7 +252,21 @@ func (w *LocalWorld) run(stream int, g []int, call commCall) error {
 	}
 	w.mu.Unlock()
 	<-op.finished
-	return nil
+	return op, nil
+}
+
+// sharedBuffer is a buffer of n floats for a shared all-gather, reused
+// from an earlier one when one is free. Callers hold w.mu.
+func (w *LocalWorld) sharedBuffer(n int) []float32 {
+	if free := w.shared[n]; len(free) > 0 {
+		s := free[len(free)-1]
+		w.shared[n] = free[:len(free)-1]
+		return s
+	}
+	if w.shared == nil {
+		w.shared = make(map[int][][]float32)
+	}
+	return makeF32(int64(n))
 }
 
 // share is member idx's part of a started rendezvous (see the file
@@ -228,6 +277,10 @@ func (op *commOp) share(idx int) {
 	switch me.kind {
 	case codegen.AllGather:
 		m := len(me.in)
+		if me.shared {
+			copy(op.result[idx*m:(idx+1)*m], me.in)
+			return
+		}
 		for i := range op.calls {
 			dst := me.out[i*m : (i+1)*m]
 			if !commSame(dst, op.calls[i].in) {

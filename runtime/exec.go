@@ -48,6 +48,14 @@ type rank struct {
 	// no clearing.
 	overwritten []bool
 
+	// shareable[id]: transient buffer id is written only by all-gathers
+	// of all of it, so with a sharingComm the members read one gathered
+	// buffer (released[id] gives it back; own[id] is the rank's own
+	// allocation meanwhile, which keeps the rank's memory accounting).
+	shareable []bool
+	own       [][]float32
+	release   []func()
+
 	// gate, when the process runs more ranks than it has cores, lets only
 	// as many streams compute at once as there are cores: each runs its
 	// kernels to their end with its caches instead of being time-sliced
@@ -106,7 +114,49 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
 		}
 	}
 	k.overwritten = k.findOverwritten()
+	if _, ok := comm.(sharingComm); ok {
+		k.shareable = k.findShareable(trans)
+		k.own = make([][]float32, len(p.Buffers))
+		k.release = make([]func(), len(p.Buffers))
+	}
 	return k
+}
+
+// findShareable finds the transient float buffers that only all-gathers
+// write, one of them all of it (parameters gathered for a layer, in one
+// level or, across nodes then inside the node, in two): a shared
+// all-gather can stand for the one that writes all of it.
+func (k *rank) findShareable(trans map[int32]bool) []bool {
+	ok := make([]bool, len(k.p.Buffers))
+	for id := range trans {
+		ok[id] = k.p.Buffers[id].DType != ir.I32
+	}
+	root := func(b int32) int32 { r, _ := k.offset(b); return r }
+	whole := make([]bool, len(k.p.Buffers))
+	for _, ins := range k.p.Streams {
+		for _, in := range ins {
+			switch in.Op {
+			case codegen.Kernel:
+				for _, o := range in.Outs {
+					ok[root(o)] = false
+				}
+			case codegen.Load:
+				ok[root(in.Buf)] = false
+			case codegen.Collective:
+				r := root(in.Out)
+				switch {
+				case in.Coll != codegen.AllGather:
+					ok[r] = false
+				case r == in.Out:
+					whole[r] = true
+				}
+			}
+		}
+	}
+	for id := range ok {
+		ok[id] = ok[id] && whole[id]
+	}
+	return ok
 }
 
 // findOverwritten finds the transient buffers whose first uses after
@@ -245,6 +295,7 @@ func (k *rank) free(id int32) {
 	buf := k.p.Buffers[id]
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.unshare(id)
 	if s := k.f32[id]; s != nil && k.poolBytes+4*buf.Elems <= k.peak {
 		if k.pool == nil {
 			k.pool = map[int64][][]float32{}
@@ -254,6 +305,16 @@ func (k *rank) free(id int32) {
 	}
 	k.f32[id], k.i32[id] = nil, nil
 	k.live -= buf.Bytes()
+}
+
+// unshare gives back the shared gather that root buffer id shows, if
+// any, and shows the rank's own allocation again. Callers hold k.mu.
+func (k *rank) unshare(id int32) {
+	if k.release != nil && k.release[id] != nil {
+		k.release[id]()
+		k.release[id] = nil
+		k.f32[id], k.own[id] = k.own[id], nil
+	}
 }
 
 // offset is where view id starts in its root buffer, and the root.
@@ -431,6 +492,26 @@ func (k *rank) collect(s int, in *codegen.Instr) error {
 	g := in.Group.Ranks(k.topo, k.r)
 	switch in.Coll {
 	case codegen.AllGather:
+		if sc, ok := k.comm.(sharingComm); ok {
+			if r, _ := k.offset(in.Out); k.shareable[r] {
+				// A write into a buffer that shows a shared gather: this
+				// rank has read that gather (the program orders its reads
+				// before this write), so it writes its own memory again.
+				k.mu.Lock()
+				k.unshare(r)
+				k.mu.Unlock()
+				if r == in.Out {
+					res, release, err := sc.AllGatherShared(s, g, k.f(in.In), k.f(in.Out))
+					if err != nil {
+						return err
+					}
+					k.mu.Lock()
+					k.own[r], k.f32[r], k.release[r] = k.f32[r], res, release
+					k.mu.Unlock()
+					return nil
+				}
+			}
+		}
 		return k.comm.AllGather(s, g, k.f(in.In), k.f(in.Out))
 	case codegen.ReduceScatter:
 		return k.comm.ReduceScatter(s, g, k.f(in.In), k.f(in.Out))

@@ -153,3 +153,56 @@ func TestBF16Trains(t *testing.T) {
 	}
 	t.Logf("bf16 losses %.4f, single rank %.4f", a, ref)
 }
+
+// copyingWorld is a LocalWorld whose Comms only have Comm's methods: every
+// all-gather copies into each member's own buffer, as across processes.
+type copyingWorld struct{ *runtime.LocalWorld }
+
+func (w copyingWorld) Comm(r int) runtime.Comm { return struct{ runtime.Comm }{w.LocalWorld.Comm(r)} }
+
+// TestSharedGathersAreExact: local ranks reading one shared buffer per
+// parameter gather train bitwise like ranks with a copy each, on plans
+// that gather parameters in one level (2x1) and in two (across nodes,
+// then inside: 4x2, and ZeRO++'s from its secondary shard); a plan that
+// gathers no parameters has nothing to share.
+func TestSharedGathersAreExact(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	for _, c := range []struct {
+		f      cost.Factors
+		shared bool // whether some gather is shared
+	}{
+		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}, true},
+		{cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}, true},
+		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)}, true},
+		{cost.Factors{P: F(1, 1), G: F(4, 2), OS: F(4, 2)}, false},
+	} {
+		b := compile(t, 2, 4, c.f)
+		tr := b.Train
+		data := func() *runtime.Data {
+			return &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}
+		}
+		shared := &runtime.Run{Bundle: b, Seed: 1, Data: data()}
+		copying := &runtime.Run{Bundle: b, Seed: 1, Data: data(), World: copyingWorld{runtime.NewLocalWorld(b.Topo.Ranks())}}
+		for _, r := range []*runtime.Run{shared, copying} {
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := runtime.SharedGatherBuffers(shared); (n > 0) != c.shared {
+			t.Errorf("%v: %d buffers filled by shared gathers, want some: %v", c.f, n, c.shared)
+		}
+		for step := range 3 {
+			a, err := shared.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := copying.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a != want {
+				t.Errorf("%v step %d: loss %.17g with shared gathers, %.17g with copies", c.f, step, a, want)
+			}
+		}
+	}
+}
