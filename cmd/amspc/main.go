@@ -12,6 +12,7 @@
 //	amspc run [--steps N] [--data PATH] [--log FILE] [--profile FILE] [--save DIR] FILE|PLAN   (mpirun -n N with -tags mpi)
 //	amspc profile [-o profile.csv] [--reps N] [--shard PLAN] FILE
 //	amspc validate [--plans rows|all|extremes=N] [--steps N] [--profile FILE] FILE
+//	amspc import hf [-o FILE] [--force] [--name NAME] [--nodes N] [--gpus-per-node N] [--gpu PRESET] [--seq N] [--micro-batch N] [--global-batch N] [--precision P] config.json
 //	amspc grammar
 //	amspc version
 //
@@ -64,6 +65,7 @@ func init() {
 		{"ckpt", "inspect checkpoints; export them as one safetensors file, import one", runCkpt},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
 		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
+		{"import", "write the .amsp job of a Hugging Face config.json (LLaMA, Mistral, Qwen2)", runImport},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"amspc/importer/hf"
+	"amspc/internal/golden"
+)
+
+// published are the configs of testdata/hf that import, with the parameter
+// count their publishers state. Where the count is a safetensors index's
+// total_size, it is halved for 2-byte weights.
+var published = []struct {
+	config string
+	params int64
+	source string
+}{
+	{"Llama-2-7b-hf.json", 6_738_415_616, "Llama 2 paper and model card (7B); exact count in issue 13 and HF's safetensors metadata"},
+	{"Mistral-7B-v0.1.json", 7_241_732_096, "model.safetensors.index.json total_size 14,483,464,192 / 2"},
+	{"Meta-Llama-3-8B.json", 8_030_261_248, "model.safetensors.index.json total_size 16,060,522,496 / 2"},
+	{"Qwen2-0.5B.json", 494_032_768, "HF safetensors metadata (494M params), Qwen2 report's 0.49B"},
+	{"Qwen2-7B.json", 7_615_616_512, "model.safetensors.index.json total_size 15,231,233,024 / 2"},
+	{"TinyLlama-1.1B-Chat-v1.0.json", 1_100_048_384, "HF safetensors metadata (1.1B params)"},
+}
+
+// refused are the configs of testdata/hf that must not import, and the
+// errors (regexps, one a line, in order) naming each field at fault.
+var refused = []struct {
+	config string
+	args   []string
+	want   []string
+}{
+	{"Meta-Llama-3.1-8B.json", nil, []string{`^Meta-Llama-3\.1-8B\.json:21:3: rope_scaling: rope_type "llama3" is not supported yet`}},
+	{"Mistral-7B-v0.1.json", []string{"--seq", "8192"}, []string{`^Mistral-7B-v0\.1\.json:18:3: sliding_window: 4096 is shorter than the sequence \(seq_len 8192\)`}},
+	{"Llama-2-7b-hf.json", []string{"--seq", "8192"}, []string{`^Llama-2-7b-hf\.json:12:3: max_position_embeddings: 4096 is shorter than the sequence asked for \(--seq 8192\)$`}},
+	{"gemma-2b.json", nil, []string{
+		`^gemma-2b\.json:10:3: hidden_act: Gemma's MLP uses the tanh approximation of GELU \(gelu_pytorch_tanh\), which the language does not have yet`,
+		`^gemma-2b\.json:15:3: model_type: gemma multiplies the embeddings by sqrt\(hidden_size\) = 45\.25, and the language has no scalar multiply yet$`}},
+	{"gpt2.json", nil, []string{`^gpt2\.json:12:17: model_type: "gpt2" is not supported \(supported: llama, mistral, qwen2\)$`}},
+	{"bad-architecture.json", nil, []string{`^bad-architecture\.json:3:5: architectures: "LlamaForSequenceClassification" is not supported`}},
+	{"bad-dropout.json", nil, []string{`^bad-dropout\.json:8:24: attention_dropout: 0\.1 is not supported yet \(the language has no dropout\)$`}},
+	{"bad-duplicate.json", nil, []string{`^bad-duplicate\.json:8:3: hidden_size: given twice \(first at 3:3\)$`}},
+	{"bad-hidden-act.json", nil, []string{`^bad-hidden-act\.json:3:17: hidden_act: "relu" is not supported yet`}},
+	{"bad-kv-heads.json", nil, []string{`^bad-kv-heads\.json:8:26: num_key_value_heads: 5 does not divide num_attention_heads 32$`}},
+	{"bad-missing.json", nil, []string{`^bad-missing\.json: num_hidden_layers: missing \(a required field\)$`}},
+	{"bad-quantized.json", nil, []string{`^bad-quantized\.json:8:3: quantization_config: unknown field for model_type llama \(refused rather than dropped\)$`}},
+	{"bad-qwen2-sliding-window.json", nil, []string{`^bad-qwen2-sliding-window\.json:20:3: sliding_window: 2048 is shorter than the sequence \(seq_len 4096\)`}},
+	{"bad-several.json", nil, []string{
+		`^bad-several\.json:10:3: rope_scaling: rope_type "linear" is not supported yet`,
+		`^bad-several\.json:14:17: hidden_act: "gelu_new" is not supported yet`,
+		`^bad-several\.json:16:3: rope_interleaved: unknown field for model_type llama`}},
+	{"bad-syntax.json", nil, []string{`^bad-syntax\.json:8:3: invalid JSON: invalid character '"' after object key:value pair$`}},
+	{"bad-type.json", nil, []string{`^bad-type\.json:3:18: hidden_size: must be an integer, not a string$`}},
+}
+
+// TestImportPublished imports each published config and checks the file
+// against its golden (testdata/hf/NAME.amsp, rewritten by -update), the
+// parameter count `amspc check --json` gives against the published one,
+// and that `amspc plan` plans it.
+func TestImportPublished(t *testing.T) {
+	t.Chdir("../../testdata/hf") // so files print as NAME.json
+	for _, p := range published {
+		t.Run(p.config, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if st := run([]string{"import", "hf", p.config}, &stdout, &stderr); st != exitOK {
+				t.Fatalf("import: status %d: %s", st, stderr.String())
+			}
+			base := strings.TrimSuffix(p.config, ".json")
+			golden.File(t, base+".amsp", stdout.String())
+
+			dir := t.TempDir()
+			file := filepath.Join(dir, base+".amsp")
+			if err := os.WriteFile(file, stdout.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			stdout.Reset()
+			if st := run([]string{"check", "--json", file}, &stdout, &stderr); st != exitOK {
+				t.Fatalf("check: status %d: %s", st, stderr.String())
+			}
+			var sum struct {
+				Model struct{ Params int64 }
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+				t.Fatal(err)
+			}
+			if sum.Model.Params != p.params {
+				t.Errorf("check --json: %d parameters, published %d (%s)", sum.Model.Params, p.params, p.source)
+			}
+
+			// One micro-batch per GPU keeps the plan's simulation short.
+			small := filepath.Join(dir, "small.amsp")
+			if st := run([]string{"import", "hf", "--global-batch", "8", "-o", small, p.config}, &stdout, &stderr); st != exitOK {
+				t.Fatalf("import --global-batch 8: status %d: %s", st, stderr.String())
+			}
+			stdout.Reset()
+			if st := run([]string{"plan", small}, &stdout, &stderr); st != exitOK {
+				t.Fatalf("plan: status %d: %s%s", st, stdout.String(), stderr.String())
+			}
+			if !strings.Contains(stdout.String(), "=> ") {
+				t.Errorf("plan chose nothing:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// TestImportRefused requires each refused config to fail with status 1,
+// naming every field at fault with its position, and nothing else.
+func TestImportRefused(t *testing.T) {
+	t.Chdir("../../testdata/hf")
+	for _, r := range refused {
+		t.Run(strings.Join(append([]string{r.config}, r.args...), " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			st := run(append(append([]string{"import", "hf"}, r.args...), r.config), &stdout, &stderr)
+			if st != exitUser || stdout.Len() > 0 {
+				t.Fatalf("status %d, stdout %q; want 1 and nothing", st, stdout.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if len(lines) != len(r.want) {
+				t.Fatalf("%d errors, want %d:\n%s", len(lines), len(r.want), stderr.String())
+			}
+			for i, w := range r.want {
+				if !regexp.MustCompile(w).MatchString(lines[i]) {
+					t.Errorf("error %d\n%s\ndoes not match %s", i+1, lines[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestImportTestdataListed keeps every config of testdata/hf in one of
+// the tables above, and every golden beside a config that imports.
+func TestImportTestdataListed(t *testing.T) {
+	listed := map[string]bool{}
+	for _, p := range published {
+		listed[p.config] = true
+	}
+	for _, r := range refused {
+		listed[r.config] = true
+	}
+	files, _ := filepath.Glob("../../testdata/hf/*")
+	for _, f := range files {
+		base := filepath.Base(f)
+		switch filepath.Ext(base) {
+		case ".json":
+			if !listed[base] {
+				t.Errorf("%s is in neither published nor refused", base)
+			}
+		case ".amsp":
+			if !listed[strings.TrimSuffix(base, ".amsp")+".json"] {
+				t.Errorf("%s is the golden of no config", base)
+			}
+		default:
+			t.Errorf("%s: testdata/hf holds configs (.json) and goldens (.amsp)", base)
+		}
+	}
+}
+
+// TestImportOutput writes with -o: the same text as standard output, a
+// line saying what was written, and no overwriting without --force.
+func TestImportOutput(t *testing.T) {
+	t.Chdir("../../testdata/hf")
+	cfg := "TinyLlama-1.1B-Chat-v1.0.json"
+	var want, stdout, stderr bytes.Buffer
+	if st := run([]string{"import", "hf", cfg}, &want, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	out := filepath.Join(t.TempDir(), "tiny.amsp")
+	if st := run([]string{"import", "hf", cfg, "-o", out}, &stdout, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("-o wrote other text than standard output")
+	}
+	if want := "TinyLlama-1.1B-Chat-v1.0.json: wrote " + out + ": model tinyllama_1_1b_chat_v1_0, 1,100,048,384 parameters\n"; stdout.String() != want {
+		t.Errorf("stdout %q, want %q", stdout.String(), want)
+	}
+	stdout.Reset()
+	if st := run([]string{"import", "hf", "--name", "other", cfg, "-o", out}, &stdout, &stderr); st != exitUser ||
+		!strings.Contains(stderr.String(), "amspc import: "+out+" exists (--force overwrites it)") {
+		t.Errorf("second -o: status %d, stderr %q", st, stderr.String())
+	}
+	if st := run([]string{"import", "hf", "--force", "--name", "other", cfg, "-o", out}, &stdout, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	if got, _ := os.ReadFile(out); !bytes.Contains(got, []byte("model other {")) {
+		t.Errorf("--force did not overwrite:\n%s", got)
+	}
+}
+
+// TestImportFlags: the cluster and train flags land in the file, and bad
+// flags or arguments are errors of the command.
+func TestImportFlags(t *testing.T) {
+	t.Chdir("../../testdata/hf")
+	var stdout, stderr bytes.Buffer
+	args := []string{"import", "hf", "Qwen2-7B.json", "--nodes", "4", "--gpus-per-node", "4", "--gpu", "A100-80GB",
+		"--seq", "2048", "--micro-batch", "2", "--global-batch", "1Mi tokens", "--precision", "fp32", "--name", "q7"}
+	if st := run(args, &stdout, &stderr); st != exitOK {
+		t.Fatal(stderr.String())
+	}
+	for _, l := range []string{"model q7 {", "cluster a100_80gb_x16 {", "nodes         = 4", "gpus_per_node = 4", `gpu           = "A100-80GB"`,
+		"seq_len      = 2048", "micro_batch  = 2", "global_batch = 512            # 1,048,576 tokens", "precision    = fp32"} {
+		if !strings.Contains(stdout.String(), l+"\n") {
+			t.Errorf("no line %q in\n%s", l, stdout.String())
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"hf", "Qwen2-7B.json", "--gpu", "V100"}, `amspc import: --gpu "V100" is not a preset`},
+		{[]string{"hf", "Qwen2-7B.json", "--global-batch", "7"}, `amspc import: --global-batch "7": 7 sequences do not split into micro-batches of 1 on 8 GPUs`},
+		{[]string{"onnx", "model.onnx"}, `amspc import: unknown source "onnx" (known: hf, a Hugging Face config.json)`},
+		{[]string{"hf"}, "usage: amspc import hf"},
+		{[]string{"hf", "missing.json"}, "amspc import: open missing.json: no such file or directory"},
+	} {
+		stderr.Reset()
+		if st := run(append([]string{"import"}, c.args...), &stdout, &stderr); st != exitUser || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("import %v: status %d, stderr %q; want 1 and %q", c.args, st, stderr.String(), c.want)
+		}
+	}
+}
+
+// TestImportIgnoredDocumented keeps the README's list of the fields the
+// import reads past equal to the importer's.
+func TestImportIgnoredDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(readme, []byte("fields that do not change the function trained ("))
+	if i < 0 {
+		t.Fatal("README has no list of the fields amspc import hf ignores")
+	}
+	list := string(readme[i:])
+	list = list[strings.Index(list, "(")+1 : strings.Index(list, ")")]
+	var documented []string
+	for _, f := range strings.Split(list, ",") {
+		documented = append(documented, strings.Trim(strings.TrimSpace(f), "`"))
+	}
+	var want []string
+	for k := range hf.Ignored {
+		want = append(want, k)
+	}
+	slices.Sort(want)
+	if !slices.Equal(documented, want) {
+		t.Errorf("README lists %v, the importer ignores %v", documented, want)
+	}
+}
