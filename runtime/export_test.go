@@ -11,6 +11,3 @@ func SharedGatherBuffers(r *Run) int {
 	}
 	return n
 }
-
-// TimeRanks is timeRanks, for tests in package runtime_test.
-var TimeRanks = timeRanks

@@ -12,12 +12,11 @@ package runtime
 // Comm.
 //
 // One sample is the wall time from releasing every rank to the last one
-// finishing. A kernel that takes a few microseconds is called back to
-// back often enough for a sample to span a millisecond, and the result
-// is the difference between samples of c and of 2c calls, over c, so
-// that the goroutines' release and wake-up (which on a busy VM can take
-// longer than the kernel) cancel instead of being counted as the
-// kernel's (see timeRanks).
+// finishing, divided by the calls each made: a kernel that takes a few
+// microseconds is called back to back often enough for the sample to
+// span about a tenth of a millisecond, so goroutine wake-up does not
+// dominate it. The result is the median of the samples, after one
+// warm-up sample.
 
 import (
 	"fmt"
@@ -30,10 +29,10 @@ import (
 )
 
 // minSample is the wall time one sample should span.
-const minSample = time.Millisecond
+const minSample = 100 * time.Microsecond
 
 // maxCalls bounds the back-to-back calls of one sample.
-const maxCalls = 4096
+const maxCalls = 256
 
 // MeasureKernel is the median seconds of one call of kernel instruction
 // in of program p when every rank of topo calls it at once, over reps
@@ -185,19 +184,13 @@ func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems
 }
 
 // timeRanks runs body(r, calls) on n goroutines released together and
-// returns the wall time per call of every rank calling body's work at
-// once. A sample's wall time is the release and wake-up of n goroutines
-// (tens to hundreds of microseconds on a busy VM, more than a small
-// kernel) plus calls calls, so after a warm-up, calls doubles until a
-// sample spans minSample; then samples of calls and of 2*calls
-// alternate, reps of each, and the result is the difference of their
-// medians over calls: the fixed part cancels. Work long enough that one
-// call spans many minSamples takes the median of single calls instead.
-// The first error of a rank is returned; a body must not block forever
-// when another rank failed (a Comm's rendezvous errors need the same
-// calls on every member, which the bodies here make).
+// returns the median over reps samples of the wall time per call, after
+// a warm-up sample that also sets how many calls a sample makes. The
+// first error of a rank is returned; a body must not block forever when
+// another rank failed (a Comm's rendezvous errors need the same calls on
+// every member, which the bodies here make).
 func timeRanks(n, reps int, body func(r, calls int) error) (float64, error) {
-	sample := func(calls int) (float64, error) {
+	sample := func(calls int) (time.Duration, error) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		gate := make(chan struct{})
@@ -216,51 +209,24 @@ func timeRanks(n, reps int, body func(r, calls int) error) (float64, error) {
 				return 0, fmt.Errorf("rank %d: %w", r, err)
 			}
 		}
-		return d.Seconds(), nil
+		return d, nil
 	}
-	medianOf := func(calls int) (float64, error) {
-		times := make([]float64, max(reps, 1))
-		for i := range times {
-			d, err := sample(calls)
-			if err != nil {
-				return 0, err
-			}
-			times[i] = d
-		}
-		slices.Sort(times)
-		return times[len(times)/2], nil
-	}
-	d, err := sample(1) // warm-up
+	d, err := sample(1)
 	if err != nil {
 		return 0, err
 	}
-	if d >= 20*minSample.Seconds() {
-		return medianOf(1)
-	}
 	calls := 1
-	for d < minSample.Seconds() && calls < maxCalls {
-		calls *= 2
-		if d, err = sample(calls); err != nil {
+	if d < minSample {
+		calls = min(maxCalls, int(minSample/max(d, time.Microsecond))+1)
+	}
+	times := make([]float64, max(reps, 1))
+	for i := range times {
+		d, err := sample(calls)
+		if err != nil {
 			return 0, err
 		}
+		times[i] = d.Seconds() / float64(calls)
 	}
-	one := make([]float64, max(reps, 1))
-	two := make([]float64, max(reps, 1))
-	for i := range one {
-		if one[i], err = sample(calls); err != nil {
-			return 0, err
-		}
-		if two[i], err = sample(2 * calls); err != nil {
-			return 0, err
-		}
-	}
-	slices.Sort(one)
-	slices.Sort(two)
-	m1, m2 := one[len(one)/2], two[len(two)/2]
-	if per := (m2 - m1) / float64(calls); per > 0 && per <= m2/float64(2*calls) {
-		return per, nil
-	}
-	// Noise larger than the work: the wall time per call of the longer
-	// samples, an upper bound.
-	return m2 / float64(2*calls), nil
+	slices.Sort(times)
+	return times[len(times)/2], nil
 }

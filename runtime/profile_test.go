@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"testing"
-	"time"
 
 	"amspc/codegen"
 	"amspc/cost"
@@ -58,27 +57,5 @@ func TestMeasureCollective(t *testing.T) {
 	}
 	if _, err := runtime.MeasureCollective(topo, codegen.AllGather, ir.Factor{S0: 4, S1: 1}, 1022, 1); err == nil {
 		t.Error("a size that does not split over the group was measured")
-	}
-}
-
-// TestTimeRanksCancelsTheFixedPart: a sample's fixed cost (here a 5 ms
-// sleep before a rank's calls, standing for goroutine wake-up on a busy
-// machine) is not counted as the calls': the result is near the 100 µs
-// a call spins, far from the 5 ms a one-call sample would say.
-func TestTimeRanksCancelsTheFixedPart(t *testing.T) {
-	const call = 100 * time.Microsecond
-	got, err := runtime.TimeRanks(1, 3, func(_, calls int) error {
-		time.Sleep(5 * time.Millisecond)
-		for range calls {
-			for t0 := time.Now(); time.Since(t0) < call; {
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got < 0.5*call.Seconds() || got > 10*call.Seconds() {
-		t.Errorf("%.3g s a call, want about %.3g", got, call.Seconds())
 	}
 }
