@@ -129,7 +129,11 @@ func (p Precision) OptimBytesPerParam() int64 {
 
 // AdamW holds the optimizer's hyper-parameters (NUMERICS.md).
 type AdamW struct {
-	LR, Beta1, Beta2, Eps, WeightDecay float64
+	LR          float64 `json:"lr"`
+	Beta1       float64 `json:"beta1"`
+	Beta2       float64 `json:"beta2"`
+	Eps         float64 `json:"eps"`
+	WeightDecay float64 `json:"weight_decay"`
 }
 
 // DefaultAdamW matches torch.optim.AdamW's defaults.
