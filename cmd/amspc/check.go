@@ -30,7 +30,19 @@ func (lf *loadFlags) registerShard(fs *flag.FlagSet, what string) {
 	fs.StringVar(&lf.shard, "shard", "", what+" this `PLAN` instead of the file's shard section: a preset (zero3, mics(8), ...) or {params=2,grads=2,optim=8}")
 }
 
+// stdin is what a file named "-" reads (tests replace it).
+var stdin io.Reader = os.Stdin
+
+// readSource reads a .amsp file; "-" is standard input, named <stdin> in
+// errors.
 func readSource(name string) (frontend.Source, error) {
+	if name == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return frontend.Source{}, fmt.Errorf("standard input: %v", err)
+		}
+		return frontend.Source{Name: "<stdin>", Text: b}, nil
+	}
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return frontend.Source{}, err
@@ -62,7 +74,7 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("check", "usage: amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...", stderr)
+	fs := newFlagSet("check", "usage: amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE... (- reads standard input)", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per file")
@@ -78,6 +90,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	status := exitOK
 	for i, name := range files {
 		job, err := lf.load(name)
+		if name == "-" {
+			name = "<stdin>"
+		}
 		if err != nil {
 			if s := report(stderr, err); s > status {
 				status = s

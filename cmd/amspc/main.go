@@ -14,6 +14,7 @@
 //	amspc validate [--plans rows|all|extremes=N] [--steps N] [--profile FILE] FILE
 //	amspc import hf [-o FILE] [--force] [--name NAME] [--nodes N] [--gpus-per-node N] [--gpu PRESET] [--seq N] [--micro-batch N] [--global-batch N] [--precision P] config.json
 //	amspc grammar
+//	amspc completion bash|zsh
 //	amspc version
 //
 // plan, compile and run take --profile FILE, a profile written by amspc
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"amspc/frontend"
 )
@@ -67,6 +69,7 @@ func init() {
 		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
 		{"import", "write the .amsp job of a Hugging Face config.json (LLaMA, Mistral, Qwen2)", runImport},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
+		{"completion", "print a bash or zsh completion script", runCompletion},
 		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintln(stdout, "amspc", version)
 			return exitOK
@@ -77,8 +80,12 @@ func init() {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: amspc COMMAND [flags] [files]")
 	fmt.Fprintln(w, "\ncommands:")
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nrun 'amspc COMMAND -h' for a command's flags")
 }
@@ -98,17 +105,43 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		usage(stdout)
-		return exitOK
+		if len(args) == 1 {
+			usage(stdout)
+			return exitOK
+		}
+		args = []string{args[1], "-h"} // amspc help CMD
+	case "--version", "-version":
+		args[0] = "version"
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
+			if helpAsked(args[1:]) {
+				// CMD -h: its usage line and every flag, on standard
+				// output; asking is not an error.
+				c.run(args[1:], stdout, stdout)
+				return exitOK
+			}
 			return c.run(args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "amspc: unknown command %q\n", args[0])
 	usage(stderr)
 	return exitUser
+}
+
+// helpAsked reports whether a command line asks for the command's help:
+// -h, -help or --help after only positional arguments (a subcommand, a
+// file), so that a bad flag before it is still reported as one.
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help":
+			return true
+		case a == "--" || strings.HasPrefix(a, "-"):
+			return false
+		}
+	}
+	return false
 }
 
 // newFlagSet makes a command's flag set: errors and usage go to stderr,
