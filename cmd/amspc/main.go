@@ -63,6 +63,7 @@ func init() {
 		{"compile", "compile a training step into a plan bundle of per-rank instruction streams", runCompile},
 		{"disasm", "print ranks' instruction streams from a plan bundle", runDisasm},
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
+		{"report", "write a plan comparison as one self-contained HTML page of charts", runReport},
 		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
 		{"ckpt", "inspect checkpoints; export them as one safetensors file, import one", runCkpt},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},

@@ -36,24 +36,10 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc plan: --objective must be step or paper, not %q\n", *objective)
 		return exitUser
 	}
-	if *top < 0 || *bucket < 1 {
-		fmt.Fprintln(stderr, "amspc plan: --top and --bucket must be positive")
-		return exitUser
+	job, cfg, st := loadForPlanning("plan", &lf, file, *top, *bucket, stderr)
+	if job == nil {
+		return st
 	}
-	job, err := lf.load(file)
-	if err != nil {
-		return report(stderr, err)
-	}
-	switch {
-	case job.Cluster == nil:
-		fmt.Fprintf(stderr, "%s: planning needs a cluster section (or --cluster FILE)\n", file)
-		return exitUser
-	case job.Train == nil:
-		fmt.Fprintf(stderr, "%s: planning needs a train section (or --train FILE)\n", file)
-		return exitUser
-	}
-	cfg := cost.DefaultConfig
-	cfg.BucketBytes = float64(*bucket)
 	opts := planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg}
 	if *simulate {
 		opts.NewEvaluator = compiler.NewEvaluator
@@ -85,6 +71,31 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	return exitOK
+}
+
+// loadForPlanning checks plan's and report's --top and --bucket, loads
+// the job and requires the sections planning needs; on failure the job
+// is nil and the status says how the command exits.
+func loadForPlanning(cmd string, lf *loadFlags, file string, top int, bucket int64, stderr io.Writer) (*ir.Job, cost.Config, int) {
+	cfg := cost.DefaultConfig
+	if top < 0 || bucket < 1 {
+		fmt.Fprintf(stderr, "amspc %s: --top and --bucket must be positive\n", cmd)
+		return nil, cfg, exitUser
+	}
+	job, err := lf.load(file)
+	if err != nil {
+		return nil, cfg, report(stderr, err)
+	}
+	switch {
+	case job.Cluster == nil:
+		fmt.Fprintf(stderr, "%s: planning needs a cluster section (or --cluster FILE)\n", file)
+		return nil, cfg, exitUser
+	case job.Train == nil:
+		fmt.Fprintf(stderr, "%s: planning needs a train section (or --train FILE)\n", file)
+		return nil, cfg, exitUser
+	}
+	cfg.BucketBytes = float64(bucket)
+	return job, cfg, exitOK
 }
 
 type factorsJSON struct {
@@ -203,22 +214,7 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result, wide bo
 	c := job.Cluster
 	wrap(w, "", fmt.Sprintf("%s: %s on %d x %d %s, %s tokens per step, objective %s",
 		name, job.Graph.Name, c.Nodes, c.GPUsPerNode, c.GPU.Name, commas(job.Train.TokensPerStep()), r.Objective))
-	var rows []planRow
-	for _, e := range r.Baselines {
-		rows = append(rows, planRow{"", e})
-	}
-	for i, e := range r.Top {
-		rows = append(rows, planRow{fmt.Sprintf("#%d", i+1), e})
-	}
-	if r.MILP != nil && r.MILP.Best != nil && r.MILP.Best != r.Chosen {
-		rows = append(rows, planRow{"", r.MILP.Best})
-	}
-	if r.Fixed != nil {
-		rows = append(rows, planRow{"", r.Fixed})
-	}
-	if r.Chosen != nil {
-		rows = append(rows, planRow{"=>", r.Chosen})
-	}
+	rows := planRows(r)
 	planTable(r.Objective, rows, wide).write(w)
 	for _, l := range planLegend(r.Objective, rows, wide) {
 		wrap(w, "", l)
@@ -242,6 +238,28 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result, wide bo
 		s += fmt.Sprintf(" (MILP: %d columns, %d rows, %d nodes, %s)", mr.Columns, mr.Rows, mr.Nodes, mr.Solver)
 	}
 	wrap(w, "", s)
+}
+
+// planRows are the plan table's rows: baselines, the best candidates
+// (#1...), the MILP's per-group plan, a fixed plan, the chosen one (=>).
+func planRows(r *planner.Result) []planRow {
+	var rows []planRow
+	for _, e := range r.Baselines {
+		rows = append(rows, planRow{"", e})
+	}
+	for i, e := range r.Top {
+		rows = append(rows, planRow{fmt.Sprintf("#%d", i+1), e})
+	}
+	if r.MILP != nil && r.MILP.Best != nil && r.MILP.Best != r.Chosen {
+		rows = append(rows, planRow{"", r.MILP.Best})
+	}
+	if r.Fixed != nil {
+		rows = append(rows, planRow{"", r.Fixed})
+	}
+	if r.Chosen != nil {
+		rows = append(rows, planRow{"=>", r.Chosen})
+	}
+	return rows
 }
 
 // A planRow is one estimate in the table with its mark: "#1" for the

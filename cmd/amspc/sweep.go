@@ -117,6 +117,23 @@ func resize(job *ir.Job, n int, perGPU bool) (*ir.Job, error) {
 // runSweep plans the job at every size of the sweep, in order, and
 // prints one report.
 func runSweep(stdout, stderr io.Writer, file string, job *ir.Job, s *sweep, opts planner.Options, asJSON bool) int {
+	points, err := planSweep(job, s, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		return exitUser
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(sweepJSON(s, opts.Objective, points), "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
+	}
+	printSweep(stdout, file, job, s, opts.Objective, points)
+	return exitOK
+}
+
+// planSweep plans the job at every size of the sweep, in order. A size
+// that cannot train the batch is a point with its reason, not an error.
+func planSweep(job *ir.Job, s *sweep, opts planner.Options) ([]sweepPoint, error) {
 	var points []sweepPoint
 	for _, n := range s.nodes {
 		j, err := resize(job, n, s.perGPU)
@@ -130,18 +147,11 @@ func runSweep(stdout, stderr io.Writer, file string, job *ir.Job, s *sweep, opts
 		}
 		res, err := planner.Plan(j, opts)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %d nodes: %v\n", file, n, err)
-			return exitUser
+			return nil, fmt.Errorf("%d nodes: %v", n, err)
 		}
 		points = append(points, sweepPoint{job: j, res: res})
 	}
-	if asJSON {
-		b, _ := json.MarshalIndent(sweepJSON(s, opts.Objective, points), "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-		return exitOK
-	}
-	printSweep(stdout, file, job, s, opts.Objective, points)
-	return exitOK
+	return points, nil
 }
 
 // baselineNames are the baselines' names in the planner's order: those
