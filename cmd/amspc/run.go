@@ -24,7 +24,7 @@ import (
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
 func runRun(args []string, stdout, stderr io.Writer) (status int) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -35,8 +35,18 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
+	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, or cuda (NVIDIA GPUs; not supported yet)")
 	file, ok := oneFile(fs, args)
 	if !ok {
+		return exitUser
+	}
+	switch *device {
+	case "cpu":
+	case "cuda":
+		fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", cudaStatus())
+		return exitUser
+	default:
+		fmt.Fprintf(stderr, "amspc run: --device must be cpu or cuda, not %q\n", *device)
 		return exitUser
 	}
 	set := map[string]bool{}

@@ -1,0 +1,187 @@
+// Resolution of CUDA's entry points with dlopen/dlsym, and thin wrappers
+// Go can call (cgo cannot call through function pointers).
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dl.h"
+
+static void *handles[AMSP_NLIBS];
+
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDriverGetVersion)(int *);
+static CUresult (*p_cuDeviceGetCount)(int *);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
+static CUresult (*p_cuDeviceGetAttribute)(int *, int, CUdevice);
+static CUresult (*p_cuDeviceTotalMem)(size_t *, CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuCtxSynchronize)(void);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+	CUstream, void **, void **);
+static CUresult (*p_cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*p_cuStreamSynchronize)(CUstream);
+static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
+static CUresult (*p_cuEventRecord)(CUevent, CUstream);
+static CUresult (*p_cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+static CUresult (*p_cuEventSynchronize)(CUevent);
+static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
+static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+
+static nvrtcResult (*p_nvrtcVersion)(int *, int *);
+static nvrtcResult (*p_nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+	const char *const *);
+static nvrtcResult (*p_nvrtcCompileProgram)(nvrtcProgram, int, const char *const *);
+static nvrtcResult (*p_nvrtcGetProgramLogSize)(nvrtcProgram, size_t *);
+static nvrtcResult (*p_nvrtcGetProgramLog)(nvrtcProgram, char *);
+static nvrtcResult (*p_nvrtcGetCUBINSize)(nvrtcProgram, size_t *);
+static nvrtcResult (*p_nvrtcGetCUBIN)(nvrtcProgram, char *);
+static nvrtcResult (*p_nvrtcDestroyProgram)(nvrtcProgram *);
+static const char *(*p_nvrtcGetErrorString)(nvrtcResult);
+
+static size_t (*p_cublasLtGetVersion)(void);
+static ncclResult_t (*p_ncclGetVersion)(int *);
+
+struct sym {
+	int lib;
+	const char *name;
+	void **slot;
+};
+
+// The driver's versioned names (_v2) are the ones its headers map the
+// plain names to.
+static const struct sym syms[] = {
+	{AMSP_LIB_CUDA, "cuInit", (void **)&p_cuInit},
+	{AMSP_LIB_CUDA, "cuDriverGetVersion", (void **)&p_cuDriverGetVersion},
+	{AMSP_LIB_CUDA, "cuDeviceGetCount", (void **)&p_cuDeviceGetCount},
+	{AMSP_LIB_CUDA, "cuDeviceGet", (void **)&p_cuDeviceGet},
+	{AMSP_LIB_CUDA, "cuDeviceGetName", (void **)&p_cuDeviceGetName},
+	{AMSP_LIB_CUDA, "cuDeviceGetAttribute", (void **)&p_cuDeviceGetAttribute},
+	{AMSP_LIB_CUDA, "cuDeviceTotalMem_v2", (void **)&p_cuDeviceTotalMem},
+	{AMSP_LIB_CUDA, "cuDevicePrimaryCtxRetain", (void **)&p_cuDevicePrimaryCtxRetain},
+	{AMSP_LIB_CUDA, "cuCtxSetCurrent", (void **)&p_cuCtxSetCurrent},
+	{AMSP_LIB_CUDA, "cuCtxSynchronize", (void **)&p_cuCtxSynchronize},
+	{AMSP_LIB_CUDA, "cuMemAlloc_v2", (void **)&p_cuMemAlloc},
+	{AMSP_LIB_CUDA, "cuMemFree_v2", (void **)&p_cuMemFree},
+	{AMSP_LIB_CUDA, "cuMemcpyHtoD_v2", (void **)&p_cuMemcpyHtoD},
+	{AMSP_LIB_CUDA, "cuMemcpyDtoH_v2", (void **)&p_cuMemcpyDtoH},
+	{AMSP_LIB_CUDA, "cuModuleLoadData", (void **)&p_cuModuleLoadData},
+	{AMSP_LIB_CUDA, "cuModuleGetFunction", (void **)&p_cuModuleGetFunction},
+	{AMSP_LIB_CUDA, "cuLaunchKernel", (void **)&p_cuLaunchKernel},
+	{AMSP_LIB_CUDA, "cuStreamCreate", (void **)&p_cuStreamCreate},
+	{AMSP_LIB_CUDA, "cuStreamSynchronize", (void **)&p_cuStreamSynchronize},
+	{AMSP_LIB_CUDA, "cuEventCreate", (void **)&p_cuEventCreate},
+	{AMSP_LIB_CUDA, "cuEventRecord", (void **)&p_cuEventRecord},
+	{AMSP_LIB_CUDA, "cuStreamWaitEvent", (void **)&p_cuStreamWaitEvent},
+	{AMSP_LIB_CUDA, "cuEventSynchronize", (void **)&p_cuEventSynchronize},
+	{AMSP_LIB_CUDA, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime},
+	{AMSP_LIB_CUDA, "cuGetErrorString", (void **)&p_cuGetErrorString},
+	{AMSP_LIB_NVRTC, "nvrtcVersion", (void **)&p_nvrtcVersion},
+	{AMSP_LIB_NVRTC, "nvrtcCreateProgram", (void **)&p_nvrtcCreateProgram},
+	{AMSP_LIB_NVRTC, "nvrtcCompileProgram", (void **)&p_nvrtcCompileProgram},
+	{AMSP_LIB_NVRTC, "nvrtcGetProgramLogSize", (void **)&p_nvrtcGetProgramLogSize},
+	{AMSP_LIB_NVRTC, "nvrtcGetProgramLog", (void **)&p_nvrtcGetProgramLog},
+	{AMSP_LIB_NVRTC, "nvrtcGetCUBINSize", (void **)&p_nvrtcGetCUBINSize},
+	{AMSP_LIB_NVRTC, "nvrtcGetCUBIN", (void **)&p_nvrtcGetCUBIN},
+	{AMSP_LIB_NVRTC, "nvrtcDestroyProgram", (void **)&p_nvrtcDestroyProgram},
+	{AMSP_LIB_NVRTC, "nvrtcGetErrorString", (void **)&p_nvrtcGetErrorString},
+	{AMSP_LIB_CUBLASLT, "cublasLtGetVersion", (void **)&p_cublasLtGetVersion},
+	{AMSP_LIB_NCCL, "ncclGetVersion", (void **)&p_ncclGetVersion},
+};
+
+int amsp_load(int lib, const char **paths, char *err, size_t errlen, const char **opened) {
+	err[0] = 0;
+	if (handles[lib] == NULL) {
+		int bare = 0; // err holds the first bare name's failure
+		for (const char **p = paths; *p != NULL; p++) {
+			handles[lib] = dlopen(*p, RTLD_NOW | RTLD_LOCAL);
+			if (handles[lib] != NULL) {
+				*opened = *p;
+				break;
+			}
+			// Report the dynamic loader's own search (a bare name), not
+			// the last install directory tried.
+			const char *e = dlerror();
+			if (err[0] == 0 || (!bare && strchr(*p, '/') == NULL)) {
+				snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+				bare = strchr(*p, '/') == NULL;
+			}
+		}
+		if (handles[lib] == NULL) {
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+		if (syms[i].lib != lib) {
+			continue;
+		}
+		*syms[i].slot = dlsym(handles[lib], syms[i].name);
+		if (*syms[i].slot == NULL) {
+			snprintf(err, errlen, "%s", syms[i].name);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+CUresult amsp_cuInit(unsigned flags) { return p_cuInit(flags); }
+CUresult amsp_cuDriverGetVersion(int *v) { return p_cuDriverGetVersion(v); }
+CUresult amsp_cuDeviceGetCount(int *n) { return p_cuDeviceGetCount(n); }
+CUresult amsp_cuDeviceGet(CUdevice *d, int ordinal) { return p_cuDeviceGet(d, ordinal); }
+CUresult amsp_cuDeviceGetName(char *name, int len, CUdevice d) { return p_cuDeviceGetName(name, len, d); }
+CUresult amsp_cuDeviceGetAttribute(int *v, int attr, CUdevice d) { return p_cuDeviceGetAttribute(v, attr, d); }
+CUresult amsp_cuDeviceTotalMem(size_t *bytes, CUdevice d) { return p_cuDeviceTotalMem(bytes, d); }
+CUresult amsp_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
+CUresult amsp_cuCtxSetCurrent(CUcontext c) { return p_cuCtxSetCurrent(c); }
+CUresult amsp_cuCtxSynchronize(void) { return p_cuCtxSynchronize(); }
+CUresult amsp_cuMemAlloc(CUdeviceptr *p, size_t bytes) { return p_cuMemAlloc(p, bytes); }
+CUresult amsp_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
+CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) { return p_cuMemcpyHtoD(dst, src, bytes); }
+CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoH(dst, src, bytes); }
+CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image) { return p_cuModuleLoadData(m, image); }
+CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { return p_cuModuleGetFunction(f, m, name); }
+CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+	unsigned shmem, CUstream s, void **params) {
+	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+CUresult amsp_cuStreamCreate(CUstream *s, unsigned flags) { return p_cuStreamCreate(s, flags); }
+CUresult amsp_cuStreamSynchronize(CUstream s) { return p_cuStreamSynchronize(s); }
+CUresult amsp_cuEventCreate(CUevent *e, unsigned flags) { return p_cuEventCreate(e, flags); }
+CUresult amsp_cuEventRecord(CUevent e, CUstream s) { return p_cuEventRecord(e, s); }
+CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { return p_cuStreamWaitEvent(s, e, flags); }
+CUresult amsp_cuEventSynchronize(CUevent e) { return p_cuEventSynchronize(e); }
+CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end) { return p_cuEventElapsedTime(ms, start, end); }
+
+const char *amsp_cuErrorString(CUresult r) {
+	const char *s = NULL;
+	if (p_cuGetErrorString == NULL || p_cuGetErrorString(r, &s) != 0 || s == NULL) {
+		return "unknown CUDA error";
+	}
+	return s;
+}
+
+nvrtcResult amsp_nvrtcVersion(int *major, int *minor) { return p_nvrtcVersion(major, minor); }
+nvrtcResult amsp_nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name) {
+	return p_nvrtcCreateProgram(p, src, name, 0, NULL, NULL);
+}
+nvrtcResult amsp_nvrtcCompileProgram(nvrtcProgram p, int nopts, const char **opts) {
+	return p_nvrtcCompileProgram(p, nopts, opts);
+}
+nvrtcResult amsp_nvrtcGetProgramLogSize(nvrtcProgram p, size_t *n) { return p_nvrtcGetProgramLogSize(p, n); }
+nvrtcResult amsp_nvrtcGetProgramLog(nvrtcProgram p, char *log) { return p_nvrtcGetProgramLog(p, log); }
+nvrtcResult amsp_nvrtcGetCUBINSize(nvrtcProgram p, size_t *n) { return p_nvrtcGetCUBINSize(p, n); }
+nvrtcResult amsp_nvrtcGetCUBIN(nvrtcProgram p, char *cubin) { return p_nvrtcGetCUBIN(p, cubin); }
+nvrtcResult amsp_nvrtcDestroyProgram(nvrtcProgram *p) { return p_nvrtcDestroyProgram(p); }
+const char *amsp_nvrtcErrorString(nvrtcResult r) {
+	return p_nvrtcGetErrorString ? p_nvrtcGetErrorString(r) : "unknown NVRTC error";
+}
+
+size_t amsp_cublasLtGetVersion(void) { return p_cublasLtGetVersion(); }
+ncclResult_t amsp_ncclGetVersion(int *v) { return p_ncclGetVersion(v); }

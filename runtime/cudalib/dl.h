@@ -1,0 +1,81 @@
+// The few CUDA driver, NVRTC, cuBLASLt and NCCL entry points amspc uses,
+// declared here (CUDA's headers are not needed to build amspc) and
+// resolved with dlopen/dlsym at run time.
+#ifndef AMSP_CUDALIB_H
+#define AMSP_CUDALIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;       // CUDA_SUCCESS is 0
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef unsigned long long CUdeviceptr;
+typedef int nvrtcResult;    // NVRTC_SUCCESS is 0
+typedef void *nvrtcProgram;
+typedef int ncclResult_t;   // ncclSuccess is 0
+
+// Device attributes (CUdevice_attribute).
+enum {
+	AMSP_ATTR_SM_COUNT = 16,
+	AMSP_ATTR_CC_MAJOR = 75,
+	AMSP_ATTR_CC_MINOR = 76,
+};
+
+// The libraries, in the order amsp_load opens them.
+enum { AMSP_LIB_CUDA, AMSP_LIB_NVRTC, AMSP_LIB_CUBLASLT, AMSP_LIB_NCCL, AMSP_NLIBS };
+
+// amsp_load opens library lib from the candidate paths (NULL-terminated)
+// and resolves its symbols. It returns 0, or 1 when no candidate opens
+// (err holds dlerror's text of the last try), or 2 when a symbol is
+// missing (err names it).
+int amsp_load(int lib, const char **paths, char *err, size_t errlen, const char **opened);
+
+// Driver API.
+CUresult amsp_cuInit(unsigned flags);
+CUresult amsp_cuDriverGetVersion(int *v);
+CUresult amsp_cuDeviceGetCount(int *n);
+CUresult amsp_cuDeviceGet(CUdevice *d, int ordinal);
+CUresult amsp_cuDeviceGetName(char *name, int len, CUdevice d);
+CUresult amsp_cuDeviceGetAttribute(int *v, int attr, CUdevice d);
+CUresult amsp_cuDeviceTotalMem(size_t *bytes, CUdevice d);
+CUresult amsp_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
+CUresult amsp_cuCtxSetCurrent(CUcontext c);
+CUresult amsp_cuCtxSynchronize(void);
+CUresult amsp_cuMemAlloc(CUdeviceptr *p, size_t bytes);
+CUresult amsp_cuMemFree(CUdeviceptr p);
+CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes);
+CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes);
+CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image);
+CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
+CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+	unsigned shmem, CUstream s, void **params);
+CUresult amsp_cuStreamCreate(CUstream *s, unsigned flags);
+CUresult amsp_cuStreamSynchronize(CUstream s);
+CUresult amsp_cuEventCreate(CUevent *e, unsigned flags);
+CUresult amsp_cuEventRecord(CUevent e, CUstream s);
+CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags);
+CUresult amsp_cuEventSynchronize(CUevent e);
+CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+const char *amsp_cuErrorString(CUresult r);
+
+// NVRTC.
+nvrtcResult amsp_nvrtcVersion(int *major, int *minor);
+nvrtcResult amsp_nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name);
+nvrtcResult amsp_nvrtcCompileProgram(nvrtcProgram p, int nopts, const char **opts);
+nvrtcResult amsp_nvrtcGetProgramLogSize(nvrtcProgram p, size_t *n);
+nvrtcResult amsp_nvrtcGetProgramLog(nvrtcProgram p, char *log);
+nvrtcResult amsp_nvrtcGetCUBINSize(nvrtcProgram p, size_t *n);
+nvrtcResult amsp_nvrtcGetCUBIN(nvrtcProgram p, char *cubin);
+nvrtcResult amsp_nvrtcDestroyProgram(nvrtcProgram *p);
+const char *amsp_nvrtcErrorString(nvrtcResult r);
+
+// cuBLASLt and NCCL: versions only, so far.
+size_t amsp_cublasLtGetVersion(void);
+ncclResult_t amsp_ncclGetVersion(int *v);
+
+#endif

@@ -1,0 +1,115 @@
+//go:build cgo
+
+package cudalib
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"testing"
+)
+
+// gpu loads CUDA and opens GPU 0, or skips: on a machine without a GPU
+// the error must be the one sentence naming the driver library, unless
+// AMSPC_REQUIRE_GPU is set, which makes a missing GPU a failure.
+func gpu(t *testing.T) (*Libs, *Context) {
+	l, err := Load()
+	if err != nil {
+		if os.Getenv("AMSPC_REQUIRE_GPU") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	c, err := l.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%v; %v", l, c.Device)
+	return l, c
+}
+
+// TestNoDriverSentence: without the driver, Load says so in one sentence
+// naming libcuda.so.1 (this machine kind and CI have no GPU).
+func TestNoDriverSentence(t *testing.T) {
+	l, err := Load()
+	if err == nil {
+		t.Skipf("CUDA is here: %v", l)
+	}
+	var le *LoadError
+	if !errors.As(err, &le) {
+		t.Fatalf("%T %v", err, err)
+	}
+	if le.Lib == libCUDA && le.Error()[:60] != "CUDA is not available: libcuda.so.1 (the NVIDIA driver's CUD" {
+		t.Errorf("%q", le.Error())
+	}
+	t.Log(err)
+}
+
+const saxpySrc = `
+extern "C" __global__ void saxpy(float *y, const float *x, float a, long n) {
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		y[i] = a * x[i] + y[i];
+	}
+}
+`
+
+// TestGPUSaxpy: NVRTC compiles a kernel (and the cache hands it back),
+// the driver loads and launches it, and it computes what the host does.
+func TestGPUSaxpy(t *testing.T) {
+	l, c := gpu(t)
+	t.Setenv("AMSPC_CUDA_CACHE", t.TempDir())
+	d := c.Device
+	cubin, err := l.Compile(saxpySrc, "saxpy.cu", d.Major, d.Minor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.Compile(saxpySrc, "saxpy.cu", d.Major, d.Minor)
+	if err != nil || string(again) != string(cubin) {
+		t.Fatalf("cached compile: %v", err)
+	}
+	m, err := c.LoadModule(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Function("saxpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1<<20 + 3
+	x, y := make([]float32, n), make([]float32, n)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range x {
+		x[i], y[i] = rng.Float32(), rng.Float32()
+	}
+	px, err := c.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free(px)
+	py, err := c.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free(py)
+	if err := c.CopyIn(px, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CopyIn(py, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Launch([3]int{4 * d.SMs, 1, 1}, [3]int{256, 1, 1}, 0, py, px, float32(3), int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, n)
+	if err := c.CopyOut(got, py); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		// One fused multiply-add on the GPU, two roundings on the host:
+		// compare with the fused form.
+		want := float32(3*float64(x[i]) + float64(y[i]))
+		if d := got[i] - want; d > 1e-6 || d < -1e-6 {
+			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+}
