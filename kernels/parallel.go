@@ -4,6 +4,9 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+
+	"amspc/internal/hugepage"
 )
 
 var workers atomic.Int32
@@ -80,6 +83,9 @@ func getF32(n int) *[]float32 {
 		return p
 	}
 	s := make([]float32, n)
+	if n > 0 {
+		hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(4*n))
+	}
 	return &s
 }
 
@@ -91,6 +97,9 @@ func getF64(n int) *[]float64 {
 		return p
 	}
 	s := make([]float64, n)
+	if n > 0 {
+		hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(8*n))
+	}
 	return &s
 }
 
