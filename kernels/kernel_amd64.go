@@ -84,6 +84,22 @@ func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
 	}
 }
 
+// microKernelEdge is microKernelC for an edge strip of ni valid rows:
+// one of at most mr/2 rows (256 rows leave 4) runs the two 6x16 AVX2
+// kernels on the top half only, half the work of a full tile (the same
+// per-element chains of fused multiply-adds, so the same bits).
+func microKernelEdge(a []float32, ars, aks int, b []float32, bks, kb int, c []float32, ldc, ni int) bool {
+	if !simd || ni > mr/2 || kb == 0 {
+		return microKernelC(a, ars, aks, b, bks, kb, c, ldc, false)
+	}
+	_ = a[(mr/2-1)*ars+(kb-1)*aks]
+	_ = b[(kb-1)*bks+nr-1]
+	_ = c[(mr/2-1)*ldc+nr-1]
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[0], ldc, false)
+	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[16], 4*bks, kb, &c[16], ldc, false)
+	return true
+}
+
 //go:noescape
 func anyNonFiniteAVX2(x *float32, n int) bool
 

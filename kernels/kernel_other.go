@@ -31,6 +31,11 @@ func microKernelC(a []float32, ars, aks int, b []float32, bks, kb int, c []float
 	return false
 }
 
+// microKernelEdge: no edge kernel in this build.
+func microKernelEdge(a []float32, ars, aks int, b []float32, bks, kb int, c []float32, ldc, ni int) bool {
+	return false
+}
+
 func adamw(p, m, v, g []float32, k *adamConsts) { adamwGo(p, m, v, g, k) }
 
 // expInPlace sets x[i] = exp64(x[i]).

@@ -185,7 +185,7 @@ func gemmBlock(c []float32, a, b view, directB bool, pb, pa []float32, i0, rows,
 						copy(tile[ii*nr:ii*nr+nj], c[(ri+ii)*n+j0:])
 					}
 				}
-				if !microKernelC(as, ars, aks, bs, bks, kb, tile[:], nr, false) {
+				if !microKernelEdge(as, ars, aks, bs, bks, kb, tile[:], nr, ni) {
 					kernelGo(as, bs, kb, &tile)
 				}
 				for ii := 0; ii < ni; ii++ {
