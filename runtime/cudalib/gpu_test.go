@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// gpu loads CUDA and opens GPU 0, or skips: on a machine without a GPU
+// openGPU loads CUDA and opens GPU 0, or skips: on a machine without a GPU
 // the error must be the one sentence naming the driver library, unless
 // AMSPC_REQUIRE_GPU is set, which makes a missing GPU a failure.
-func gpu(t *testing.T) (*Libs, *Context) {
+func openGPU(t *testing.T) (*Libs, *Context) {
 	l, err := Load()
 	if err != nil {
 		if os.Getenv("AMSPC_REQUIRE_GPU") != "" {
@@ -56,7 +56,7 @@ extern "C" __global__ void saxpy(float *y, const float *x, float a, long n) {
 // TestGPUSaxpy: NVRTC compiles a kernel (and the cache hands it back),
 // the driver loads and launches it, and it computes what the host does.
 func TestGPUSaxpy(t *testing.T) {
-	l, c := gpu(t)
+	l, c := openGPU(t)
 	t.Setenv("AMSPC_CUDA_CACHE", t.TempDir())
 	d := c.Device
 	cubin, err := l.Compile(saxpySrc, "saxpy.cu", d.Major, d.Minor)

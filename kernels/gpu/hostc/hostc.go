@@ -1,0 +1,198 @@
+//go:build cgo
+
+// Package hostc runs kernels/gpu's CUDA C kernels on the CPU: ops.cu
+// compiled as C with shim.h, each block run by one thread, one block
+// after another, with the launch geometry package gpu gives a GPU launch
+// (an elementwise grid capped low, so the grid-stride loops run more
+// than once). Tests compare every kernel with package kernels.
+package hostc
+
+/*
+#cgo CFLAGS: -O2 -std=gnu11
+#cgo LDFLAGS: -lm
+#include "../shim.h"
+#include "../ops.cu"
+
+#define LAUNCH(grid, call) do { gridDim.x = (grid); for (unsigned amsp_blk = 0; amsp_blk < (grid); amsp_blk++) { blockIdx.x = amsp_blk; call; } } while (0)
+
+static void h_add(unsigned g, float *o, const float *a, const float *b, long long n, long long bn) { LAUNCH(g, add_f32(o, a, b, n, bn)); }
+static void h_mul(unsigned g, float *o, const float *a, const float *b, long long n, long long bn) { LAUNCH(g, mul_f32(o, a, b, n, bn)); }
+static void h_mul_grad(unsigned g, float *da, float *db, const float *a, const float *b, const float *dy, long long n, long long bn) { LAUNCH(g, mul_grad_f32(da, db, a, b, dy, n, bn)); }
+static void h_col_sum(unsigned g, float *o, const float *x, const float *y, long long rows, long long d) { LAUNCH(g, col_sum_f32(o, x, y, rows, d)); }
+static void h_silu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, silu_f32(o, x, n)); }
+static void h_silu_grad(unsigned g, float *dx, const float *x, const float *dy, long long n) { LAUNCH(g, silu_grad_f32(dx, x, dy, n)); }
+static void h_gelu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, gelu_f32(o, x, n)); }
+static void h_gelu_grad(unsigned g, float *dx, const float *x, const float *dy, long long n) { LAUNCH(g, gelu_grad_f32(dx, x, dy, n)); }
+static void h_rmsnorm(unsigned g, float *o, const float *x, const float *w, long long rows, long long d, float eps) { LAUNCH(g, rmsnorm_f32(o, x, w, rows, d, eps)); }
+static void h_rmsnorm_grad(unsigned g, float *dx, float *rstd, const float *x, const float *w, const float *dy, long long rows, long long d, float eps) { LAUNCH(g, rmsnorm_grad_f32(dx, rstd, x, w, dy, rows, d, eps)); }
+static void h_rmsnorm_grad_w(unsigned g, float *dw, const float *x, const float *dy, const float *rstd, long long rows, long long d) { LAUNCH(g, rmsnorm_grad_w_f32(dw, x, dy, rstd, rows, d)); }
+static void h_layernorm(unsigned g, float *o, const float *x, const float *w, const float *b, long long rows, long long d, float eps) { LAUNCH(g, layernorm_f32(o, x, w, b, rows, d, eps)); }
+static void h_layernorm_grad(unsigned g, float *dx, float *stats, const float *x, const float *w, const float *dy, long long rows, long long d, float eps) { LAUNCH(g, layernorm_grad_f32(dx, stats, x, w, dy, rows, d, eps)); }
+static void h_layernorm_grad_wb(unsigned g, float *dw, float *db, const float *x, const float *dy, const float *stats, long long rows, long long d) { LAUNCH(g, layernorm_grad_wb_f32(dw, db, x, dy, stats, rows, d)); }
+static void h_rope(unsigned g, float *o, const float *x, long long b, long long s, long long h, long long hd, double theta, float sign) { LAUNCH(g, rope_f32(o, x, b, s, h, hd, theta, sign)); }
+static void h_embed(unsigned g, float *o, const int *ids, const float *table, long long n, long long vocab, long long d, unsigned long long *bad) { LAUNCH(g, embed_f32(o, ids, table, n, vocab, d, bad)); }
+static void h_embed_grad(unsigned g, float *dt, const int *start, const int *pos, const float *dy, long long vocab, long long d) { LAUNCH(g, embed_grad_f32(dt, start, pos, dy, vocab, d)); }
+static void h_cross_entropy(unsigned g, double *loss, const float *logits, const int *t, long long rows, long long vocab, unsigned long long *bad) { LAUNCH(g, cross_entropy_f32(loss, logits, t, rows, vocab, bad)); }
+static void h_cross_entropy_grad(unsigned g, float *dl, const float *logits, const int *t, long long rows, long long vocab, double f) { LAUNCH(g, cross_entropy_grad_f32(dl, logits, t, rows, vocab, f)); }
+static void h_adamw(unsigned g, float *p, float *m, float *v, const float *gr, long long n, const long long *decay, long long nd, const double *k) {
+	LAUNCH(g, adamw_f32(p, m, v, gr, n, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]));
+}
+static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned long long *first) { LAUNCH(g, first_nonfinite_f32(x, n, first)); }
+*/
+import "C"
+
+import (
+	"fmt"
+
+	"amspc/kernels/gpu"
+)
+
+// maxGrid caps elementwise grids low and odd, so each thread of the shim
+// strides through several elements, as threads of a large launch do.
+const maxGrid = 61
+
+func grid(n int) C.uint { return C.uint(gpu.Grid1D(int64(n), 1, maxGrid)) }
+
+func f(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(&s[0])
+}
+
+func ints(s []int32) *C.int {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.int)(&s[0])
+}
+
+func ll(n int) C.longlong { return C.longlong(n) }
+
+// rowGrid is a row kernel's grid: one block per row (at least one).
+func rowGrid(rows int) C.uint { return C.uint(max(rows, 1)) }
+
+// Add is add_f32: out = a + b, b repeated over rows when shorter.
+func Add(out, a, b []float32) { C.h_add(grid(len(a)), f(out), f(a), f(b), ll(len(a)), ll(len(b))) }
+
+// Mul is mul_f32.
+func Mul(out, a, b []float32) { C.h_mul(grid(len(a)), f(out), f(a), f(b), ll(len(a)), ll(len(b))) }
+
+// MulGrad is kernels.MulGrad: mul_grad_f32, then col_sum_f32 for a
+// broadcast b's gradient.
+func MulGrad(da, db, a, b, dy []float32) {
+	n, bn := len(a), len(b)
+	var pdb *C.float
+	if bn == n {
+		pdb = f(db)
+	}
+	C.h_mul_grad(grid(n), f(da), pdb, f(a), f(b), f(dy), ll(n), ll(bn))
+	if bn < n && db != nil {
+		C.h_col_sum(grid(bn), f(db), f(dy), f(a), ll(n/bn), ll(bn))
+	}
+}
+
+// AddGradBroadcast is kernels.AddGradBroadcast: col_sum_f32 of dy.
+func AddGradBroadcast(db, dy []float32) {
+	d := len(db)
+	C.h_col_sum(grid(d), f(db), f(dy), nil, ll(len(dy)/d), ll(d))
+}
+
+// SiLU, SiLUGrad, GELU and GELUGrad are their kernels.
+func SiLU(out, x []float32)        { C.h_silu(grid(len(x)), f(out), f(x), ll(len(x))) }
+func SiLUGrad(dx, x, dy []float32) { C.h_silu_grad(grid(len(x)), f(dx), f(x), f(dy), ll(len(x))) }
+func GELU(out, x []float32)        { C.h_gelu(grid(len(x)), f(out), f(x), ll(len(x))) }
+func GELUGrad(dx, x, dy []float32) { C.h_gelu_grad(grid(len(x)), f(dx), f(x), f(dy), ll(len(x))) }
+
+// RMSNorm is rmsnorm_f32.
+func RMSNorm(out, x, w []float32, rows, d int, eps float32) {
+	C.h_rmsnorm(rowGrid(rows), f(out), f(x), f(w), ll(rows), ll(d), C.float(eps))
+}
+
+// RMSNormGrad is rmsnorm_grad_f32 then rmsnorm_grad_w_f32.
+func RMSNormGrad(dx, dw, x, w, dy []float32, rows, d int, eps float32) {
+	rstd := make([]float32, rows)
+	C.h_rmsnorm_grad(rowGrid(rows), f(dx), f(rstd), f(x), f(w), f(dy), ll(rows), ll(d), C.float(eps))
+	C.h_rmsnorm_grad_w(grid(d), f(dw), f(x), f(dy), f(rstd), ll(rows), ll(d))
+}
+
+// LayerNorm is layernorm_f32.
+func LayerNorm(out, x, w, b []float32, rows, d int, eps float32) {
+	C.h_layernorm(rowGrid(rows), f(out), f(x), f(w), f(b), ll(rows), ll(d), C.float(eps))
+}
+
+// LayerNormGrad is layernorm_grad_f32 then layernorm_grad_wb_f32.
+func LayerNormGrad(dx, dw, db, x, w, dy []float32, rows, d int, eps float32) {
+	stats := make([]float32, 2*rows)
+	C.h_layernorm_grad(rowGrid(rows), f(dx), f(stats), f(x), f(w), f(dy), ll(rows), ll(d), C.float(eps))
+	C.h_layernorm_grad_wb(grid(d), f(dw), f(db), f(x), f(dy), f(stats), ll(rows), ll(d))
+}
+
+// RoPE and RoPEGrad are rope_f32 turning forward and back.
+func RoPE(out, x []float32, batch, seq, heads, hd int, theta float64) {
+	C.h_rope(grid(len(x)/2), f(out), f(x), ll(batch), ll(seq), ll(heads), ll(hd), C.double(theta), 1)
+}
+
+func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
+	C.h_rope(grid(len(dy)/2), f(dx), f(dy), ll(batch), ll(seq), ll(heads), ll(hd), C.double(theta), -1)
+}
+
+// Embed is embed_f32; an id out of range is reported as kernels.Embed
+// reports it (the first one).
+func Embed(out []float32, ids []int32, table []float32, vocab, d int) error {
+	bad := C.ulonglong(len(ids))
+	C.h_embed(grid(len(ids)*d), f(out), ints(ids), f(table), ll(len(ids)), ll(vocab), ll(d), &bad)
+	if int(bad) < len(ids) {
+		return fmt.Errorf("embed: id %d at position %d is outside [0, %d)", ids[bad], int(bad), vocab)
+	}
+	return nil
+}
+
+// EmbedGrad is embed_grad_f32 over the positions gpu.Positions lists.
+func EmbedGrad(dtable []float32, ids []int32, dy []float32, vocab, d int) {
+	start, pos := gpu.Positions(ids, vocab)
+	C.h_embed_grad(grid(vocab*d), f(dtable), ints(start), ints(pos), f(dy), ll(vocab), ll(d))
+}
+
+// CrossEntropy is cross_entropy_f32 and gpu.MeanLoss.
+func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, error) {
+	loss := make([]float64, rows)
+	bad := C.ulonglong(rows)
+	if rows > 0 {
+		C.h_cross_entropy(rowGrid(rows), (*C.double)(&loss[0]), f(logits), ints(targets), ll(rows), ll(vocab), &bad)
+	}
+	if int(bad) < rows {
+		return 0, fmt.Errorf("cross_entropy: target %d at position %d is outside [0, %d)", targets[bad], int(bad), vocab)
+	}
+	return gpu.MeanLoss(loss), nil
+}
+
+// CrossEntropyGrad is cross_entropy_grad_f32 with f = scale/rows.
+func CrossEntropyGrad(dlogits, logits []float32, targets []int32, rows, vocab int, scale float32) {
+	C.h_cross_entropy_grad(rowGrid(rows), f(dlogits), f(logits), ints(targets), ll(rows), ll(vocab), C.double(float64(scale)/float64(rows)))
+}
+
+// AdamW is adamw_f32 with gpu.AdamWArgs; decayed holds [lo, hi) pairs.
+func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decayed [][2]int) {
+	k := gpu.AdamWArgs(step, lr, beta1, beta2, eps, weightDecay)
+	flat := make([]C.longlong, 0, 2*len(decayed)+1)
+	for _, r := range decayed {
+		flat = append(flat, C.longlong(r[0]), C.longlong(r[1]))
+	}
+	var pd *C.longlong
+	if len(flat) > 0 {
+		pd = &flat[0]
+	}
+	C.h_adamw(grid(len(p)), f(p), f(m), f(v), f(g), ll(len(p)), pd, ll(len(decayed)), (*C.double)(&k[0]))
+}
+
+// FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or
+// infinity, or -1.
+func FirstNonFinite(x []float32) int {
+	first := C.ulonglong(len(x))
+	C.h_first_nonfinite(grid(len(x)), f(x), ll(len(x)), &first)
+	if int(first) == len(x) {
+		return -1
+	}
+	return int(first)
+}

@@ -1,0 +1,260 @@
+//go:build cgo
+
+package hostc
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"amspc/kernels"
+	"amspc/kernels/gpu"
+)
+
+func rnd(rng *rand.Rand, n int, scale float32) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = (rng.Float32()*2 - 1) * scale
+	}
+	return s
+}
+
+// relErr is the largest difference over the largest reference value (the
+// infinity-norm relative error); exact says the bits are equal.
+func relErr(got, want []float32) (rel float64, exact bool) {
+	exact = len(got) == len(want)
+	var diff, big float64
+	for i := range want {
+		diff = max(diff, math.Abs(float64(got[i])-float64(want[i])))
+		big = max(big, math.Abs(float64(want[i])))
+		exact = exact && math.Float32bits(got[i]) == math.Float32bits(want[i])
+	}
+	if big == 0 {
+		return diff, exact
+	}
+	return diff / big, exact
+}
+
+// tol is the tolerance of issue 12 for fp32: 1e-5 relative.
+const tol = 1e-5
+
+// same checks got against want within tol, and bit for bit when exact.
+func same(t *testing.T, what string, got, want []float32, exact bool) {
+	t.Helper()
+	rel, eq := relErr(got, want)
+	switch {
+	case rel > tol:
+		t.Errorf("%s: relative error %.3g > %g", what, rel, tol)
+	case exact && !eq:
+		t.Errorf("%s: within %.3g but not the Go kernel's bits", what, rel)
+	default:
+		t.Logf("%s: relative error %.3g, same bits %v", what, rel, eq)
+	}
+}
+
+var shapes = [][2]int{{1, 1}, {3, 37}, {5, 1100}, {64, 96}}
+
+// TestElementwise: add, mul (same shape and broadcast) and their
+// gradients, SiLU and GELU with theirs.
+func TestElementwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, sh := range shapes {
+		rows, d := sh[0], sh[1]
+		n := rows * d
+		a, b, bb, dy := rnd(rng, n, 3), rnd(rng, n, 3), rnd(rng, d, 3), rnd(rng, n, 1)
+		for _, c := range []struct {
+			name string
+			b    []float32
+		}{{"same", b}, {"broadcast", bb}} {
+			got, want := make([]float32, n), make([]float32, n)
+			Add(got, a, c.b)
+			kernels.Add(want, a, c.b)
+			same(t, "add "+c.name, got, want, true)
+			Mul(got, a, c.b)
+			kernels.Mul(want, a, c.b)
+			same(t, "mul "+c.name, got, want, true)
+			gda, gdb := make([]float32, n), make([]float32, len(c.b))
+			wda, wdb := make([]float32, n), make([]float32, len(c.b))
+			MulGrad(gda, gdb, a, c.b, dy)
+			kernels.MulGrad(wda, wdb, a, c.b, dy)
+			same(t, "mul_grad da "+c.name, gda, wda, true)
+			same(t, "mul_grad db "+c.name, gdb, wdb, true)
+		}
+		gdb, wdb := make([]float32, d), make([]float32, d)
+		AddGradBroadcast(gdb, dy)
+		kernels.AddGradBroadcast(wdb, dy)
+		same(t, "add_grad_broadcast", gdb, wdb, true)
+		x := rnd(rng, n, 8)
+		for _, op := range []struct {
+			name string
+			fwd  [2]func(out, x []float32)
+			bwd  [2]func(dx, x, dy []float32)
+		}{
+			{"silu", [2]func(out, x []float32){SiLU, kernels.SiLU}, [2]func(dx, x, dy []float32){SiLUGrad, kernels.SiLUGrad}},
+			{"gelu", [2]func(out, x []float32){GELU, kernels.GELU}, [2]func(dx, x, dy []float32){GELUGrad, kernels.GELUGrad}},
+		} {
+			got, want := make([]float32, n), make([]float32, n)
+			op.fwd[0](got, x)
+			op.fwd[1](want, x)
+			same(t, op.name, got, want, false)
+			op.bwd[0](got, x, dy)
+			op.bwd[1](want, x, dy)
+			same(t, op.name+"_grad", got, want, false)
+		}
+	}
+}
+
+// TestNorms: RMSNorm and LayerNorm, forward and backward (the weight and
+// bias gradients sum rows in the Go kernels' order).
+func TestNorms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, sh := range shapes {
+		rows, d := sh[0], sh[1]
+		n := rows * d
+		x, w, b, dy := rnd(rng, n, 2), rnd(rng, d, 1.5), rnd(rng, d, 1), rnd(rng, n, 1)
+		got, want := make([]float32, n), make([]float32, n)
+		RMSNorm(got, x, w, rows, d, 1e-5)
+		kernels.RMSNorm(want, x, w, rows, d, 1e-5)
+		same(t, "rmsnorm", got, want, false)
+		gdw, wdw := make([]float32, d), make([]float32, d)
+		RMSNormGrad(got, gdw, x, w, dy, rows, d, 1e-5)
+		kernels.RMSNormGrad(want, wdw, x, w, dy, rows, d, 1e-5)
+		same(t, "rmsnorm_grad dx", got, want, false)
+		same(t, "rmsnorm_grad dw", gdw, wdw, false)
+		LayerNorm(got, x, w, b, rows, d, 1e-5)
+		kernels.LayerNorm(want, x, w, b, rows, d, 1e-5)
+		same(t, "layernorm", got, want, false)
+		gdb, wdb := make([]float32, d), make([]float32, d)
+		LayerNormGrad(got, gdw, gdb, x, w, dy, rows, d, 1e-5)
+		kernels.LayerNormGrad(want, wdw, wdb, x, w, dy, rows, d, 1e-5)
+		same(t, "layernorm_grad dx", got, want, false)
+		same(t, "layernorm_grad dw", gdw, wdw, false)
+		same(t, "layernorm_grad db", gdb, wdb, true)
+	}
+}
+
+// TestRoPE: the rotation and its inverse.
+func TestRoPE(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, sh := range [][4]int{{1, 1, 1, 2}, {2, 7, 3, 8}, {2, 128, 4, 64}} {
+		batch, seq, heads, hd := sh[0], sh[1], sh[2], sh[3]
+		n := batch * seq * heads * hd
+		x := rnd(rng, n, 2)
+		got, want := make([]float32, n), make([]float32, n)
+		RoPE(got, x, batch, seq, heads, hd, 10000)
+		kernels.RoPE(want, x, batch, seq, heads, hd, 10000)
+		same(t, "rope", got, want, false)
+		RoPEGrad(got, x, batch, seq, heads, hd, 500000)
+		kernels.RoPEGrad(want, x, batch, seq, heads, hd, 500000)
+		same(t, "rope_grad", got, want, false)
+	}
+}
+
+// TestEmbed: the lookup, its gradient (repeated ids summed in position
+// order: the Go kernel's bits), and a bad id named as the Go kernel
+// names it.
+func TestEmbed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	const vocab, d = 50, 37
+	ids := make([]int32, 300)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab / 2)) // repeats, and unused rows
+	}
+	table, dy := rnd(rng, vocab*d, 1), rnd(rng, len(ids)*d, 1)
+	got, want := make([]float32, len(ids)*d), make([]float32, len(ids)*d)
+	if err := Embed(got, ids, table, vocab, d); err != nil {
+		t.Fatal(err)
+	}
+	kernels.Embed(want, ids, table, vocab, d)
+	same(t, "embed", got, want, true)
+	gdt, wdt := rnd(rng, vocab*d, 1), make([]float32, vocab*d) // stale values must go
+	EmbedGrad(gdt, ids, dy, vocab, d)
+	kernels.EmbedGrad(wdt, ids, dy, vocab, d)
+	same(t, "embed_grad", gdt, wdt, true)
+	ids[200], ids[100] = vocab, -1
+	gerr, werr := Embed(got, ids, table, vocab, d), kernels.Embed(want, ids, table, vocab, d)
+	if gerr == nil || werr == nil || gerr.Error() != werr.Error() {
+		t.Errorf("bad ids: %v, want %v", gerr, werr)
+	}
+}
+
+// TestCrossEntropy: the mean loss, its gradient, and a bad target.
+func TestCrossEntropy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, sh := range [][2]int{{1, 2}, {7, 37}, {130, 256}, {3, 1100}} {
+		rows, vocab := sh[0], sh[1]
+		logits := rnd(rng, rows*vocab, 6)
+		targets := make([]int32, rows)
+		for i := range targets {
+			targets[i] = int32(rng.IntN(vocab))
+		}
+		gl, err := CrossEntropy(logits, targets, rows, vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wl, _ := kernels.CrossEntropy(logits, targets, rows, vocab)
+		if math.Abs(gl-wl) > tol*math.Abs(wl) {
+			t.Errorf("cross_entropy %v: %v, want %v", sh, gl, wl)
+		}
+		got, want := make([]float32, rows*vocab), make([]float32, rows*vocab)
+		CrossEntropyGrad(got, logits, targets, rows, vocab, 0.25)
+		kernels.CrossEntropyGrad(want, logits, targets, rows, vocab, 0.25)
+		same(t, "cross_entropy_grad", got, want, false)
+		targets[rows-1] = int32(vocab)
+		_, gerr := CrossEntropy(logits, targets, rows, vocab)
+		_, werr := kernels.CrossEntropy(logits, targets, rows, vocab)
+		if gerr == nil || werr == nil || gerr.Error() != werr.Error() {
+			t.Errorf("bad target: %v, want %v", gerr, werr)
+		}
+	}
+}
+
+// TestAdamW: several steps with weight decay on some ranges: the Go
+// kernel's bits (explicitly rounded double arithmetic).
+func TestAdamW(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const n = 1000
+	decayed := [][2]int{{0, 100}, {250, 251}, {400, 999}}
+	var ranges []kernels.Range
+	for _, r := range decayed {
+		ranges = append(ranges, kernels.Range{Lo: r[0], Hi: r[1]})
+	}
+	p := rnd(rng, n, 1)
+	gp, gm, gv := append([]float32(nil), p...), make([]float32, n), make([]float32, n)
+	wp, wm, wv := append([]float32(nil), p...), make([]float32, n), make([]float32, n)
+	for step := 1; step <= 5; step++ {
+		g := rnd(rng, n, 0.1)
+		AdamW(gp, gm, gv, g, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, decayed)
+		kernels.AdamW(wp, wm, wv, g, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, ranges)
+	}
+	same(t, "adamw p", gp, wp, true)
+	same(t, "adamw m", gm, wm, true)
+	same(t, "adamw v", gv, wv, true)
+}
+
+// TestFirstNonFinite: the smallest index of a NaN or infinity.
+func TestFirstNonFinite(t *testing.T) {
+	x := make([]float32, 5000)
+	if i := FirstNonFinite(x); i != -1 {
+		t.Errorf("clean: %d", i)
+	}
+	x[4000], x[1234] = float32(math.Inf(-1)), float32(math.NaN())
+	if i, w := FirstNonFinite(x), kernels.FirstNonFinite(x); i != 1234 || w != 1234 {
+		t.Errorf("got %d, Go kernel %d, want 1234", i, w)
+	}
+	x[1234] = 0
+	if i := FirstNonFinite(x); i != 4000 {
+		t.Errorf("infinity: %d", i)
+	}
+}
+
+// TestShimSourceIsCUDA: the file the shim compiles is the embedded one,
+// with the CUDA spellings the shim stands in for.
+func TestShimSourceIsCUDA(t *testing.T) {
+	for _, s := range []string{"__global__", "__syncthreads()", "__shared__", "atomicMin", "blockIdx.x"} {
+		if !strings.Contains(gpu.Source, s) {
+			t.Errorf("ops.cu lacks %s", s)
+		}
+	}
+}

@@ -1,0 +1,412 @@
+// amspc's CUDA kernels for every op but matmul (cuBLASLt) and attention:
+// elementwise ops and their gradients, norms, RoPE, embedding, cross
+// entropy, AdamW and the non-finite check. NVRTC compiles this file at
+// start for the device's architecture; with shim.h it also compiles as
+// plain C, so the host tests check every kernel against package kernels.
+//
+// Storage is fp32. Each kernel computes what its Go twin in package
+// kernels computes, with the same float64 intermediates; sums over rows
+// that the Go kernels take in row order are taken in row order here too
+// (one thread per column), so they give the Go kernels' bits. Sums along
+// a row use a block-wide tree (a different order: within 1e-5).
+//
+// Launch geometry (kernels/gpu/gpu.go): "elementwise" kernels take any
+// grid and loop over their elements with the grid's stride; "row"
+// kernels take one block per row and a power-of-two block of at most
+// AMSP_BLOCK threads; "column" kernels loop over columns with the grid's
+// stride.
+
+#ifdef __CUDACC__
+#define AMSP_EXTERN_C extern "C"
+#endif
+
+#define AMSP_BLOCK 256
+
+#define GRID_STRIDE(i, n) \
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// block_sum returns the sum of v over the block's threads, added in a
+// fixed tree order; every thread gets it. red holds AMSP_BLOCK doubles.
+__device__ double block_sum(double v, double *red) {
+	unsigned t = threadIdx.x;
+	red[t] = v;
+	__syncthreads();
+	for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (t < s) {
+			red[t] += red[t + s];
+		}
+		__syncthreads();
+	}
+	double r = red[0];
+	__syncthreads();
+	return r;
+}
+
+// block_max returns the largest v over the block's threads.
+__device__ float block_max(float v, float *red) {
+	unsigned t = threadIdx.x;
+	red[t] = v;
+	__syncthreads();
+	for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (t < s && red[t + s] > red[t]) {
+			red[t] = red[t + s];
+		}
+		__syncthreads();
+	}
+	float r = red[0];
+	__syncthreads();
+	return r;
+}
+
+// out = a + b; b has bn elements, repeated over rows when bn < n.
+AMSP_EXTERN_C __global__ void add_f32(float *out, const float *a, const float *b, long long n, long long bn) {
+	GRID_STRIDE(i, n) { out[i] = a[i] + b[i % bn]; }
+}
+
+// out = a * b with add_f32's broadcast rule.
+AMSP_EXTERN_C __global__ void mul_f32(float *out, const float *a, const float *b, long long n, long long bn) {
+	GRID_STRIDE(i, n) { out[i] = a[i] * b[i % bn]; }
+}
+
+// da = dy * b (broadcast as in mul_f32), and db = dy * a when b is not
+// broadcast (bn == n); a broadcast db is col_sum_f32's. A null da or db is
+// skipped.
+AMSP_EXTERN_C __global__ void mul_grad_f32(float *da, float *db, const float *a, const float *b, const float *dy, long long n,
+	long long bn) {
+	GRID_STRIDE(i, n) {
+		if (da) {
+			da[i] = dy[i] * b[i % bn];
+		}
+		if (db && bn == n) {
+			db[i] = dy[i] * a[i];
+		}
+	}
+}
+
+// out[j] = sum over rows r, in order, of x[r,j] (times y[r,j] as a float
+// product when y is not null), in double: the gradient of a broadcast
+// operand of + (y null) or of * (x = dy, y = a).
+AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const float *y, long long rows, long long d) {
+	GRID_STRIDE(j, d) {
+		double acc = 0;
+		for (long long r = 0; r < rows; r++) {
+			float v = x[r * d + j];
+			acc += y ? (double)(v * y[r * d + j]) : (double)v;
+		}
+		out[j] = (float)acc;
+	}
+}
+
+// out = x * sigmoid(x), the exponential in double.
+AMSP_EXTERN_C __global__ void silu_f32(float *out, const float *x, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		out[i] = (float)(v / (1 + exp(-v)));
+	}
+}
+
+// dx = dy * s * (1 + x*(1-s)), s = sigmoid(x).
+AMSP_EXTERN_C __global__ void silu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		double s = 1 / (1 + exp(-v));
+		dx[i] = (float)((double)dy[i] * s * (1 + v * (1 - s)));
+	}
+}
+
+// out = x/2 * (1 + erf(x/sqrt 2)), the exact GELU.
+AMSP_EXTERN_C __global__ void gelu_f32(float *out, const float *x, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		out[i] = (float)(0.5 * v * (1 + erf(v / 1.4142135623730951)));
+	}
+}
+
+// dx = dy * (Phi(x) + x*phi(x)).
+AMSP_EXTERN_C __global__ void gelu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		double cdf = 0.5 * (1 + erf(v / 1.4142135623730951));
+		dx[i] = (float)((double)dy[i] * (cdf + v * (0.3989422804014327 * exp(-0.5 * v * v))));
+	}
+}
+
+// One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.
+AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const float *w, long long rows, long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *xr = x + r * d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		ss += (double)xr[j] * (double)xr[j];
+	}
+	ss = block_sum(ss, red);
+	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		out[r * d + j] = xr[j] * rs * w[j];
+	}
+}
+
+// One block per row: dx = rstd * (dy*w - xh*mean(dy*w*xh)), xh = x*rstd;
+// rstd[r] is kept for rmsnorm_grad_w_f32.
+AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const float *x, const float *w, const float *dy,
+	long long rows, long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *xr = x + r * d, *dyr = dy + r * d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		ss += (double)xr[j] * (double)xr[j];
+	}
+	ss = block_sum(ss, red);
+	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	double dot = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		dot += (double)(dyr[j] * w[j]) * (double)(xr[j] * rs);
+	}
+	dot = block_sum(dot, red);
+	float c = (float)(dot / (double)d);
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		dx[r * d + j] = rs * (dyr[j] * w[j] - xr[j] * rs * c);
+	}
+	if (threadIdx.x == 0) {
+		rstd[r] = rs;
+	}
+}
+
+// dw[j] = sum over rows, in order, of dy * (x * rstd).
+AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, const float *dy, const float *rstd, long long rows,
+	long long d) {
+	GRID_STRIDE(j, d) {
+		double acc = 0;
+		for (long long r = 0; r < rows; r++) {
+			acc += (double)(dy[r * d + j] * (x[r * d + j] * rstd[r]));
+		}
+		dw[j] = (float)acc;
+	}
+}
+
+// One block per row: out = (x - mean) / sqrt(var + eps) * w + b, the
+// biased variance taken in a second pass.
+AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const float *w, const float *b, long long rows,
+	long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *xr = x + r * d;
+	double s = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		s += (double)xr[j];
+	}
+	double m = block_sum(s, red) / (double)d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		double c = (double)xr[j] - m;
+		ss += c * c;
+	}
+	ss = block_sum(ss, red);
+	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		out[r * d + j] = (xr[j] - mean) * rs * w[j] + b[j];
+	}
+}
+
+// One block per row: dx = rstd * (g - mean(g) - xh*mean(g*xh)), g = dy*w;
+// stats[2r], stats[2r+1] keep the row's mean and rstd for
+// layernorm_grad_wb_f32.
+AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const float *x, const float *w, const float *dy,
+	long long rows, long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *xr = x + r * d, *dyr = dy + r * d;
+	double s = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		s += (double)xr[j];
+	}
+	double m = block_sum(s, red) / (double)d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		double c = (double)xr[j] - m;
+		ss += c * c;
+	}
+	ss = block_sum(ss, red);
+	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	double sg = 0, sgx = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float g = dyr[j] * w[j];
+		sg += (double)g;
+		sgx += (double)g * (double)((xr[j] - mean) * rs);
+	}
+	sg = block_sum(sg, red);
+	sgx = block_sum(sgx, red);
+	float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		dx[r * d + j] = rs * (dyr[j] * w[j] - mg - (xr[j] - mean) * rs * mgx);
+	}
+	if (threadIdx.x == 0) {
+		stats[2 * r] = mean;
+		stats[2 * r + 1] = rs;
+	}
+}
+
+// dw[j] = sum over rows of dy * xh, db[j] = sum of dy, in row order.
+AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const float *x, const float *dy, const float *stats,
+	long long rows, long long d) {
+	GRID_STRIDE(j, d) {
+		double aw = 0, ab = 0;
+		for (long long r = 0; r < rows; r++) {
+			float v = x[r * d + j], g = dy[r * d + j];
+			aw += (double)(g * ((v - stats[2 * r]) * stats[2 * r + 1]));
+			ab += (double)g;
+		}
+		dw[j] = (float)aw;
+		db[j] = (float)ab;
+	}
+}
+
+// RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
+// (x[i], x[i+hd/2]) of each head at position p turns by
+// sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
+// The angle, its sine and cosine are double, rounded once to float. One
+// thread per pair.
+AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long batch, long long seq, long long heads, long long hd,
+	double theta, float sign) {
+	long long half = hd / 2, pairs = batch * seq * heads * half;
+	GRID_STRIDE(k, pairs) {
+		long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
+		double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
+		float c = (float)cos(ang), s = sign * (float)sin(ang);
+		long long base = ((b * seq + p) * heads + h) * hd;
+		float u = x[base + i], v = x[base + i + half];
+		out[base + i] = u * c - v * s;
+		out[base + i + half] = v * c + u * s;
+	}
+}
+
+// out[t] = table[ids[t]] for rows of d. An id outside [0, vocab) writes
+// nothing and lowers *bad to its position (the host sets *bad to n
+// first), so the host can name the first bad id.
+AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float *table, long long n, long long vocab, long long d,
+	unsigned long long *bad) {
+	GRID_STRIDE(k, n * d) {
+		long long t = k / d, j = k % d;
+		int id = ids[t];
+		if (id < 0 || id >= vocab) {
+			atomicMin(bad, (unsigned long long)t);
+		} else {
+			out[k] = table[(long long)id * d + j];
+		}
+	}
+}
+
+// dtable[v] = the sum of dy's rows at the positions where id v occurs, in
+// position order: pos[start[v]:start[v+1]] lists them ascending (the host
+// builds the lists from the ids, which it loaded). Rows of ids that do
+// not occur are zero.
+AMSP_EXTERN_C __global__ void embed_grad_f32(float *dtable, const int *start, const int *pos, const float *dy, long long vocab,
+	long long d) {
+	GRID_STRIDE(k, vocab * d) {
+		long long v = k / d, j = k % d;
+		float acc = 0;
+		for (int q = start[v]; q < start[v + 1]; q++) {
+			acc = acc + dy[(long long)pos[q] * d + j];
+		}
+		dtable[k] = acc;
+	}
+}
+
+// One block per row of logits: loss[r] = logsumexp(row) - row[target],
+// in double (the host takes the mean in its own order). A target outside
+// [0, vocab) lowers *bad to its row.
+AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logits, const int *targets, long long rows,
+	long long vocab, unsigned long long *bad) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *row = logits + r * vocab;
+	float mx = row[0];
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		mx = row[j] > mx ? row[j] : mx;
+	}
+	mx = block_max(mx, redf);
+	double s = 0;
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		s += exp((double)(row[j] - mx));
+	}
+	s = block_sum(s, red);
+	if (threadIdx.x == 0) {
+		int t = targets[r];
+		if (t < 0 || t >= vocab) {
+			atomicMin(bad, (unsigned long long)r);
+			loss[r] = 0;
+		} else {
+			loss[r] = (double)mx + log(s) - (double)row[t];
+		}
+	}
+}
+
+// One block per row: dlogits = (softmax(logits) - onehot(target)) * f,
+// f the upstream gradient over the rows, in double.
+AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float *logits, const int *targets, long long rows,
+	long long vocab, double f) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	const float *row = logits + r * vocab;
+	float mx = row[0];
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		mx = row[j] > mx ? row[j] : mx;
+	}
+	mx = block_max(mx, redf);
+	double s = 0;
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		s += exp((double)(row[j] - mx));
+	}
+	s = block_sum(s, red);
+	double lse = (double)mx + log(s);
+	int t = targets[r];
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		double v = exp((double)row[j] - lse);
+		if (j == t) {
+			v -= 1;
+		}
+		dlogits[r * vocab + j] = (float)(v * f);
+	}
+}
+
+// One AdamW step per element, in double as kernels.AdamW, with explicit
+// roundings so no multiply-add is fused (the Go kernel's bits). Elements
+// inside one of the nd ranges decay[2k] <= i < decay[2k+1] (ascending,
+// disjoint) are decayed: their parameter is first multiplied by keep.
+AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const float *g, long long n, const long long *decay,
+	long long nd, double beta1, double c1, double beta2, double c2, double step_size, double bc2, double eps, double keep) {
+	GRID_STRIDE(i, n) {
+		long long lo = 0, hi = nd; // the first range whose end is past i
+		while (lo < hi) {
+			long long mid = (lo + hi) / 2;
+			if (decay[2 * mid + 1] > i) {
+				hi = mid;
+			} else {
+				lo = mid + 1;
+			}
+		}
+		double k = (lo < nd && decay[2 * lo] <= i) ? keep : 1.0;
+		double pi = __dmul_rn((double)p[i], k);
+		double gi = (double)g[i];
+		double mi = __dadd_rn(__dmul_rn(beta1, (double)m[i]), __dmul_rn(c1, gi));
+		double vi = __dadd_rn(__dmul_rn(beta2, (double)v[i]), __dmul_rn(__dmul_rn(c2, gi), gi));
+		m[i] = (float)mi;
+		v[i] = (float)vi;
+		p[i] = (float)__dsub_rn(pi, __dmul_rn(step_size, mi) / __dadd_rn(sqrt(vi) / bc2, eps));
+	}
+}
+
+// *first = the smallest index of a NaN or infinity in x (the host sets it
+// to n first: none).
+AMSP_EXTERN_C __global__ void first_nonfinite_f32(const float *x, long long n, unsigned long long *first) {
+	GRID_STRIDE(i, n) {
+		float v = x[i];
+		if (!(v - v == 0)) {
+			atomicMin(first, (unsigned long long)i);
+		}
+	}
+}
