@@ -64,6 +64,7 @@ var Kernels = []Kernel{
 	{"mul_f32", []Param("pppll"), Elementwise},
 	{"mul_grad_f32", []Param("pppppll"), Elementwise},
 	{"col_sum_f32", []Param("pppll"), Elementwise},
+	{"transpose_f32", []Param("ppll"), Elementwise},
 	{"silu_f32", []Param("ppl"), Elementwise},
 	{"silu_grad_f32", []Param("pppl"), Elementwise},
 	{"gelu_f32", []Param("ppl"), Elementwise},

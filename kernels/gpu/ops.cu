@@ -97,6 +97,14 @@ AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const floa
 	}
 }
 
+// out = x^T for x [m, n] (out [n, m]).
+AMSP_EXTERN_C __global__ void transpose_f32(float *out, const float *x, long long m, long long n) {
+	GRID_STRIDE(k, m * n) {
+		long long i = k / n, j = k % n;
+		out[j * m + i] = x[k];
+	}
+}
+
 // out = x * sigmoid(x), the exponential in double.
 AMSP_EXTERN_C __global__ void silu_f32(float *out, const float *x, long long n) {
 	GRID_STRIDE(i, n) {

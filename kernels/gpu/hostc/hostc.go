@@ -19,6 +19,7 @@ static void h_add(unsigned g, float *o, const float *a, const float *b, long lon
 static void h_mul(unsigned g, float *o, const float *a, const float *b, long long n, long long bn) { LAUNCH(g, mul_f32(o, a, b, n, bn)); }
 static void h_mul_grad(unsigned g, float *da, float *db, const float *a, const float *b, const float *dy, long long n, long long bn) { LAUNCH(g, mul_grad_f32(da, db, a, b, dy, n, bn)); }
 static void h_col_sum(unsigned g, float *o, const float *x, const float *y, long long rows, long long d) { LAUNCH(g, col_sum_f32(o, x, y, rows, d)); }
+static void h_transpose(unsigned g, float *o, const float *x, long long m, long long n) { LAUNCH(g, transpose_f32(o, x, m, n)); }
 static void h_silu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, silu_f32(o, x, n)); }
 static void h_silu_grad(unsigned g, float *dx, const float *x, const float *dy, long long n) { LAUNCH(g, silu_grad_f32(dx, x, dy, n)); }
 static void h_gelu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, gelu_f32(o, x, n)); }
@@ -97,6 +98,9 @@ func AddGradBroadcast(db, dy []float32) {
 	d := len(db)
 	C.h_col_sum(grid(d), f(db), f(dy), nil, ll(len(dy)/d), ll(d))
 }
+
+// Transpose is transpose_f32: out [n, m] = x^T.
+func Transpose(out, x []float32, m, n int) { C.h_transpose(grid(m*n), f(out), f(x), ll(m), ll(n)) }
 
 // SiLU, SiLUGrad, GELU and GELUGrad are their kernels.
 func SiLU(out, x []float32)        { C.h_silu(grid(len(x)), f(out), f(x), ll(len(x))) }

@@ -81,6 +81,10 @@ func TestElementwise(t *testing.T) {
 			same(t, "mul_grad da "+c.name, gda, wda, true)
 			same(t, "mul_grad db "+c.name, gdb, wdb, true)
 		}
+		got, want := make([]float32, n), make([]float32, n)
+		Transpose(got, a, rows, d)
+		kernels.Transpose(want, a, rows, d)
+		same(t, "transpose", got, want, true)
 		gdb, wdb := make([]float32, d), make([]float32, d)
 		AddGradBroadcast(gdb, dy)
 		kernels.AddGradBroadcast(wdb, dy)
