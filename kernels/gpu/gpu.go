@@ -4,8 +4,7 @@
 // (runtime/cudalib); package hostc compiles the same file as C with
 // shim.h and tests every kernel against package kernels on the CPU.
 //
-// Matmuls go to cuBLASLt and attention to its own fused kernel; neither
-// is here.
+// Matmuls (and their gradients) are cuBLASLt's, not here.
 package gpu
 
 import (
@@ -45,7 +44,29 @@ const (
 	// Row kernels take one block per row and a power-of-two block of at
 	// most MaxBlock threads (RowBlock picks it).
 	Row
+	// Attention kernels take a grid (ceil(seq/B), heads, batch) (kv heads
+	// for attention_dkv_f32), B threads, one row each, and AttentionSmem
+	// bytes of dynamic shared memory (AttentionBlock picks B).
+	Attention
 )
+
+// MaxHeadDim is AMSP_MAX_HD in ops.cu.
+const MaxHeadDim = 256
+
+// AttentionBlock is the attention kernels' block: the most rows, a power
+// of two up to 64, whose two tiles of hd floats fit the 48 KiB of shared
+// memory a launch gets without asking.
+func AttentionBlock(hd int) int {
+	b := 64
+	for b > 1 && AttentionSmem(b, hd) > 48<<10 {
+		b /= 2
+	}
+	return b
+}
+
+// AttentionSmem is the dynamic shared memory of an attention launch of
+// block rows: two tiles of block x hd floats.
+func AttentionSmem(block, hd int) int { return 2 * block * hd * 4 }
 
 // MaxBlock is AMSP_BLOCK in ops.cu: the shared reduction arrays' size.
 const MaxBlock = 256
@@ -81,6 +102,10 @@ var Kernels = []Kernel{
 	{"cross_entropy_f32", []Param("pppllp"), Row},
 	{"cross_entropy_grad_f32", []Param("ppplld"), Row},
 	{"adamw_f32", []Param("pppplpldddddddd"), Elementwise},
+	{"attention_f32", []Param("pppppllllll"), Attention},
+	{"attention_dsum_f32", []Param("pppllll"), Elementwise},
+	{"attention_dq_f32", []Param("pppppppllllll"), Attention},
+	{"attention_dkv_f32", []Param("ppppppppllllll"), Attention},
 	{"first_nonfinite_f32", []Param("plp"), Elementwise},
 }
 

@@ -1,6 +1,7 @@
-// amspc's CUDA kernels for every op but matmul (cuBLASLt) and attention:
-// elementwise ops and their gradients, norms, RoPE, embedding, cross
-// entropy, AdamW and the non-finite check. NVRTC compiles this file at
+// amspc's CUDA kernels for every op but matmul (cuBLASLt): elementwise
+// ops and their gradients, norms, RoPE, embedding, cross entropy, causal
+// attention with grouped KV heads (FlashAttention's online softmax),
+// AdamW and the non-finite check. NVRTC compiles this file at
 // start for the device's architecture; with shim.h it also compiles as
 // plain C, so the host tests check every kernel against package kernels.
 //
@@ -405,6 +406,204 @@ AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const floa
 		m[i] = (float)mi;
 		v[i] = (float)vi;
 		p[i] = (float)__dsub_rn(pi, __dmul_rn(step_size, mi) / __dadd_rn(sqrt(vi) / bc2, eps));
+	}
+}
+
+// Attention. q and out are [batch, seq, heads*hd], k and v [batch, seq,
+// kvHeads*hd]; query head h reads kv head h / (heads/kvHeads); lse is
+// [batch, heads, seq]. Scores are scale * q.k with scale = 1/sqrt(hd).
+// Grid (ceil(seq/B), heads or kvHeads, batch), B = blockDim.x threads,
+// one query (or key) row each; the other operand streams through dynamic
+// shared memory in tiles of B rows, 2*B*hd floats (attention_smem). An
+// online softmax (FlashAttention's) keeps one running max and sum per
+// row, so the seq x seq probabilities are never stored; every sum runs
+// in a fixed order, so results do not vary from run to run.
+
+#ifdef __CUDACC__
+#define AMSP_DYN_SHARED(name) extern __shared__ float name[]
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#endif
+
+// AMSP_MAX_HD is the largest head dim the kernels take.
+#define AMSP_MAX_HD 256
+
+AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float *q, const float *k, const float *v,
+	long long batch, long long seq, long long heads, long long kvheads, long long hd, long long causal) {
+	AMSP_DYN_SHARED(tile);
+	float *ks = tile, *vs = tile + blockDim.x * hd;
+	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
+	long long i0 = (long long)blockIdx.x * blockDim.x, i = i0 + threadIdx.x;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	float scale = (float)(1 / sqrt((double)hd));
+	float qr[AMSP_MAX_HD], acc[AMSP_MAX_HD];
+	for (long long e = 0; e < hd; e++) {
+		qr[e] = i < seq ? q[(b * seq + i) * qs + h * hd + e] : 0;
+		acc[e] = 0;
+	}
+	float m = -INFINITY;
+	double l = 0;
+	long long n = seq;
+	if (causal && i0 + blockDim.x < seq) {
+		n = i0 + blockDim.x;
+	}
+	for (long long t0 = 0; t0 < n; t0 += blockDim.x) {
+		long long tn = n - t0 < blockDim.x ? n - t0 : blockDim.x;
+		for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
+			for (long long e = 0; e < hd; e++) {
+				ks[r * hd + e] = k[(b * seq + t0 + r) * kvs + g * hd + e];
+				vs[r * hd + e] = v[(b * seq + t0 + r) * kvs + g * hd + e];
+			}
+		}
+		__syncthreads();
+		for (long long r = 0; i < seq && r < tn && (!causal || t0 + r <= i); r++) {
+			float s = 0;
+			for (long long e = 0; e < hd; e++) {
+				s += qr[e] * ks[r * hd + e];
+			}
+			s *= scale;
+			if (s > m) {
+				float c = m == -INFINITY ? 0 : (float)exp((double)(m - s));
+				l *= c;
+				for (long long e = 0; e < hd; e++) {
+					acc[e] *= c;
+				}
+				m = s;
+			}
+			float p = (float)exp((double)(s - m));
+			l += p;
+			for (long long e = 0; e < hd; e++) {
+				acc[e] += p * vs[r * hd + e];
+			}
+		}
+		__syncthreads();
+	}
+	if (i < seq) {
+		float inv = (float)(1 / l);
+		for (long long e = 0; e < hd; e++) {
+			out[(b * seq + i) * qs + h * hd + e] = acc[e] * inv;
+		}
+		lse[(b * heads + h) * seq + i] = (float)((double)m + log(l));
+	}
+}
+
+// dsum[b, h, i] = dout . out over the row (AttentionGrad's D), in double.
+AMSP_EXTERN_C __global__ void attention_dsum_f32(float *dsum, const float *out, const float *dout, long long batch, long long seq,
+	long long heads, long long hd) {
+	GRID_STRIDE(k, batch * heads * seq) {
+		long long i = k % seq, h = k / seq % heads, b = k / (seq * heads);
+		const float *o = out + (b * seq + i) * heads * hd + h * hd, *d = dout + (b * seq + i) * heads * hd + h * hd;
+		double s = 0;
+		for (long long e = 0; e < hd; e++) {
+			s += (double)o[e] * (double)d[e];
+		}
+		dsum[k] = (float)s;
+	}
+}
+
+// dq: one query row per thread, keys in tiles: with p = exp(s - lse) and
+// ds = p * (dout . v - D), dq = scale * sum over keys of ds * k.
+AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const float *k, const float *v, const float *lse,
+	const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads, long long hd,
+	long long causal) {
+	AMSP_DYN_SHARED(tile);
+	float *ks = tile, *vs = tile + blockDim.x * hd;
+	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
+	long long i0 = (long long)blockIdx.x * blockDim.x, i = i0 + threadIdx.x;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	float scale = (float)(1 / sqrt((double)hd));
+	float qr[AMSP_MAX_HD], dor[AMSP_MAX_HD], acc[AMSP_MAX_HD];
+	for (long long e = 0; e < hd; e++) {
+		qr[e] = i < seq ? q[(b * seq + i) * qs + h * hd + e] : 0;
+		dor[e] = i < seq ? dout[(b * seq + i) * qs + h * hd + e] : 0;
+		acc[e] = 0;
+	}
+	float li = i < seq ? lse[(b * heads + h) * seq + i] : 0, di = i < seq ? dsum[(b * heads + h) * seq + i] : 0;
+	long long n = seq;
+	if (causal && i0 + blockDim.x < seq) {
+		n = i0 + blockDim.x;
+	}
+	for (long long t0 = 0; t0 < n; t0 += blockDim.x) {
+		long long tn = n - t0 < blockDim.x ? n - t0 : blockDim.x;
+		for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
+			for (long long e = 0; e < hd; e++) {
+				ks[r * hd + e] = k[(b * seq + t0 + r) * kvs + g * hd + e];
+				vs[r * hd + e] = v[(b * seq + t0 + r) * kvs + g * hd + e];
+			}
+		}
+		__syncthreads();
+		for (long long r = 0; i < seq && r < tn && (!causal || t0 + r <= i); r++) {
+			float s = 0, dp = 0;
+			for (long long e = 0; e < hd; e++) {
+				s += qr[e] * ks[r * hd + e];
+				dp += dor[e] * vs[r * hd + e];
+			}
+			float p = (float)exp((double)(s * scale - li));
+			float ds = p * (dp - di) * scale;
+			for (long long e = 0; e < hd; e++) {
+				acc[e] += ds * ks[r * hd + e];
+			}
+		}
+		__syncthreads();
+	}
+	for (long long e = 0; i < seq && e < hd; e++) {
+		dq[(b * seq + i) * qs + h * hd + e] = acc[e];
+	}
+}
+
+// dk, dv: one key row of kv head g per thread, over the query heads of
+// its group in order and their query rows in tiles:
+// dv = sum of p * dout, dk = scale * sum of ds * q.
+AMSP_EXTERN_C __global__ void attention_dkv_f32(float *dk, float *dv, const float *q, const float *k, const float *v,
+	const float *lse, const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads,
+	long long hd, long long causal) {
+	AMSP_DYN_SHARED(tile);
+	float *qsh = tile, *dos = tile + blockDim.x * hd;
+	long long b = blockIdx.z, g = blockIdx.y, group = heads / kvheads;
+	long long j0 = (long long)blockIdx.x * blockDim.x, j = j0 + threadIdx.x;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	float scale = (float)(1 / sqrt((double)hd));
+	float kr[AMSP_MAX_HD], vr[AMSP_MAX_HD], ak[AMSP_MAX_HD], av[AMSP_MAX_HD];
+	for (long long e = 0; e < hd; e++) {
+		kr[e] = j < seq ? k[(b * seq + j) * kvs + g * hd + e] : 0;
+		vr[e] = j < seq ? v[(b * seq + j) * kvs + g * hd + e] : 0;
+		ak[e] = av[e] = 0;
+	}
+	long long start = causal ? j0 : 0; // query rows before the block see none of its keys
+	for (long long h = g * group; h < (g + 1) * group; h++) {
+		for (long long t0 = start; t0 < seq; t0 += blockDim.x) {
+			long long tn = seq - t0 < blockDim.x ? seq - t0 : blockDim.x;
+			for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
+				for (long long e = 0; e < hd; e++) {
+					qsh[r * hd + e] = q[(b * seq + t0 + r) * qs + h * hd + e];
+					dos[r * hd + e] = dout[(b * seq + t0 + r) * qs + h * hd + e];
+				}
+			}
+			__syncthreads();
+			for (long long r = 0; j < seq && r < tn; r++) {
+				long long i = t0 + r;
+				if (causal && i < j) {
+					continue;
+				}
+				float s = 0, dp = 0;
+				for (long long e = 0; e < hd; e++) {
+					s += qsh[r * hd + e] * kr[e];
+					dp += dos[r * hd + e] * vr[e];
+				}
+				float p = (float)exp((double)(s * scale - lse[(b * heads + h) * seq + i]));
+				float ds = p * (dp - dsum[(b * heads + h) * seq + i]) * scale;
+				for (long long e = 0; e < hd; e++) {
+					av[e] += p * dos[r * hd + e];
+					ak[e] += ds * qsh[r * hd + e];
+				}
+			}
+			__syncthreads();
+		}
+	}
+	for (long long e = 0; j < seq && e < hd; e++) {
+		dk[(b * seq + j) * kvs + g * hd + e] = ak[e];
+		dv[(b * seq + j) * kvs + g * hd + e] = av[e];
 	}
 }
 

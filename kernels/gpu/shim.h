@@ -21,6 +21,9 @@ static struct amsp_dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = 
 
 static void __syncthreads(void) {}
 
+// Dynamic shared memory: one block of one thread needs 2*hd floats.
+#define AMSP_DYN_SHARED(name) static float name[1 << 12]
+
 // One thread: an atomic is a plain update.
 static unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
 	unsigned long long old = *p;

@@ -38,6 +38,22 @@ static void h_cross_entropy_grad(unsigned g, float *dl, const float *logits, con
 static void h_adamw(unsigned g, float *p, float *m, float *v, const float *gr, long long n, const long long *decay, long long nd, const double *k) {
 	LAUNCH(g, adamw_f32(p, m, v, gr, n, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]));
 }
+#define LAUNCH3(gx, gy, gz, call) do { gridDim.x = (gx); gridDim.y = (gy); gridDim.z = (gz); \
+	for (unsigned bz = 0; bz < (gz); bz++) for (unsigned by = 0; by < (gy); by++) for (unsigned bx = 0; bx < (gx); bx++) { \
+		blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; call; } } while (0)
+
+static void h_attention(float *o, float *lse, const float *q, const float *k, const float *v, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
+	LAUNCH3(s, h, b, attention_f32(o, lse, q, k, v, b, s, h, kvh, hd, causal));
+}
+static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
+	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
+}
+static void h_attention_dq(float *dq, const float *q, const float *k, const float *v, const float *lse, const float *dout, const float *dsum, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
+	LAUNCH3(s, h, b, attention_dq_f32(dq, q, k, v, lse, dout, dsum, b, s, h, kvh, hd, causal));
+}
+static void h_attention_dkv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *lse, const float *dout, const float *dsum, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
+	LAUNCH3(s, kvh, b, attention_dkv_f32(dk, dv, q, k, v, lse, dout, dsum, b, s, h, kvh, hd, causal));
+}
 static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned long long *first) { LAUNCH(g, first_nonfinite_f32(x, n, first)); }
 */
 import "C"
@@ -188,6 +204,27 @@ func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay fl
 		pd = &flat[0]
 	}
 	C.h_adamw(grid(len(p)), f(p), f(m), f(v), f(g), ll(len(p)), pd, ll(len(decayed)), (*C.double)(&k[0]))
+}
+
+func flag(b bool) C.longlong {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Attention is attention_f32 (blocks of one query row here).
+func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
+	C.h_attention(f(out), f(lse), f(q), f(k), f(v), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
+}
+
+// AttentionGrad is attention_dsum_f32, attention_dq_f32 and
+// attention_dkv_f32.
+func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
+	dsum := make([]float32, batch*heads*seq)
+	C.h_attention_dsum(grid(len(dsum)), f(dsum), f(out), f(dout), ll(batch), ll(seq), ll(heads), ll(hd))
+	C.h_attention_dq(f(dq), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
+	C.h_attention_dkv(f(dk), f(dv), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
 }
 
 // FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or

@@ -3,6 +3,7 @@
 package hostc
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -235,6 +236,36 @@ func TestAdamW(t *testing.T) {
 	same(t, "adamw p", gp, wp, true)
 	same(t, "adamw m", gm, wm, true)
 	same(t, "adamw v", gv, wv, true)
+}
+
+// TestAttention: forward and backward, causal or not, with grouped KV
+// heads, against the Go kernels (an online softmax and other orders of
+// summation: within 1e-5). Blocks of one thread never reach the causal
+// masks inside a block (the tile bounds do the masking here): the GPU
+// test (runtime/cudalib TestGPUOps) runs blocks of many rows.
+func TestAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, sh := range [][5]int{{1, 1, 1, 1, 2}, {2, 13, 4, 2, 8}, {1, 70, 2, 1, 64}, {2, 33, 3, 3, 16}} {
+		batch, seq, heads, kvHeads, hd := sh[0], sh[1], sh[2], sh[3], sh[4]
+		nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
+		q, k, v, dout := rnd(rng, nq, 2), rnd(rng, nkv, 2), rnd(rng, nkv, 1), rnd(rng, nq, 1)
+		for _, causal := range []bool{false, true} {
+			name := fmt.Sprintf("attention %v causal=%v", sh, causal)
+			got, want := make([]float32, nq), make([]float32, nq)
+			glse, wlse := make([]float32, batch*heads*seq), make([]float32, batch*heads*seq)
+			Attention(got, glse, q, k, v, batch, seq, heads, kvHeads, hd, causal)
+			kernels.Attention(want, wlse, q, k, v, batch, seq, heads, kvHeads, hd, causal)
+			same(t, name+" out", got, want, false)
+			same(t, name+" lse", glse, wlse, false)
+			gdq, gdk, gdv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
+			wdq, wdk, wdv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
+			AttentionGrad(gdq, gdk, gdv, q, k, v, want, wlse, dout, batch, seq, heads, kvHeads, hd, causal)
+			kernels.AttentionGrad(wdq, wdk, wdv, q, k, v, want, wlse, dout, batch, seq, heads, kvHeads, hd, causal)
+			same(t, name+" dq", gdq, wdq, false)
+			same(t, name+" dk", gdk, wdk, false)
+			same(t, name+" dv", gdv, wdv, false)
+		}
+	}
 }
 
 // TestFirstNonFinite: the smallest index of a NaN or infinity.
