@@ -127,6 +127,7 @@ func (l *Libs) Devices() ([]Device, error) {
 type Context struct {
 	Device Device
 	ctx    C.CUcontext
+	lt     lt
 }
 
 // Open retains GPU ordinal's primary context.

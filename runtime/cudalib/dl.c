@@ -47,6 +47,29 @@ static nvrtcResult (*p_nvrtcDestroyProgram)(nvrtcProgram *);
 static const char *(*p_nvrtcGetErrorString)(nvrtcResult);
 
 static size_t (*p_cublasLtGetVersion)(void);
+static int (*p_cublasLtCreate)(void **);
+static int (*p_cublasLtMatmulDescCreate)(void **, int, int);
+static int (*p_cublasLtMatmulDescDestroy)(void *);
+static int (*p_cublasLtMatmulDescSetAttribute)(void *, int, const void *, size_t);
+static int (*p_cublasLtMatrixLayoutCreate)(void **, int, uint64_t, uint64_t, int64_t);
+static int (*p_cublasLtMatrixLayoutDestroy)(void *);
+static int (*p_cublasLtMatmulPreferenceCreate)(void **);
+static int (*p_cublasLtMatmulPreferenceDestroy)(void *);
+static int (*p_cublasLtMatmulPreferenceSetAttribute)(void *, int, const void *, size_t);
+// cublasLtMatmulHeuristicResult_t: the algorithm (8 words), its
+// workspace, a status, waves, reserved.
+struct amsp_heuristic {
+	uint64_t algo[8];
+	size_t workspace;
+	int state;
+	float waves;
+	int reserved[4];
+};
+static int (*p_cublasLtMatmulAlgoGetHeuristic)(void *, void *, void *, void *, void *, void *, void *, int,
+	struct amsp_heuristic *, int *);
+static int (*p_cublasLtMatmul)(void *, void *, const void *, const void *, void *, const void *, void *, const void *,
+	const void *, void *, void *, void *, const void *, void *, size_t, CUstream);
+static const char *(*p_cublasLtGetStatusString)(int);
 static ncclResult_t (*p_ncclGetVersion)(int *);
 
 struct sym {
@@ -93,6 +116,18 @@ static const struct sym syms[] = {
 	{AMSP_LIB_NVRTC, "nvrtcDestroyProgram", (void **)&p_nvrtcDestroyProgram},
 	{AMSP_LIB_NVRTC, "nvrtcGetErrorString", (void **)&p_nvrtcGetErrorString},
 	{AMSP_LIB_CUBLASLT, "cublasLtGetVersion", (void **)&p_cublasLtGetVersion},
+	{AMSP_LIB_CUBLASLT, "cublasLtCreate", (void **)&p_cublasLtCreate},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulDescCreate", (void **)&p_cublasLtMatmulDescCreate},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulDescDestroy", (void **)&p_cublasLtMatmulDescDestroy},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulDescSetAttribute", (void **)&p_cublasLtMatmulDescSetAttribute},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatrixLayoutCreate", (void **)&p_cublasLtMatrixLayoutCreate},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatrixLayoutDestroy", (void **)&p_cublasLtMatrixLayoutDestroy},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulPreferenceCreate", (void **)&p_cublasLtMatmulPreferenceCreate},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulPreferenceDestroy", (void **)&p_cublasLtMatmulPreferenceDestroy},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulPreferenceSetAttribute", (void **)&p_cublasLtMatmulPreferenceSetAttribute},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmulAlgoGetHeuristic", (void **)&p_cublasLtMatmulAlgoGetHeuristic},
+	{AMSP_LIB_CUBLASLT, "cublasLtMatmul", (void **)&p_cublasLtMatmul},
+	{AMSP_LIB_CUBLASLT, "cublasLtGetStatusString", (void **)&p_cublasLtGetStatusString},
 	{AMSP_LIB_NCCL, "ncclGetVersion", (void **)&p_ncclGetVersion},
 };
 
@@ -184,4 +219,49 @@ const char *amsp_nvrtcErrorString(nvrtcResult r) {
 }
 
 size_t amsp_cublasLtGetVersion(void) { return p_cublasLtGetVersion(); }
+int amsp_cublasLtCreate(void **handle) { return p_cublasLtCreate(handle); }
+const char *amsp_cublasLtStatusString(int s) {
+	return s == -1 ? "no algorithm for this problem" : p_cublasLtGetStatusString(s);
+}
+
+// Attribute and enum values of cublasLt.h and library_types.h.
+enum {
+	LT_COMPUTE_32F = 68,      // CUBLAS_COMPUTE_32F
+	LT_R_32F = 0,             // CUDA_R_32F
+	LT_DESC_TRANSA = 3,       // CUBLASLT_MATMUL_DESC_TRANSA
+	LT_DESC_TRANSB = 4,       // CUBLASLT_MATMUL_DESC_TRANSB
+	LT_PREF_MAX_WORKSPACE = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+};
+
+int amsp_lt_matmul(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, CUdeviceptr a, int64_t lda,
+	CUdeviceptr b, int64_t ldb, CUdeviceptr c, int64_t ldc, int dtype, CUdeviceptr ws, size_t wssize) {
+	void *desc = NULL, *la = NULL, *lb = NULL, *lc = NULL, *pref = NULL;
+	int32_t ta = transa, tb = transb;
+	uint64_t wsmax = wssize;
+	struct amsp_heuristic h;
+	int count = 0, st;
+	float alpha = 1, beta = 0;
+	if ((st = p_cublasLtMatmulDescCreate(&desc, LT_COMPUTE_32F, LT_R_32F)) != 0) goto out;
+	if ((st = p_cublasLtMatmulDescSetAttribute(desc, LT_DESC_TRANSA, &ta, sizeof ta)) != 0) goto out;
+	if ((st = p_cublasLtMatmulDescSetAttribute(desc, LT_DESC_TRANSB, &tb, sizeof tb)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&la, dtype, transa ? k : m, transa ? m : k, lda)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&lb, dtype, transb ? n : k, transb ? k : n, ldb)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&lc, LT_R_32F, m, n, ldc)) != 0) goto out;
+	if ((st = p_cublasLtMatmulPreferenceCreate(&pref)) != 0) goto out;
+	if ((st = p_cublasLtMatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WORKSPACE, &wsmax, sizeof wsmax)) != 0) goto out;
+	if ((st = p_cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &h, &count)) != 0) goto out;
+	if (count == 0) {
+		st = -1;
+		goto out;
+	}
+	st = p_cublasLtMatmul(handle, desc, &alpha, (const void *)a, la, (const void *)b, lb, &beta, (const void *)c, lc,
+		(void *)c, lc, h.algo, (void *)ws, wssize, NULL);
+out:
+	if (pref) p_cublasLtMatmulPreferenceDestroy(pref);
+	if (lc) p_cublasLtMatrixLayoutDestroy(lc);
+	if (lb) p_cublasLtMatrixLayoutDestroy(lb);
+	if (la) p_cublasLtMatrixLayoutDestroy(la);
+	if (desc) p_cublasLtMatmulDescDestroy(desc);
+	return st;
+}
 ncclResult_t amsp_ncclGetVersion(int *v) { return p_ncclGetVersion(v); }

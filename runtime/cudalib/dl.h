@@ -74,8 +74,17 @@ nvrtcResult amsp_nvrtcGetCUBIN(nvrtcProgram p, char *cubin);
 nvrtcResult amsp_nvrtcDestroyProgram(nvrtcProgram *p);
 const char *amsp_nvrtcErrorString(nvrtcResult r);
 
-// cuBLASLt and NCCL: versions only, so far.
+// cuBLASLt: D = op(A) op(B) in column-major order, fp32 output and fp32
+// accumulation (CUBLAS_COMPUTE_32F), inputs of dtype (CUDA_R_32F 0,
+// CUDA_R_16BF 14); every descriptor made and destroyed per call. Returns
+// a cublasStatus_t, or -1 when the heuristic offers no algorithm.
 size_t amsp_cublasLtGetVersion(void);
+int amsp_cublasLtCreate(void **handle);
+int amsp_lt_matmul(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, CUdeviceptr a, int64_t lda,
+	CUdeviceptr b, int64_t ldb, CUdeviceptr c, int64_t ldc, int dtype, CUdeviceptr ws, size_t wssize);
+const char *amsp_cublasLtStatusString(int s);
+
+// NCCL: its version only, so far.
 ncclResult_t amsp_ncclGetVersion(int *v);
 
 #endif
