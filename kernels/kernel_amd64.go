@@ -71,6 +71,9 @@ func peakFMA(n int, wide bool) bool {
 func kernel6x16AVX2(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 
 //go:noescape
+func kernel6x32AVX512(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
+
+//go:noescape
 func kernel12x32AVX512(a *float32, ars, aks int, b *float32, bks, kb int, c *float32, ldc int, zero bool)
 
 // The assembly kernels' strides are those of a 12x32 tile.
@@ -85,9 +88,10 @@ func microKernel(a, b []float32, kb int, t *[mr * nr]float32) {
 }
 
 // microKernelEdge is microKernelC for an edge strip of ni valid rows:
-// one of at most mr/2 rows (256 rows leave 4) runs the two 6x16 AVX2
-// kernels on the top half only, half the work of a full tile (the same
-// per-element chains of fused multiply-adds, so the same bits).
+// one of at most mr/2 rows (256 rows leave 4) runs on the top half only,
+// half the work of a full tile: the 6x32 AVX-512 kernel, or the two 6x16
+// AVX2 kernels (the same per-element chains of fused multiply-adds, so
+// the same bits).
 func microKernelEdge(a []float32, ars, aks int, b []float32, bks, kb int, c []float32, ldc, ni int) bool {
 	if !simd || ni > mr/2 || kb == 0 {
 		return microKernelC(a, ars, aks, b, bks, kb, c, ldc, false)
@@ -95,6 +99,10 @@ func microKernelEdge(a []float32, ars, aks int, b []float32, bks, kb int, c []fl
 	_ = a[(mr/2-1)*ars+(kb-1)*aks]
 	_ = b[(kb-1)*bks+nr-1]
 	_ = c[(mr/2-1)*ldc+nr-1]
+	if isa >= isaAVX512 {
+		kernel6x32AVX512(&a[0], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[0], ldc, false)
+		return true
+	}
 	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[0], 4*bks, kb, &c[0], ldc, false)
 	kernel6x16AVX2(&a[0], 4*ars, 4*aks, &b[16], 4*bks, kb, &c[16], ldc, false)
 	return true

@@ -83,17 +83,16 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 	pbp := getF32(nStrips * k * nr)
 	defer putF32(pbp)
 	pb := *pbp
-	// At small m, packing k*n values is not repaid by 2*m*k*n FLOPs: a
-	// SIMD kernel reads a row-major B's full strips in place (15 % faster
-	// at m = 256), unless B's rows are a multiple of 4 KiB apart, which
-	// maps a strip's rows onto a few cache sets (n = 1024: 10 % slower).
-	// Otherwise B is packed, split by strips when big.
-	directB := simd && b.cs == 1 && m <= 512 && b.rs%1024 != 0
+	// B is always packed, split by strips when big. Reading a row-major
+	// B's strips in place instead wins only while B is hot in cache (15 %
+	// at m = 256 on Zen 5 with one B reused); a layer's weights in a
+	// training step are cold, and then in-place strips (each k step a new
+	// row, every A block again) are 10-30 % slower than packing once
+	// (256x512x1376 with 24 Bs in rotation: 75 against 108 GFLOP/s on a
+	// Xeon with AVX-512).
 	parallelForWorkers(workers, nStrips, k*nr, func(lo, hi int) {
 		for s := lo; s < hi; s++ {
-			if nj := min(nr, n-s*nr); !directB || nj < nr {
-				packB(pb[s*k*nr:(s+1)*k*nr], b, k, s*nr, nj)
-			}
+			packB(pb[s*k*nr:(s+1)*k*nr], b, k, s*nr, min(nr, n-s*nr))
 		}
 	})
 
@@ -121,7 +120,7 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 			}
 			blk, ch := u/chunks, u%chunks
 			i0 := blk * mc
-			gemmBlock(c, a, b, directB, pb, *pap, i0, min(mc, m-i0), k, n, nStrips*ch/chunks, nStrips*(ch+1)/chunks)
+			gemmBlock(c, a, pb, *pap, i0, min(mc, m-i0), k, n, nStrips*ch/chunks, nStrips*(ch+1)/chunks)
 		}
 	}
 	if workers <= 1 {
@@ -140,7 +139,7 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 // [s0, s1). With a SIMD kernel, full row strips of a row-major or a
 // transposed A are read in place instead of packed (packing costs as much
 // as the product when n is small).
-func gemmBlock(c []float32, a, b view, directB bool, pb, pa []float32, i0, rows, k, n, s0, s1 int) {
+func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int) {
 	var tile [mr * nr]float32
 	rStrips := (rows + mr - 1) / mr
 	// A's full row strips are read in place when A is row-major (rows
@@ -159,9 +158,6 @@ func gemmBlock(c []float32, a, b view, directB bool, pb, pa []float32, i0, rows,
 			j0 := s * nr
 			nj := min(nr, n-j0)
 			bs, bks := pb[(s*k+p0)*nr:(s*k+p0+kb)*nr], nr
-			if directB && nj == nr {
-				bs, bks = b.data[p0*b.rs+j0:], b.rs
-			}
 			for r := 0; r < rStrips; r++ {
 				ri := i0 + r*mr
 				ni := min(mr, i0+rows-ri)
