@@ -144,28 +144,43 @@ func shardFile(sub string, q int) string {
 	return filepath.ToSlash(filepath.Join(sub, fmt.Sprintf("rank-%05d.safetensors", q)))
 }
 
-// state is this rank's component c over its own span: the weights (the
-// master, else P's os-slice), m or v.
-func (k *rank) state(l *ir.Layout, c string, s span) ([]float32, error) {
-	var buf []float32
+// stateMem is this rank's component c over its own span: the weights
+// (the master, else P's os-slice), m or v.
+func (k *rank) stateMem(l *ir.Layout, c string, s span) (Mem, error) {
+	var m Mem
 	switch c {
 	case "":
 		if l.Master >= 0 {
-			buf = k.f(l.Master)
+			m = k.m(l.Master)
 		} else {
 			chunk := l.Padded / int64(l.PShard.Size())
 			o := s.Off - int64(l.PShard.Index(k.topo, k.r))*chunk
-			buf = k.f(l.P)[o : o+s.N]
+			p := k.m(l.P)
+			if o < 0 || o+s.N > p.N {
+				return Mem{}, fmt.Errorf("rank %d holds elements [%d, %d) of layout %s's weights, the plan says [%d, %d)", k.r, o, o+s.N, l.Stage, 0, p.N)
+			}
+			m = p.Slice(o, s.N)
 		}
 	case ".adam_m":
-		buf = k.f(l.M)
+		m = k.m(l.M)
 	case ".adam_v":
-		buf = k.f(l.V)
+		m = k.m(l.V)
 	}
-	if int64(len(buf)) != s.N {
-		return nil, fmt.Errorf("rank %d holds %d elements of layout %s's %q state, the plan says %d", k.r, len(buf), l.Stage, c, s.N)
+	if m.N != s.N {
+		return Mem{}, fmt.Errorf("rank %d holds %d elements of layout %s's %q state, the plan says %d", k.r, m.N, l.Stage, c, s.N)
 	}
-	return buf, nil
+	return m, nil
+}
+
+// state is stateMem's values: the storage itself on the host, a copy
+// from a device.
+func (k *rank) state(l *ir.Layout, c string, s span) ([]float32, error) {
+	m, err := k.stateMem(l, c, s)
+	if err != nil || m.IsHost() {
+		return m.f32, err
+	}
+	buf := make([]float32, m.N)
+	return buf, k.be.Read(buf, m)
 }
 
 // writeShards writes the spans into rank k's file; it returns the file's
@@ -614,25 +629,30 @@ func (r *Run) resume(dir string) error {
 			pOff := int64(l.PShard.Index(k.topo, k.r)) * chunk
 			own := ownSpan(r.Bundle, li, k.r)
 			// P's whole shard from the weights (rounded on bf16 plans, as
-			// it is at the start), the master's os-slice.
-			p := k.f(l.P)
+			// it is at the start: Write stores it so), the master's
+			// os-slice.
+			p := make([]float32, k.p.Buffers[l.P].Elems)
 			if err := fill(p, l, pOff, ""); err != nil {
 				return err
 			}
 			if l.Master >= 0 {
-				copy(k.f(l.Master), p[own.Off-pOff:own.Off-pOff+own.N])
-				if k.p.Buffers[l.P].DType == ir.BF16 {
-					for i := range p {
-						p[i] = roundBF16(p[i])
-					}
+				if err := k.write(l.Master, p[own.Off-pOff:own.Off-pOff+own.N]); err != nil {
+					return err
 				}
 			}
+			if err := k.write(l.P, p); err != nil {
+				return err
+			}
 			for _, c := range components[1:] {
-				buf, err := k.state(l, c, own)
+				m, err := k.stateMem(l, c, own)
 				if err != nil {
 					return err
 				}
+				buf := make([]float32, m.N)
 				if err := fill(buf, l, own.Off, c); err != nil {
+					return err
+				}
+				if err := k.be.Write(m, buf); err != nil {
 					return err
 				}
 			}

@@ -17,11 +17,15 @@ import (
 	"amspc/runtime"
 )
 
-// start starts a run of b on the README corpus.
-func start(t *testing.T, b *codegen.Bundle) *runtime.Run {
+// start starts a run of b on the README corpus (on the backends of
+// newBackend, if given).
+func start(t *testing.T, b *codegen.Bundle, newBackend ...func(int) (runtime.Backend, error)) *runtime.Run {
 	t.Helper()
 	tr := b.Train
 	r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+	if len(newBackend) > 0 {
+		r.NewBackend = newBackend[0]
+	}
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}

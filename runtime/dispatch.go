@@ -26,143 +26,143 @@ func (k *rank) shape(id int32) []int64 { return k.p.Buffers[id].Shape }
 
 func last(s []int64) int { return int(s[len(s)-1]) }
 
-// cpuKernel runs one kernel instruction on the CPU backend (fp32): it
-// reads in.Args and writes every buffer of in.Outs in full.
-type cpuKernel func(k *rank, in *codegen.Instr) error
+// cpuKernel runs one kernel call on the CPU backend (fp32): it reads
+// c.Args and writes every buffer of c.Outs in full.
+type cpuKernel func(c *KernelCall) error
 
 // cpuKernels is the CPU backend's kernel of every op a bundle can name
 // (TestEveryOpHasACPUKernel checks the table is complete).
 var cpuKernels = map[ir.OpKind]cpuKernel{
-	ir.Embed: func(k *rank, in *codegen.Instr) error {
-		t := k.shape(in.Args[1])
-		return kernels.Embed(k.out(in, 0), k.ints(in.Args[0]), k.arg(in, 1), int(t[0]), int(t[1]))
+	ir.Embed: func(c *KernelCall) error {
+		t := c.ArgShapes[1]
+		return kernels.Embed(c.out(0), c.ints(0), c.arg(1), int(t[0]), int(t[1]))
 	},
-	ir.EmbedGrad: func(k *rank, in *codegen.Instr) error {
-		o := k.shape(in.Outs[0])
-		kernels.EmbedGrad(k.out(in, 0), k.ints(in.Args[0]), k.arg(in, 1), int(o[0]), int(o[1]))
+	ir.EmbedGrad: func(c *KernelCall) error {
+		o := c.OutShapes[0]
+		kernels.EmbedGrad(c.out(0), c.ints(0), c.arg(1), int(o[0]), int(o[1]))
 		return nil
 	},
-	ir.MatMul: func(k *rank, in *codegen.Instr) error {
-		b := k.shape(in.Args[1])
+	ir.MatMul: func(c *KernelCall) error {
+		b := c.ArgShapes[1]
 		kk, n := int(b[0]), int(b[1])
-		kernels.MatMul(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/kk, kk, n)
+		kernels.MatMul(c.out(0), c.arg(0), c.arg(1), len(c.arg(0))/kk, kk, n)
 		return nil
 	},
-	ir.MatMulGradA: func(k *rank, in *codegen.Instr) error {
-		b := k.shape(in.Args[1])
+	ir.MatMulGradA: func(c *KernelCall) error {
+		b := c.ArgShapes[1]
 		kk, n := int(b[0]), int(b[1])
-		kernels.MatMulGradA(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/n, kk, n)
+		kernels.MatMulGradA(c.out(0), c.arg(0), c.arg(1), len(c.arg(0))/n, kk, n)
 		return nil
 	},
-	ir.MatMulGradB: func(k *rank, in *codegen.Instr) error {
-		o := k.shape(in.Outs[0])
+	ir.MatMulGradB: func(c *KernelCall) error {
+		o := c.OutShapes[0]
 		kk, n := int(o[0]), int(o[1])
-		kernels.MatMulGradB(k.out(in, 0), k.arg(in, 0), k.arg(in, 1), len(k.arg(in, 0))/kk, kk, n)
+		kernels.MatMulGradB(c.out(0), c.arg(0), c.arg(1), len(c.arg(0))/kk, kk, n)
 		return nil
 	},
-	ir.RMSNorm: func(k *rank, in *codegen.Instr) error {
-		x, w := k.arg(in, 0), k.arg(in, 1)
-		kernels.RMSNorm(k.out(in, 0), x, w, len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+	ir.RMSNorm: func(c *KernelCall) error {
+		x, w := c.arg(0), c.arg(1)
+		kernels.RMSNorm(c.out(0), x, w, len(x)/len(w), len(w), float32(c.attr("eps").Float))
 		return nil
 	},
-	ir.RMSNormGrad: func(k *rank, in *codegen.Instr) error {
-		x, w := k.arg(in, 0), k.arg(in, 1)
-		kernels.RMSNormGrad(k.out(in, 0), k.out(in, 1), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+	ir.RMSNormGrad: func(c *KernelCall) error {
+		x, w := c.arg(0), c.arg(1)
+		kernels.RMSNormGrad(c.out(0), c.out(1), x, w, c.arg(2), len(x)/len(w), len(w), float32(c.attr("eps").Float))
 		return nil
 	},
-	ir.LayerNorm: func(k *rank, in *codegen.Instr) error {
-		x, w := k.arg(in, 0), k.arg(in, 1)
-		kernels.LayerNorm(k.out(in, 0), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+	ir.LayerNorm: func(c *KernelCall) error {
+		x, w := c.arg(0), c.arg(1)
+		kernels.LayerNorm(c.out(0), x, w, c.arg(2), len(x)/len(w), len(w), float32(c.attr("eps").Float))
 		return nil
 	},
-	ir.LayerNormGrad: func(k *rank, in *codegen.Instr) error {
-		x, w := k.arg(in, 0), k.arg(in, 1)
-		kernels.LayerNormGrad(k.out(in, 0), k.out(in, 1), k.out(in, 2), x, w, k.arg(in, 2), len(x)/len(w), len(w), float32(attr(in, "eps").Float))
+	ir.LayerNormGrad: func(c *KernelCall) error {
+		x, w := c.arg(0), c.arg(1)
+		kernels.LayerNormGrad(c.out(0), c.out(1), c.out(2), x, w, c.arg(2), len(x)/len(w), len(w), float32(c.attr("eps").Float))
 		return nil
 	},
-	ir.SumRows: func(k *rank, in *codegen.Instr) error {
-		kernels.AddGradBroadcast(k.out(in, 0), k.arg(in, 0))
+	ir.SumRows: func(c *KernelCall) error {
+		kernels.AddGradBroadcast(c.out(0), c.arg(0))
 		return nil
 	},
-	ir.RoPE: func(k *rank, in *codegen.Instr) error {
-		b, s, heads, hd := k.ropeDims(in)
-		kernels.RoPE(k.out(in, 0), k.arg(in, 0), b, s, heads, hd, attr(in, "theta").Float)
+	ir.RoPE: func(c *KernelCall) error {
+		b, s, heads, hd := ropeDims(c)
+		kernels.RoPE(c.out(0), c.arg(0), b, s, heads, hd, c.attr("theta").Float)
 		return nil
 	},
-	ir.RoPEGrad: func(k *rank, in *codegen.Instr) error {
-		b, s, heads, hd := k.ropeDims(in)
-		kernels.RoPEGrad(k.out(in, 0), k.arg(in, 0), b, s, heads, hd, attr(in, "theta").Float)
+	ir.RoPEGrad: func(c *KernelCall) error {
+		b, s, heads, hd := ropeDims(c)
+		kernels.RoPEGrad(c.out(0), c.arg(0), b, s, heads, hd, c.attr("theta").Float)
 		return nil
 	},
-	ir.Attention: func(k *rank, in *codegen.Instr) error {
-		b, s, heads, kvh, hd := k.attnDims(in)
+	ir.Attention: func(c *KernelCall) error {
+		b, s, heads, kvh, hd := attnDims(c)
 		lse := make([]float32, b*heads*s)
-		kernels.Attention(k.out(in, 0), lse, k.arg(in, 0), k.arg(in, 1), k.arg(in, 2), b, s, heads, kvh, hd, attr(in, "causal").Bool)
+		kernels.Attention(c.out(0), lse, c.arg(0), c.arg(1), c.arg(2), b, s, heads, kvh, hd, c.attr("causal").Bool)
 		return nil
 	},
 	// One fused backward gives dq, dk and dv. Forward's log-sum-exp is
 	// not kept, so forward runs again for it.
-	ir.AttentionGrad: func(k *rank, in *codegen.Instr) error {
-		b, s, heads, kvh, hd := k.attnDims(in)
-		causal := attr(in, "causal").Bool
-		q, kk, v, o, dout := k.arg(in, 0), k.arg(in, 1), k.arg(in, 2), k.arg(in, 3), k.arg(in, 4)
+	ir.AttentionGrad: func(c *KernelCall) error {
+		b, s, heads, kvh, hd := attnDims(c)
+		causal := c.attr("causal").Bool
+		q, kk, v, o, dout := c.arg(0), c.arg(1), c.arg(2), c.arg(3), c.arg(4)
 		lse := make([]float32, b*heads*s)
 		kernels.Attention(make([]float32, len(o)), lse, q, kk, v, b, s, heads, kvh, hd, causal)
-		kernels.AttentionGrad(k.out(in, 0), k.out(in, 1), k.out(in, 2), q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
+		kernels.AttentionGrad(c.out(0), c.out(1), c.out(2), q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
 		return nil
 	},
-	ir.Transpose: func(k *rank, in *codegen.Instr) error {
-		s := k.shape(in.Args[0])
-		kernels.Transpose(k.out(in, 0), k.arg(in, 0), int(s[0]), int(s[1]))
+	ir.Transpose: func(c *KernelCall) error {
+		s := c.ArgShapes[0]
+		kernels.Transpose(c.out(0), c.arg(0), int(s[0]), int(s[1]))
 		return nil
 	},
-	ir.SiLU: func(k *rank, in *codegen.Instr) error {
-		kernels.SiLU(k.out(in, 0), k.arg(in, 0))
+	ir.SiLU: func(c *KernelCall) error {
+		kernels.SiLU(c.out(0), c.arg(0))
 		return nil
 	},
-	ir.SiLUGrad: func(k *rank, in *codegen.Instr) error {
-		kernels.SiLUGrad(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+	ir.SiLUGrad: func(c *KernelCall) error {
+		kernels.SiLUGrad(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
-	ir.GELU: func(k *rank, in *codegen.Instr) error {
-		kernels.GELU(k.out(in, 0), k.arg(in, 0))
+	ir.GELU: func(c *KernelCall) error {
+		kernels.GELU(c.out(0), c.arg(0))
 		return nil
 	},
-	ir.GELUGrad: func(k *rank, in *codegen.Instr) error {
-		kernels.GELUGrad(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+	ir.GELUGrad: func(c *KernelCall) error {
+		kernels.GELUGrad(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
-	ir.Add: func(k *rank, in *codegen.Instr) error {
-		kernels.Add(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+	ir.Add: func(c *KernelCall) error {
+		kernels.Add(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
-	ir.Mul: func(k *rank, in *codegen.Instr) error {
-		kernels.Mul(k.out(in, 0), k.arg(in, 0), k.arg(in, 1))
+	ir.Mul: func(c *KernelCall) error {
+		kernels.Mul(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
-	ir.CrossEntropy: func(k *rank, in *codegen.Instr) error {
-		logits := k.arg(in, 0)
-		v := last(k.shape(in.Args[0]))
-		loss, err := kernels.CrossEntropy(logits, k.ints(in.Args[1]), len(logits)/v, v)
+	ir.CrossEntropy: func(c *KernelCall) error {
+		logits := c.arg(0)
+		v := last(c.ArgShapes[0])
+		loss, err := kernels.CrossEntropy(logits, c.ints(1), len(logits)/v, v)
 		if err != nil {
 			return err
 		}
-		k.out(in, 0)[0] = float32(loss)
-		k.losses = append(k.losses, loss)
+		c.out(0)[0] = float32(loss)
+		*c.Losses = append(*c.Losses, loss)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("loss is %v", loss)
 		}
 		return nil
 	},
-	ir.CrossEntropyGrad: func(k *rank, in *codegen.Instr) error {
-		logits := k.arg(in, 0)
-		v := last(k.shape(in.Args[0]))
-		kernels.CrossEntropyGrad(k.out(in, 0), logits, k.ints(in.Args[1]), len(logits)/v, v, float32(attr(in, "scale").Float))
+	ir.CrossEntropyGrad: func(c *KernelCall) error {
+		logits := c.arg(0)
+		v := last(c.ArgShapes[0])
+		kernels.CrossEntropyGrad(c.out(0), logits, c.ints(1), len(logits)/v, v, float32(c.attr("scale").Float))
 		return nil
 	},
-	ir.Cast: func(k *rank, in *codegen.Instr) error {
-		o, x := k.out(in, 0), k.arg(in, 0)
-		switch dt := ir.DType(attr(in, "dtype").Int); dt {
+	ir.Cast: func(c *KernelCall) error {
+		o, x := c.out(0), c.arg(0)
+		switch dt := ir.DType(c.attr("dtype").Int); dt {
 		case ir.F32:
 			copy(o, x)
 		case ir.BF16:
@@ -174,80 +174,70 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		}
 		return nil
 	},
-	ir.AdamWStep: func(k *rank, in *codegen.Instr) error { return k.adamw(in) },
+	ir.AdamWStep: func(c *KernelCall) error { return cpuAdamW(c) },
 }
 
-// kernel runs one kernel instruction: one call of its op's CPU kernel.
-// Every result is then stored at its buffer's precision and checked for
-// NaN and Inf.
-func (k *rank) kernel(in *codegen.Instr) error {
-	run := cpuKernels[in.Kern]
-	if run == nil {
-		return fmt.Errorf("no CPU kernel for %v", in.Kern)
+// kernel runs one kernel instruction on stream s: its operands resolved
+// into a KernelCall, launched on the rank's backend.
+func (k *rank) kernel(s int, in *codegen.Instr) error {
+	c := &k.calls[s]
+	*c = KernelCall{Instr: in, Step: k.step, Losses: &k.losses,
+		Args: c.Args[:0], Outs: c.Outs[:0], ArgShapes: c.ArgShapes[:0], OutShapes: c.OutShapes[:0]}
+	for _, id := range in.Args {
+		c.Args = append(c.Args, k.m(id))
+		c.ArgShapes = append(c.ArgShapes, k.shape(id))
 	}
-	if err := run(k, in); err != nil {
-		return err
+	for _, id := range in.Outs {
+		c.Outs = append(c.Outs, k.m(id))
+		c.OutShapes = append(c.OutShapes, k.shape(id))
 	}
-	for _, o := range in.Outs {
-		k.round(o)
-		if err := checkFinite(k.f(o)); err != nil {
+	if in.Kern == ir.AdamWStep {
+		d, err := k.decayed(in, k.p.Buffers[in.Outs[0]].Elems)
+		if err != nil {
 			return err
 		}
+		c.Decayed = d
 	}
-	return nil
+	return k.be.Launch(s, c)
 }
 
-// arg and out are the storage of operand i and result i.
-func (k *rank) arg(in *codegen.Instr, i int) []float32 { return k.f(in.Args[i]) }
-func (k *rank) out(in *codegen.Instr, i int) []float32 { return k.f(in.Outs[i]) }
+// arg and out are the host storage of operand i and result i, ints the
+// ids of operand i.
+func (c *KernelCall) arg(i int) []float32 { return c.Args[i].f32 }
+func (c *KernelCall) out(i int) []float32 { return c.Outs[i].f32 }
+func (c *KernelCall) ints(i int) []int32  { return c.Args[i].i32 }
 
-// round stores a bf16 buffer's values as bf16: kernels compute in fp32
-// and every bf16 result is rounded to nearest even, as a bf16 tensor would
-// hold it (NUMERICS.md).
-func (k *rank) round(id int32) {
-	if k.p.Buffers[id].DType != ir.BF16 {
-		return
-	}
-	o := k.f(id)
-	for i, x := range o {
-		o[i] = kernels.RoundBF16(x)
-	}
-}
-
-func (k *rank) attnDims(in *codegen.Instr) (b, s, heads, kvh, hd int) {
-	q := k.shape(in.Args[0])
-	heads = int(attr(in, "heads").Int)
-	kvh = int(attr(in, "kv_heads").Int)
+func attnDims(c *KernelCall) (b, s, heads, kvh, hd int) {
+	q := c.ArgShapes[0]
+	heads = int(c.attr("heads").Int)
+	kvh = int(c.attr("kv_heads").Int)
 	if kvh == 0 {
 		kvh = heads
 	}
 	return int(q[0]), int(q[1]), heads, kvh, int(q[2]) / heads
 }
 
-func (k *rank) ropeDims(in *codegen.Instr) (b, s, heads, hd int) {
-	x := k.shape(in.Args[0])
-	heads = int(attr(in, "heads").Int)
+func ropeDims(c *KernelCall) (b, s, heads, hd int) {
+	x := c.ArgShapes[0]
+	heads = int(c.attr("heads").Int)
 	return int(x[0]), int(x[1]), heads, int(x[2]) / heads
 }
 
-// adamw is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a
+// cpuAdamW is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a
 // flat os-shard of a stage: kernels.AdamW on (weights, m, v, grad),
 // updating weights, m and v in place (results that are other buffers get
-// a copy first), decaying only the params of 2+ dims, which the stage's
-// layout places element by element; t is the run's step, from 1.
-func (k *rank) adamw(in *codegen.Instr) error {
+// a copy first), decaying only c.Decayed (the params of 2+ dims, which
+// the stage's layout places element by element); c.Step is the run's
+// step, from 1.
+func cpuAdamW(c *KernelCall) error {
 	for i := range 3 {
-		if in.Outs[i] != in.Args[i] {
-			copy(k.out(in, i), k.arg(in, i))
+		if o, a := c.out(i), c.arg(i); len(o) > 0 && &o[0] != &a[0] {
+			copy(o, a)
 		}
 	}
-	w, m, v, g := k.out(in, 0), k.out(in, 1), k.out(in, 2), k.arg(in, 3)
-	decayed, err := k.decayed(in, int64(len(w)))
-	if err != nil {
-		return err
-	}
-	kernels.AdamW(w, m, v, g, k.step, attr(in, "lr").Float, attr(in, "beta1").Float, attr(in, "beta2").Float,
-		attr(in, "eps").Float, attr(in, "weight_decay").Float, decayed)
+	w, m, v, g := c.out(0), c.out(1), c.out(2), c.arg(3)
+	kernels.AdamW(w, m, v, g, c.Step, c.attr("lr").Float, c.attr("beta1").Float, c.attr("beta2").Float,
+		c.attr("eps").Float, c.attr("weight_decay").Float, c.Decayed)
 	return nil
 }
 

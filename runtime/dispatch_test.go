@@ -56,7 +56,7 @@ func TestAdamWOnFlatShards(t *testing.T) {
 	if err := codegen.Validate(b); err != nil {
 		t.Fatal(err)
 	}
-	ranks := []*rank{newRank(b, 0, nil, nil), newRank(b, 1, nil, nil)}
+	ranks := []*rank{testRank(t, b, 0), testRank(t, b, 1)}
 	p64, m64, v64 := make([]float64, 32), make([]float64, 32), make([]float64, 32)
 	for i := range 26 { // the padding stays zero, as the runtime keeps it
 		p64[i] = float64(float32(math.Sin(float64(i)) / 10))
@@ -77,7 +77,7 @@ func TestAdamWOnFlatShards(t *testing.T) {
 				k.f(2)[i] = float32(x)
 			}
 			k.step = s
-			if err := k.kernel(&b.Templates[0].Streams[codegen.Compute][0]); err != nil {
+			if err := k.kernel(codegen.Compute, &b.Templates[0].Streams[codegen.Compute][0]); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -214,7 +214,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 			if err := codegen.Validate(b); err != nil {
 				t.Fatal(err)
 			}
-			k := newRank(b, 0, nil, nil)
+			k := testRank(t, b, 0)
 			for _, a := range c.args {
 				if a.DType == ir.I32 {
 					for i := range k.ints(ids[a]) {
@@ -231,7 +231,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 				R[i] = float32(rng.NormFloat64())
 			}
 			J := func() float64 {
-				if err := k.kernel(&fi); err != nil {
+				if err := k.kernel(codegen.Compute, &fi); err != nil {
 					t.Fatal(err)
 				}
 				var s float64
@@ -242,7 +242,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 			}
 			J()
 			for i := range bi {
-				if err := k.kernel(&bi[i]); err != nil {
+				if err := k.kernel(codegen.Compute, &bi[i]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -292,7 +292,7 @@ func TestCrossEntropyGradThroughDispatch(t *testing.T) {
 	if err := codegen.Validate(b); err != nil {
 		t.Fatal(err)
 	}
-	k := newRank(b, 0, nil, nil)
+	k := testRank(t, b, 0)
 	rng := rand.New(rand.NewPCG(3, 4))
 	x := k.f(0)
 	for i := range x {
@@ -302,12 +302,12 @@ func TestCrossEntropyGradThroughDispatch(t *testing.T) {
 		k.ints(1)[i] = int32(rng.IntN(vocab))
 	}
 	loss := func() float64 {
-		if err := k.kernel(&fwd); err != nil {
+		if err := k.kernel(codegen.Compute, &fwd); err != nil {
 			t.Fatal(err)
 		}
 		return float64(k.f(2)[0])
 	}
-	if err := k.kernel(&bwd); err != nil {
+	if err := k.kernel(codegen.Compute, &bwd); err != nil {
 		t.Fatal(err)
 	}
 	const h = 1e-2
@@ -323,3 +323,16 @@ func TestCrossEntropyGradThroughDispatch(t *testing.T) {
 		}
 	}
 }
+
+// testRank is rank r of b on the CPU backend, without a Comm or data.
+func testRank(t testing.TB, b *codegen.Bundle, r int) *rank {
+	t.Helper()
+	k, err := newRank(b, r, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// ints is buffer id's ids on the host.
+func (k *rank) ints(id int32) []int32 { return k.m(id).HostInts() }

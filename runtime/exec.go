@@ -32,16 +32,21 @@ type rank struct {
 	comm Comm
 	topo codegen.Topology
 
+	// be holds the buffers and runs the kernels; host says it is the CPU
+	// backend, whose memory the rank may read (shared gathers, pooling).
+	be   Backend
+	host bool
+
 	mu   sync.Mutex
-	f32  [][]float32 // storage of non-view buffers; nil when not allocated
-	i32  [][]int32
-	live int64 // bytes allocated now
+	mem  []Mem  // storage of non-view buffers
+	have []bool // which are allocated
+	live int64  // bytes allocated now
 	peak int64
 
-	// Freed float buffers by length, reused by the next Alloc of that
-	// length (no page faults, no garbage; cleared unless overwritten),
-	// holding at most peak bytes in all.
-	pool      map[int64][][]float32
+	// On the host, freed float buffers by length, reused by the next
+	// Alloc of that length (no page faults, no garbage; cleared unless
+	// overwritten), holding at most peak bytes in all.
+	pool      map[int64][]Mem
 	poolBytes int64
 	// overwritten[id]: the first instruction to touch buffer id after its
 	// Alloc writes all of it and reads none of it, so a reused slice needs
@@ -53,7 +58,7 @@ type rank struct {
 	// buffer (released[id] gives it back; own[id] is the rank's own
 	// allocation meanwhile, which keeps the rank's memory accounting).
 	shareable []bool
-	own       [][]float32
+	own       []Mem
 	release   []func()
 
 	// gate, when the process runs more ranks than it has cores, lets only
@@ -68,6 +73,7 @@ type rank struct {
 	data   *Data // shared by all ranks
 	losses []float64
 	events []chan struct{}
+	calls  [codegen.NumStreams]KernelCall // each stream's scratch
 
 	timeMu sync.Mutex
 	timing map[string]*Timing // per instruction kind, summed over steps
@@ -95,10 +101,10 @@ func (k *rank) time(name string, d time.Duration) {
 	t.Seconds += d.Seconds()
 }
 
-func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
+func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank, error) {
 	p := b.Template(r)
-	k := &rank{b: b, p: p, r: r, comm: comm, topo: b.Topo, data: data,
-		f32: make([][]float32, len(p.Buffers)), i32: make([][]int32, len(p.Buffers))}
+	k := &rank{b: b, p: p, r: r, comm: comm, topo: b.Topo, data: data}
+	k.setBackend(be)
 	// Buffers no instruction allocates are the persistent shards.
 	trans := map[int32]bool{}
 	for s := range p.Streams {
@@ -110,16 +116,30 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data) *rank {
 	}
 	for id, buf := range p.Buffers {
 		if !buf.IsView() && !trans[int32(id)] {
-			k.alloc(int32(id))
+			if err := k.alloc(int32(id)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	k.overwritten = k.findOverwritten()
-	if _, ok := comm.(sharingComm); ok {
+	if _, ok := comm.(sharingComm); ok && k.host {
 		k.shareable = k.findShareable(trans)
-		k.own = make([][]float32, len(p.Buffers))
+		k.own = make([]Mem, len(p.Buffers))
 		k.release = make([]func(), len(p.Buffers))
 	}
-	return k
+	return k, nil
+}
+
+// setBackend gives the rank its backend (nil: the CPU's) and empty
+// storage.
+func (k *rank) setBackend(be Backend) {
+	if be == nil {
+		be = NewCPUBackend()
+	}
+	_, k.host = be.(cpuBackend)
+	k.be = be
+	k.mem = make([]Mem, len(k.p.Buffers))
+	k.have = make([]bool, len(k.p.Buffers))
 }
 
 // findShareable finds the transient float buffers that only all-gathers
@@ -270,25 +290,30 @@ func (ss elemRanges) cover(x elemRange) bool {
 	return false
 }
 
-func (k *rank) alloc(id int32) {
+func (k *rank) alloc(id int32) error {
 	buf := k.p.Buffers[id]
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if buf.DType == ir.I32 {
-		k.i32[id] = make([]int32, buf.Elems)
-	} else if free := k.pool[buf.Elems]; len(free) > 0 {
-		s := free[len(free)-1]
+	if free := k.pool[buf.Elems]; k.host && buf.DType != ir.I32 && len(free) > 0 {
+		m := free[len(free)-1]
 		k.pool[buf.Elems] = free[:len(free)-1]
 		k.poolBytes -= 4 * buf.Elems
 		if !k.overwritten[id] {
-			clear(s)
+			clear(m.f32)
 		}
-		k.f32[id] = s
+		m.DType = buf.DType
+		k.mem[id] = m
 	} else {
-		k.f32[id] = makeF32(buf.Elems)
+		m, err := k.be.Alloc(buf.DType, buf.Elems)
+		if err != nil {
+			return fmt.Errorf("%s of %v%v: %w", buf.Name, buf.DType, ir.Shape(buf.Shape), err)
+		}
+		k.mem[id] = m
 	}
+	k.have[id] = true
 	k.live += buf.Bytes()
 	k.peak = max(k.peak, k.live)
+	return nil
 }
 
 func (k *rank) free(id int32) {
@@ -296,14 +321,19 @@ func (k *rank) free(id int32) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.unshare(id)
-	if s := k.f32[id]; s != nil && k.poolBytes+4*buf.Elems <= k.peak {
+	m := k.mem[id]
+	switch {
+	case !k.have[id]:
+	case k.host && buf.DType != ir.I32 && k.poolBytes+4*buf.Elems <= k.peak:
 		if k.pool == nil {
-			k.pool = map[int64][][]float32{}
+			k.pool = map[int64][]Mem{}
 		}
-		k.pool[buf.Elems] = append(k.pool[buf.Elems], s)
+		k.pool[buf.Elems] = append(k.pool[buf.Elems], m)
 		k.poolBytes += 4 * buf.Elems
+	default:
+		k.be.Free(m)
 	}
-	k.f32[id], k.i32[id] = nil, nil
+	k.mem[id], k.have[id] = Mem{}, false
 	k.live -= buf.Bytes()
 }
 
@@ -313,7 +343,7 @@ func (k *rank) unshare(id int32) {
 	if k.release != nil && k.release[id] != nil {
 		k.release[id]()
 		k.release[id] = nil
-		k.f32[id], k.own[id] = k.own[id], nil
+		k.mem[id], k.own[id] = k.own[id], Mem{}
 	}
 }
 
@@ -330,28 +360,41 @@ func (k *rank) offset(id int32) (int32, int64) {
 	}
 }
 
-// f returns buffer id's float storage (a view resolves to its part).
-func (k *rank) f(id int32) []float32 {
+// m returns buffer id's storage (a view resolves to its part).
+func (k *rank) m(id int32) Mem {
 	root, off := k.offset(id)
 	k.mu.Lock()
-	s := k.f32[root]
+	s, ok := k.mem[root], k.have[root]
 	k.mu.Unlock()
-	if s == nil {
+	if !ok {
 		panic(fmt.Sprintf("buffer %s is not allocated", k.p.Buffers[root].Name))
 	}
-	return s[off : off+k.p.Buffers[id].Elems]
+	return s.Slice(off, k.p.Buffers[id].Elems)
 }
 
-func (k *rank) ints(id int32) []int32 {
-	root, off := k.offset(id)
-	k.mu.Lock()
-	s := k.i32[root]
-	k.mu.Unlock()
-	if s == nil {
-		panic(fmt.Sprintf("buffer %s is not allocated", k.p.Buffers[root].Name))
+// f returns buffer id's float storage on the host backend.
+func (k *rank) f(id int32) []float32 {
+	if !k.host {
+		panic("runtime: host access to " + k.be.Name() + " memory")
 	}
-	return s[off : off+k.p.Buffers[id].Elems]
+	return k.m(id).f32
 }
+
+// read and write copy buffer id to and from host float32 values (on the
+// host backend, read returns the storage itself); readInts and
+// writeInts are the same for ids.
+func (k *rank) read(id int32) ([]float32, error) {
+	m := k.m(id)
+	if k.host {
+		return m.f32, nil
+	}
+	out := make([]float32, m.N)
+	return out, k.be.Read(out, m)
+}
+
+func (k *rank) write(id int32, src []float32) error { return k.be.Write(k.m(id), src) }
+
+func (k *rank) writeInts(id int32, src []int32) error { return k.be.WriteInts(k.m(id), src) }
 
 // ErrStopped is returned by the ranks that stop because another failed.
 var ErrStopped = errors.New("stopped because another rank failed")
@@ -416,10 +459,15 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 		}
 		switch in.Op {
 		case codegen.Alloc:
-			k.alloc(in.Buf)
+			if err := k.alloc(in.Buf); err != nil {
+				return k.fail(s, in, err)
+			}
 		case codegen.Free:
 			k.free(in.Buf)
 		case codegen.Record:
+			if err := k.be.Record(s, int(in.Event)); err != nil {
+				return k.fail(s, in, err)
+			}
 			close(k.events[in.Event])
 		case codegen.Wait:
 			select {
@@ -427,13 +475,16 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			case <-abort:
 				return ErrStopped
 			}
+			if err := k.be.Wait(s, int(in.Event)); err != nil {
+				return k.fail(s, in, err)
+			}
 		case codegen.Load:
 			if err := k.load(in); err != nil {
 				return k.fail(s, in, err)
 			}
 		case codegen.Kernel:
 			t0 := time.Now()
-			if err := k.kernel(in); err != nil {
+			if err := k.kernel(s, in); err != nil {
 				return k.fail(s, in, err)
 			}
 			k.time(in.Kern.String(), time.Since(t0))
@@ -478,20 +529,8 @@ func (k *rank) fail(s int, in *codegen.Instr, err error) error {
 }
 
 func (k *rank) collective(s int, in *codegen.Instr) error {
-	if err := k.collect(s, in); err != nil {
-		return err
-	}
-	// Sums of bf16 values are formed in fp32 and stored as bf16.
-	if in.Coll == codegen.ReduceScatter || in.Coll == codegen.AllReduce {
-		k.round(in.Out)
-	}
-	return nil
-}
-
-func (k *rank) collect(s int, in *codegen.Instr) error {
 	g := in.Group.Ranks(k.topo, k.r)
-	switch in.Coll {
-	case codegen.AllGather:
+	if k.host && in.Coll == codegen.AllGather {
 		if sc, ok := k.comm.(sharingComm); ok {
 			if r, _ := k.offset(in.Out); k.shareable[r] {
 				// A write into a buffer that shows a shared gather: this
@@ -506,23 +545,29 @@ func (k *rank) collect(s int, in *codegen.Instr) error {
 						return err
 					}
 					k.mu.Lock()
-					k.own[r], k.f32[r], k.release[r] = k.f32[r], res, release
+					k.own[r], k.mem[r], k.release[r] = k.mem[r], HostMem(k.mem[r].DType, res, nil), release
 					k.mu.Unlock()
 					return nil
 				}
 			}
 		}
-		return k.comm.AllGather(s, g, k.f(in.In), k.f(in.Out))
+	}
+	c := memComm{k.be, k.comm}
+	switch in.Coll {
+	case codegen.AllGather:
+		return c.AllGather(s, g, k.m(in.In), k.m(in.Out))
 	case codegen.ReduceScatter:
-		return k.comm.ReduceScatter(s, g, k.f(in.In), k.f(in.Out))
+		return c.ReduceScatter(s, g, k.m(in.In), k.m(in.Out))
 	case codegen.AllReduce:
-		buf := k.f(in.Out)
+		buf := k.m(in.Out)
 		if in.In != in.Out {
-			copy(buf, k.f(in.In))
+			if err := k.be.Copy(s, buf, k.m(in.In)); err != nil {
+				return err
+			}
 		}
-		return k.comm.AllReduce(s, g, buf)
+		return c.AllReduce(s, g, buf)
 	case codegen.Broadcast:
-		return k.comm.Broadcast(s, g, g[0], k.f(in.Out))
+		return c.Broadcast(s, g, g[0], k.m(in.Out))
 	}
 	return fmt.Errorf("unknown collective %v", in.Coll)
 }

@@ -49,15 +49,17 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 	ks := make([]*rank, n)
 	gate := shareCores(n) // as a step shares them
 	for r := range ks {
-		k := &rank{p: p, r: r, topo: topo, step: 1, gate: gate,
-			f32: make([][]float32, len(p.Buffers)), i32: make([][]int32, len(p.Buffers))}
+		k := &rank{p: p, r: r, topo: topo, step: 1, gate: gate}
+		k.setBackend(nil)
 		bound := idBound(k, in)
 		for _, id := range slices.Concat(in.Args, in.Outs) {
 			root, _ := k.offset(id)
-			if k.f32[root] != nil || k.i32[root] != nil {
+			if k.have[root] {
 				continue
 			}
-			k.alloc(root)
+			if err := k.alloc(root); err != nil {
+				return 0, err
+			}
 			fillProbe(k, root, uint64(r)*7919+uint64(root), bound)
 		}
 		ks[r] = k
@@ -75,7 +77,7 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 			defer func() { <-k.gate }()
 		}
 		for range calls {
-			if err := k.kernel(in); err != nil {
+			if err := k.kernel(codegen.Compute, in); err != nil {
 				return err
 			}
 			k.losses = k.losses[:0]
@@ -109,13 +111,13 @@ func fillProbe(k *rank, id int32, seed uint64, bound int32) {
 		x ^= x << 17
 		return x
 	}
-	if s := k.i32[id]; s != nil {
+	if s := k.mem[id].i32; s != nil {
 		for i := range s {
 			s[i] = int32(next() % uint64(max(bound, 1)))
 		}
 		return
 	}
-	for i, s := 0, k.f32[id]; i < len(s); i++ {
+	for i, s := 0, k.mem[id].f32; i < len(s); i++ {
 		s[i] = 0.1 + 0.9*float32(next()>>40)/float32(1<<24)
 	}
 }

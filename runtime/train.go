@@ -53,12 +53,17 @@ func (d *Data) fill(dst []int32, t, m, dp, r, shift int) {
 func (k *rank) load(in *codegen.Instr) error {
 	for _, inp := range k.p.Inputs {
 		if inp.Buf == in.Buf {
-			dst := k.ints(in.Buf)
-			if len(dst) != k.data.MicroBatch*k.data.SeqLen {
-				return fmt.Errorf("input %s holds %d tokens, the data gives %d x %d", k.p.Buffers[in.Buf].Name, len(dst), k.data.MicroBatch, k.data.SeqLen)
+			m := k.m(in.Buf)
+			if m.N != int64(k.data.MicroBatch*k.data.SeqLen) {
+				return fmt.Errorf("input %s holds %d tokens, the data gives %d x %d", k.p.Buffers[in.Buf].Name, m.N, k.data.MicroBatch, k.data.SeqLen)
 			}
+			if dst := m.HostInts(); dst != nil {
+				k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
+				return nil
+			}
+			dst := make([]int32, m.N)
 			k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
-			return nil
+			return k.be.WriteInts(m, dst)
 		}
 	}
 	return fmt.Errorf("load of %s, which is not an input", k.p.Buffers[in.Buf].Name)
@@ -114,28 +119,27 @@ func initialFlats(p *codegen.Program, seed uint64) [][]float32 {
 }
 
 // initShards fills a rank's persistent shards from the full initial
-// params (flats, computed once per process): P's shard, the fp32
-// master's os-slice; m and v stay zero.
-func (k *rank) initShards(flats [][]float32) {
+// params (flats, computed once per process): P's shard (on bf16 plans
+// the rounding of the master, as Write stores it), the fp32 master's
+// os-slice; m and v stay zero.
+func (k *rank) initShards(flats [][]float32) error {
 	for li, lay := range k.p.Layouts {
 		flat := flats[li]
 		sp := int64(lay.PShard.Size())
 		chunk := lay.Padded / sp
 		pOff := int64(lay.PShard.Index(k.topo, k.r)) * chunk
-		copy(k.f(lay.P), flat[pOff:pOff+chunk])
+		if err := k.write(lay.P, flat[pOff:pOff+chunk]); err != nil {
+			return err
+		}
 		if lay.Master >= 0 {
-			os := k.f(lay.Master)
-			oOff := pOff + int64(lay.OSShard.Index(k.topo, k.r))*int64(len(os))
-			copy(os, flat[oOff:oOff+int64(len(os))])
-			// P holds the rounding of the master (bf16 plans).
-			if k.p.Buffers[lay.P].DType == ir.BF16 {
-				p := k.f(lay.P)
-				for i := range p {
-					p[i] = roundBF16(p[i])
-				}
+			n := k.p.Buffers[lay.Master].Elems
+			oOff := pOff + int64(lay.OSShard.Index(k.topo, k.r))*n
+			if err := k.write(lay.Master, flat[oOff:oOff+n]); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // Run executes steps of a bundle on ranks that are goroutines of this
@@ -148,8 +152,11 @@ type Run struct {
 	// World is the ranks the run spans and which of them this process
 	// runs; nil: a LocalWorld of every rank.
 	World World
-	ranks []*rank // this process's ranks, in World.Local order
-	step  int
+	// NewBackend gives each of this process's ranks its backend; nil:
+	// the CPU's.
+	NewBackend func(rank int) (Backend, error)
+	ranks      []*rank // this process's ranks, in World.Local order
+	step       int
 }
 
 // Start prepares every rank: buffers, initial params.
@@ -175,9 +182,21 @@ func (r *Run) Start() error {
 	// checkpoints also rely on.
 	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
 	for _, i := range local {
-		k := newRank(r.Bundle, i, r.World.Comm(i), r.Data)
+		var be Backend
+		if r.NewBackend != nil {
+			var err error
+			if be, err = r.NewBackend(i); err != nil {
+				return err
+			}
+		}
+		k, err := newRank(r.Bundle, i, r.World.Comm(i), r.Data, be)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", i, err)
+		}
 		k.gate = gate
-		k.initShards(flats)
+		if err := k.initShards(flats); err != nil {
+			return fmt.Errorf("rank %d: %w", i, err)
+		}
 		r.ranks = append(r.ranks, k)
 	}
 	return nil
@@ -513,15 +532,6 @@ func (r *Run) PeakBytes() []int64 {
 		out[i] = k.peak
 	}
 	return out
-}
-
-func roundBF16(x float32) float32 {
-	b := math.Float32bits(x)
-	if b&0x7f800000 == 0x7f800000 {
-		return x
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b &^ 0xffff)
 }
 
 // CheckVocab refuses data whose largest token id does not fit a table it
