@@ -10,6 +10,8 @@ package hostc
 /*
 #cgo CFLAGS: -O2 -std=gnu11
 #cgo LDFLAGS: -lm
+#include <stdlib.h>
+#include <string.h>
 #include "../shim.h"
 #include "../ops.cu"
 
@@ -60,7 +62,10 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
+	"unsafe"
 
+	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
 
@@ -236,4 +241,185 @@ func FirstNonFinite(x []float32) int {
 		return -1
 	}
 	return int(first)
+}
+
+// Device is a GPU simulated on the host for launch plans (gpu.PlanOp):
+// memory from C's malloc, addressed by its address as a GPU's is, each
+// launch run to its end by this package's shim (one thread per block),
+// matmuls by package kernels. A backend that drives it (the runtime's
+// device backend) drives a CUDA device the same way, so its tests run the
+// CUDA backend's logic (plans, scratch, copies, checks) without a GPU.
+type Device struct {
+	mu    sync.Mutex
+	sizes map[uint64]int64
+}
+
+// NewDevice is an empty Device.
+func NewDevice() *Device { return &Device{sizes: map[uint64]int64{}} }
+
+func (d *Device) Name() string { return "host-simulated GPU" }
+
+// launchMu serializes the shim's launches.
+var launchMu sync.Mutex
+
+// Live is the number of allocations not freed.
+func (d *Device) Live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sizes)
+}
+
+func (d *Device) Alloc(bytes int64) (uint64, error) {
+	p := C.calloc(C.size_t(max(bytes, 1)), 1)
+	if p == nil {
+		return 0, fmt.Errorf("out of host memory allocating %d bytes", bytes)
+	}
+	a := uint64(uintptr(p))
+	d.mu.Lock()
+	d.sizes[a] = bytes
+	d.mu.Unlock()
+	return a, nil
+}
+
+func (d *Device) Free(addr uint64) {
+	d.mu.Lock()
+	_, ok := d.sizes[addr]
+	delete(d.sizes, addr)
+	d.mu.Unlock()
+	if !ok {
+		panic(fmt.Sprintf("hostc: free of %#x, which Alloc did not return", addr))
+	}
+	C.free(ptr(addr))
+}
+
+// ptr is the C pointer at addr (C memory: the collector never sees it).
+func ptr(addr uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
+
+func (d *Device) Upload(addr uint64, src []byte) error {
+	if len(src) > 0 {
+		C.memcpy(ptr(addr), unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	}
+	return nil
+}
+
+func (d *Device) Download(dst []byte, addr uint64) error {
+	if len(dst) > 0 {
+		C.memcpy(unsafe.Pointer(&dst[0]), ptr(addr), C.size_t(len(dst)))
+	}
+	return nil
+}
+
+func (d *Device) Copy(_ int, dst, src uint64, bytes int64) error {
+	C.memmove(ptr(dst), ptr(src), C.size_t(bytes))
+	return nil
+}
+
+func (d *Device) Record(int, int) error { return nil }
+func (d *Device) Wait(int, int) error   { return nil }
+func (d *Device) Sync() error           { return nil }
+
+func floats(addr uint64, n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(ptr(addr)), n)
+}
+
+// Gemm runs a plan's matmul with package kernels.
+func (d *Device) Gemm(_ int, g *gpu.Gemm, a, b, out uint64) error {
+	m, k, n := g.M, g.K, g.N
+	switch g.Kind {
+	case gpu.GemmAB:
+		kernels.MatMul(floats(out, m*n), floats(a, m*k), floats(b, k*n), m, k, n)
+	case gpu.GemmABt:
+		kernels.MatMulGradA(floats(out, m*k), floats(a, m*n), floats(b, k*n), m, k, n)
+	case gpu.GemmAtB:
+		kernels.MatMulGradB(floats(out, k*n), floats(a, m*k), floats(b, m*n), m, k, n)
+	default:
+		return fmt.Errorf("hostc: gemm kind %d", g.Kind)
+	}
+	return nil
+}
+
+// Launch runs l with its pointer arguments at addrs (addrs[i] for
+// l.Args[i] of a pointer kind; 0 for Null). Elementwise kernels get a
+// grid of at most 61 one-thread blocks (their loops stride), row kernels
+// a block per row, attention kernels a block per query row.
+func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
+	if err := l.CheckArgs(); err != nil {
+		return err
+	}
+	// The shim's thread and block indices and its shared memory are C
+	// globals: one launch at a time in the process.
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	a := l.Args
+	fp := func(i int) *C.float { return (*C.float)(ptr(addrs[i])) }
+	ip := func(i int) *C.int { return (*C.int)(ptr(addrs[i])) }
+	n := func(i int) C.longlong { return C.longlong(a[i].I) }
+	fl := func(i int) C.float { return C.float(a[i].F) }
+	db := func(i int) C.double { return C.double(a[i].F) }
+	g := C.uint(min(l.Grid[0]*l.Block, maxGrid))
+	rg := C.uint(l.Grid[0])
+	switch l.Kernel {
+	case "add_f32":
+		C.h_add(g, fp(0), fp(1), fp(2), n(3), n(4))
+	case "mul_f32":
+		C.h_mul(g, fp(0), fp(1), fp(2), n(3), n(4))
+	case "mul_grad_f32":
+		C.h_mul_grad(g, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6))
+	case "col_sum_f32":
+		C.h_col_sum(g, fp(0), fp(1), fp(2), n(3), n(4))
+	case "transpose_f32":
+		C.h_transpose(g, fp(0), fp(1), n(2), n(3))
+	case "silu_f32":
+		C.h_silu(g, fp(0), fp(1), n(2))
+	case "silu_grad_f32":
+		C.h_silu_grad(g, fp(0), fp(1), fp(2), n(3))
+	case "gelu_f32":
+		C.h_gelu(g, fp(0), fp(1), n(2))
+	case "gelu_grad_f32":
+		C.h_gelu_grad(g, fp(0), fp(1), fp(2), n(3))
+	case "rmsnorm_f32":
+		C.h_rmsnorm(rg, fp(0), fp(1), fp(2), n(3), n(4), fl(5))
+	case "rmsnorm_grad_f32":
+		C.h_rmsnorm_grad(rg, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), fl(7))
+	case "rmsnorm_grad_w_f32":
+		C.h_rmsnorm_grad_w(g, fp(0), fp(1), fp(2), fp(3), n(4), n(5))
+	case "layernorm_f32":
+		C.h_layernorm(rg, fp(0), fp(1), fp(2), fp(3), n(4), n(5), fl(6))
+	case "layernorm_grad_f32":
+		C.h_layernorm_grad(rg, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), fl(7))
+	case "layernorm_grad_wb_f32":
+		C.h_layernorm_grad_wb(g, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6))
+	case "rope_f32":
+		C.h_rope(g, fp(0), fp(1), n(2), n(3), n(4), n(5), db(6), fl(7))
+	case "embed_f32":
+		C.h_embed(g, fp(0), ip(1), fp(2), n(3), n(4), n(5), (*C.ulonglong)(ptr(addrs[6])))
+	case "embed_grad_f32":
+		C.h_embed_grad(g, fp(0), ip(1), ip(2), fp(3), n(4), n(5))
+	case "cross_entropy_f32":
+		C.h_cross_entropy(rg, (*C.double)(ptr(addrs[0])), fp(1), ip(2), n(3), n(4), (*C.ulonglong)(ptr(addrs[5])))
+	case "cross_entropy_grad_f32":
+		C.h_cross_entropy_grad(rg, fp(0), fp(1), ip(2), n(3), n(4), db(5))
+	case "adamw_f32":
+		k := make([]C.double, 8)
+		for i := range k {
+			k[i] = db(7 + i)
+		}
+		C.h_adamw(g, fp(0), fp(1), fp(2), fp(3), n(4), (*C.longlong)(ptr(addrs[5])), n(6), &k[0])
+	case "attention_f32":
+		C.h_attention(fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), n(7), n(8), n(9), n(10))
+	case "attention_dsum_f32":
+		C.h_attention_dsum(g, fp(0), fp(1), fp(2), n(3), n(4), n(5), n(6))
+	case "attention_dq_f32":
+		C.h_attention_dq(fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), n(7), n(8), n(9), n(10), n(11), n(12))
+	case "attention_dkv_f32":
+		C.h_attention_dkv(fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), fp(7), n(8), n(9), n(10), n(11), n(12), n(13))
+	case "first_nonfinite_f32":
+		C.h_first_nonfinite(g, fp(0), n(1), (*C.ulonglong)(ptr(addrs[2])))
+	default:
+		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
+	}
+	return nil
 }

@@ -1,0 +1,384 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"amspc/ir"
+)
+
+// An op's launch plan: the ops.cu kernels one instruction of the language
+// runs, in order, with their arguments and geometry, and the scratch
+// memory and host work around them. A GPU backend executes a plan on
+// device memory; package hostc executes the same plan on the host, and
+// its tests check every op's plan against package kernels, so argument
+// order, scratch sizes and geometry are tested without a GPU.
+
+// ArgKind says where a kernel argument comes from.
+type ArgKind byte
+
+const (
+	Operand ArgKind = iota // the instruction's operand N (a pointer)
+	Result                 // the instruction's result N (a pointer)
+	Scratch                // the plan's scratch buffer N (a pointer)
+	Null                   // a null pointer
+	Int                    // I, a long long
+	Float32                // F, a float
+	Float64                // F, a double
+)
+
+// Arg is one argument of a launch.
+type Arg struct {
+	Kind ArgKind
+	N    int
+	I    int64
+	F    float64
+}
+
+func opnd(i int) Arg    { return Arg{Kind: Operand, N: i} }
+func res(i int) Arg     { return Arg{Kind: Result, N: i} }
+func scr(i int) Arg     { return Arg{Kind: Scratch, N: i} }
+func i64(v int64) Arg   { return Arg{Kind: Int, I: v} }
+func f32(v float64) Arg { return Arg{Kind: Float32, F: float64(float32(v))} }
+func f64(v float64) Arg { return Arg{Kind: Float64, F: v} }
+func boolArg(b bool) Arg {
+	if b {
+		return i64(1)
+	}
+	return i64(0)
+}
+func (a Arg) param() Param     { return map[ArgKind]Param{Int: I64, Float32: F32, Float64: F64}[a.Kind] }
+func (a Arg) pointer() bool    { return a.Kind <= Null }
+func (l *Launch) add(a ...Arg) { l.Args = append(l.Args, a...) }
+
+// Launch is one kernel launch: Grid blocks of Block threads (Grid[1] and
+// Grid[2] 1 unless the kernel is an attention kernel), Smem bytes of
+// dynamic shared memory.
+type Launch struct {
+	Kernel string
+	Grid   [3]int
+	Block  int
+	Smem   int
+	Args   []Arg
+}
+
+// ScratchBuf is device memory a plan needs for its launches: Bytes bytes,
+// holding Init (host-computed data, uploaded before the launches) or, when
+// Init is nil, Fill repeated as a little-endian uint64 (zero: zeroed).
+type ScratchBuf struct {
+	Bytes int64
+	Init  []byte
+	Fill  uint64
+}
+
+// GemmKind is a cuBLASLt product.
+type GemmKind int
+
+const (
+	GemmAB  GemmKind = iota // out[m,n] = a[m,k] @ b[k,n]
+	GemmABt                 // da[m,k] = dy[m,n] @ b[k,n]^T
+	GemmAtB                 // db[k,n] = a[m,k]^T @ dy[m,n]
+)
+
+// Gemm is a matmul: operands 0 and 1 into result 0.
+type Gemm struct {
+	Kind    GemmKind
+	M, K, N int
+}
+
+// Plan is an instruction's work on a GPU.
+type Plan struct {
+	// Copies are (result, operand) pairs copied before the launches when
+	// they are not the same memory (AdamW updates in place; a cast to
+	// fp32 is a copy).
+	Copies   [][2]int
+	Gemm     *Gemm
+	Scratch  []ScratchBuf
+	Launches []Launch
+	// Bad, when at least 0, is a scratch uint64 that holds the first
+	// position of an id out of range after the launches, or BadLimit when
+	// there is none; BadOperand is the operand holding the ids.
+	Bad, BadLimit, BadOperand int
+	BadWhat                   string // "embed: id" or "cross_entropy: target"
+	BadVocab                  int
+	// Loss, when at least 0, is a scratch of LossRows per-row float64
+	// losses whose MeanLoss is result 0's value (and the step's loss).
+	Loss, LossRows int
+}
+
+// CheckFinite is first_nonfinite_f32 over n floats (operand 0) into a
+// uint64 (scratch 0) that holds n before: the first NaN's or infinity's
+// index after, else n.
+func CheckFinite(n int64) Launch {
+	return elementwise("first_nonfinite_f32", n, opnd(0), i64(n), scr(0))
+}
+
+// OpCall is what PlanOp needs of an instruction: its op, its operands'
+// and results' dtypes and shapes, its attributes, the optimizer step,
+// AdamW's decayed ranges, and a way to read integer operands (EmbedGrad
+// groups positions by id on the host).
+type OpCall struct {
+	Op                   ir.OpKind
+	ArgTypes, OutTypes   []ir.DType
+	ArgShapes, OutShapes [][]int64
+	// ArgElems and OutElems are their element counts (a flat shard's
+	// shape is empty).
+	ArgElems, OutElems []int64
+	Attr               func(name string) ir.AttrVal
+	Step               int
+	Decayed            [][2]int
+	Ints               func(operand int) ([]int32, error)
+}
+
+// ErrUnsupported wraps what the GPU kernels cannot do yet.
+type ErrUnsupported struct{ What string }
+
+func (e *ErrUnsupported) Error() string { return e.What + " is not supported on the GPU yet" }
+
+// DefaultBlock is an elementwise launch's block; MaxGrid caps its grid
+// (the threads then stride).
+const (
+	DefaultBlock = 256
+	MaxGrid      = 65535
+)
+
+func elems(s []int64) int64 {
+	n := int64(1)
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// elementwise is a launch of kernel over n elements.
+func elementwise(kernel string, n int64, args ...Arg) Launch {
+	return Launch{Kernel: kernel, Grid: [3]int{Grid1D(n, DefaultBlock, MaxGrid), 1, 1}, Block: DefaultBlock, Args: args}
+}
+
+// row is a launch of kernel with a block per row of d elements.
+func row(kernel string, rows, d int64, args ...Arg) Launch {
+	return Launch{Kernel: kernel, Grid: [3]int{int(max(rows, 1)), 1, 1}, Block: RowBlock(d), Args: args}
+}
+
+// attention is a launch of an attention kernel over seq rows, y heads,
+// batch.
+func attention(kernel string, seq, y, batch, hd int64, args ...Arg) Launch {
+	b := AttentionBlock(int(hd))
+	return Launch{Kernel: kernel, Grid: [3]int{int((seq + int64(b) - 1) / int64(b)), int(y), int(batch)}, Block: b, Smem: AttentionSmem(b, int(hd)), Args: args}
+}
+
+func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
+
+// PlanOp is the launch plan of one instruction. Every operand and result
+// must be fp32 (or i32 ids): the bf16 kernels are not written yet.
+func PlanOp(c *OpCall) (*Plan, error) {
+	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
+		if dt != ir.F32 && dt != ir.I32 {
+			what := "operand"
+			if i >= len(c.ArgTypes) {
+				what = "result"
+			}
+			return nil, &ErrUnsupported{fmt.Sprintf("%v with a %v %s", c.Op, dt, what)}
+		}
+	}
+	p := &Plan{Bad: -1, Loss: -1}
+	as, os := c.ArgShapes, c.OutShapes
+	n := func(i int) int64 { return c.ArgElems[i] }
+	last := func(s []int64) int64 { return s[len(s)-1] }
+	fa := func(name string) float64 { return c.Attr(name).Float }
+	switch c.Op {
+	case ir.Embed:
+		vocab, d, ids := as[1][0], as[1][1], n(0)
+		p.Scratch = []ScratchBuf{{Bytes: 8, Fill: uint64(ids)}}
+		p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(ids), 0, "embed: id", int(vocab)
+		p.Launches = []Launch{elementwise("embed_f32", ids*d, res(0), opnd(0), opnd(1), i64(ids), i64(vocab), i64(d), scr(0))}
+	case ir.EmbedGrad:
+		vocab, d := os[0][0], os[0][1]
+		ids, err := c.Ints(0)
+		if err != nil {
+			return nil, err
+		}
+		start, pos := Positions(ids, int(vocab))
+		p.Scratch = []ScratchBuf{{Bytes: 4 * int64(len(start)), Init: int32Bytes(start)}, {Bytes: 4 * int64(max(len(pos), 1)), Init: int32Bytes(pos)}}
+		p.Launches = []Launch{elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d))}
+	case ir.MatMul:
+		k, nn := as[1][0], as[1][1]
+		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn)}
+	case ir.MatMulGradA:
+		k, nn := as[1][0], as[1][1]
+		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn)}
+	case ir.MatMulGradB:
+		k, nn := os[0][0], os[0][1]
+		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn)}
+	case ir.RMSNorm:
+		d := n(1)
+		rows := n(0) / d
+		p.Launches = []Launch{row("rmsnorm_f32", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(fa("eps")))}
+	case ir.RMSNormGrad:
+		d := n(1)
+		rows := n(0) / d
+		p.Scratch = []ScratchBuf{f32Scratch(rows)}
+		p.Launches = []Launch{
+			row("rmsnorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
+			elementwise("rmsnorm_grad_w_f32", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+		}
+	case ir.LayerNorm:
+		d := n(1)
+		rows := n(0) / d
+		p.Launches = []Launch{row("layernorm_f32", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps")))}
+	case ir.LayerNormGrad:
+		d := n(1)
+		rows := n(0) / d
+		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
+		p.Launches = []Launch{
+			row("layernorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
+			elementwise("layernorm_grad_wb_f32", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+		}
+	case ir.SumRows:
+		d := c.OutElems[0]
+		p.Launches = []Launch{elementwise("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(n(0)/d), i64(d))}
+	case ir.RoPE, ir.RoPEGrad:
+		x := as[0]
+		heads := c.Attr("heads").Int
+		sign := 1.0
+		if c.Op == ir.RoPEGrad {
+			sign = -1
+		}
+		p.Launches = []Launch{elementwise("rope_f32", n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
+			f64(fa("theta")), f32(sign))}
+	case ir.Attention, ir.AttentionGrad:
+		q := as[0]
+		heads := c.Attr("heads").Int
+		kvh := c.Attr("kv_heads").Int
+		if kvh == 0 {
+			kvh = heads
+		}
+		b, s, hd := q[0], q[1], q[2]/heads
+		if hd > MaxHeadDim {
+			return nil, &ErrUnsupported{fmt.Sprintf("attention with head dim %d (at most %d)", hd, MaxHeadDim)}
+		}
+		causal := boolArg(c.Attr("causal").Bool)
+		dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
+		rows := b * heads * s
+		if c.Op == ir.Attention {
+			p.Scratch = []ScratchBuf{f32Scratch(rows)}
+			p.Launches = []Launch{attention("attention_f32", s, heads, b, hd, append([]Arg{res(0), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...)}
+			break
+		}
+		// As on the CPU, forward runs again for its log-sum-exp (into a
+		// scratch output); dsum is rowsum(out * dout) of the given out.
+		p.Scratch = []ScratchBuf{f32Scratch(rows), f32Scratch(n(3)), f32Scratch(rows)}
+		p.Launches = []Launch{
+			attention("attention_f32", s, heads, b, hd, append([]Arg{scr(1), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...),
+			elementwise("attention_dsum_f32", rows, scr(2), opnd(3), opnd(4), i64(b), i64(s), i64(heads), i64(hd)),
+			attention("attention_dq_f32", s, heads, b, hd, append([]Arg{res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+			attention("attention_dkv_f32", s, kvh, b, hd, append([]Arg{res(1), res(2), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+		}
+	case ir.Transpose:
+		p.Launches = []Launch{elementwise("transpose_f32", n(0), res(0), opnd(0), i64(as[0][0]), i64(as[0][1]))}
+	case ir.SiLU, ir.GELU:
+		name := map[ir.OpKind]string{ir.SiLU: "silu_f32", ir.GELU: "gelu_f32"}[c.Op]
+		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), i64(n(0)))}
+	case ir.SiLUGrad, ir.GELUGrad:
+		name := map[ir.OpKind]string{ir.SiLUGrad: "silu_grad_f32", ir.GELUGrad: "gelu_grad_f32"}[c.Op]
+		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), opnd(1), i64(n(0)))}
+	case ir.Add, ir.Mul:
+		name := map[ir.OpKind]string{ir.Add: "add_f32", ir.Mul: "mul_f32"}[c.Op]
+		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), opnd(1), i64(n(0)), i64(n(1)))}
+	case ir.CrossEntropy:
+		v := last(as[0])
+		rows := n(0) / v
+		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
+		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
+		if rows > 0 {
+			p.Launches = []Launch{row("cross_entropy_f32", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
+		}
+	case ir.CrossEntropyGrad:
+		v := last(as[0])
+		rows := n(0) / v
+		f := float64(float32(fa("scale"))) / float64(rows)
+		p.Launches = []Launch{row("cross_entropy_grad_f32", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
+	case ir.Cast:
+		if dt := ir.DType(c.Attr("dtype").Int); dt != ir.F32 {
+			return nil, &ErrUnsupported{fmt.Sprintf("cast to %v", dt)}
+		}
+		p.Copies = [][2]int{{0, 0}}
+	case ir.AdamWStep:
+		k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
+		flat := make([]int64, 0, 2*len(c.Decayed))
+		for _, r := range c.Decayed {
+			flat = append(flat, int64(r[0]), int64(r[1]))
+		}
+		p.Copies = [][2]int{{0, 0}, {1, 1}, {2, 2}}
+		p.Scratch = []ScratchBuf{{Bytes: 8 * int64(max(len(flat), 1)), Init: int64Bytes(flat)}}
+		nn := c.OutElems[0]
+		l := elementwise("adamw_f32", nn, res(0), res(1), res(2), opnd(3), i64(nn), scr(0), i64(int64(len(c.Decayed))))
+		for _, x := range k {
+			l.add(f64(x))
+		}
+		p.Launches = []Launch{l}
+	default:
+		return nil, &ErrUnsupported{fmt.Sprintf("op %v", c.Op)}
+	}
+	return p, nil
+}
+
+// CheckArgs checks a launch's arguments against its kernel's parameter
+// list in Kernels.
+func (l *Launch) CheckArgs() error {
+	for _, k := range Kernels {
+		if k.Name != l.Kernel {
+			continue
+		}
+		if len(k.Params) != len(l.Args) {
+			return fmt.Errorf("%s takes %d arguments, the launch passes %d", l.Kernel, len(k.Params), len(l.Args))
+		}
+		for i, a := range l.Args {
+			if want := k.Params[i]; (want == Ptr) != a.pointer() || (want != Ptr && want != a.param()) {
+				return fmt.Errorf("%s argument %d is %c, the launch passes kind %d", l.Kernel, i, want, a.Kind)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("no kernel %s in ops.cu", l.Kernel)
+}
+
+// Content is a scratch buffer's initial bytes: Init, or Fill repeated.
+func (s ScratchBuf) Content() []byte {
+	if s.Init != nil {
+		return s.Init
+	}
+	b := make([]byte, s.Bytes)
+	if s.Fill != 0 {
+		for i := 0; i+8 <= len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], s.Fill)
+		}
+	}
+	return b
+}
+
+func int32Bytes(x []int32) []byte {
+	b := make([]byte, 4*max(len(x), 1))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	return b
+}
+
+func int64Bytes(x []int64) []byte {
+	b := make([]byte, 8*max(len(x), 1))
+	for i, v := range x {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+// Float64s reads little-endian float64 values.
+func Float64s(b []byte) []float64 {
+	out := make([]float64, len(b)/8)
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package gpu
+
+import (
+	"errors"
+	"testing"
+
+	"amspc/ir"
+)
+
+// TestPlanEveryOp plans every op of the language on small fp32 shapes:
+// each launch's arguments match its kernel's parameters in ops.cu,
+// matmuls go to cuBLASLt, and bf16 operands are refused as not supported
+// yet.
+func TestPlanEveryOp(t *testing.T) {
+	attrs := map[string]ir.AttrVal{"eps": {Float: 1e-5}, "heads": {Int: 2}, "kv_heads": {Int: 1}, "theta": {Float: 1e4},
+		"causal": {Bool: true}, "scale": {Float: 1}, "dtype": {Int: int64(ir.F32)}, "lr": {Float: 1e-3}, "beta1": {Float: 0.9},
+		"beta2": {Float: 0.95}, "weight_decay": {Float: 0.1}}
+	x, w, ids, q, kv := []int64{2, 3, 8}, []int64{8}, []int64{2, 3}, []int64{2, 3, 8}, []int64{2, 3, 4}
+	cases := []struct {
+		op        ir.OpKind
+		args, out [][]int64
+		gemm      bool
+	}{
+		{ir.Embed, [][]int64{ids, {10, 8}}, [][]int64{x}, false},
+		{ir.EmbedGrad, [][]int64{ids, x}, [][]int64{{10, 8}}, false},
+		{ir.MatMul, [][]int64{x, {8, 4}}, [][]int64{{2, 3, 4}}, true},
+		{ir.MatMulGradA, [][]int64{{2, 3, 4}, {8, 4}}, [][]int64{x}, true},
+		{ir.MatMulGradB, [][]int64{x, {2, 3, 4}}, [][]int64{{8, 4}}, true},
+		{ir.RMSNorm, [][]int64{x, w}, [][]int64{x}, false},
+		{ir.RMSNormGrad, [][]int64{x, w, x}, [][]int64{x, w}, false},
+		{ir.LayerNorm, [][]int64{x, w, w}, [][]int64{x}, false},
+		{ir.LayerNormGrad, [][]int64{x, w, x}, [][]int64{x, w, w}, false},
+		{ir.SumRows, [][]int64{x}, [][]int64{w}, false},
+		{ir.RoPE, [][]int64{x}, [][]int64{x}, false},
+		{ir.RoPEGrad, [][]int64{x}, [][]int64{x}, false},
+		{ir.Attention, [][]int64{q, kv, kv}, [][]int64{q}, false},
+		{ir.AttentionGrad, [][]int64{q, kv, kv, q, q}, [][]int64{q, kv, kv}, false},
+		{ir.Transpose, [][]int64{{6, 8}}, [][]int64{{8, 6}}, false},
+		{ir.SiLU, [][]int64{x}, [][]int64{x}, false},
+		{ir.SiLUGrad, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.GELU, [][]int64{x}, [][]int64{x}, false},
+		{ir.GELUGrad, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.Add, [][]int64{x, w}, [][]int64{x}, false},
+		{ir.Mul, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.CrossEntropy, [][]int64{{6, 10}, {6}}, [][]int64{{1}}, false},
+		{ir.CrossEntropyGrad, [][]int64{{6, 10}, {6}}, [][]int64{{6, 10}}, false},
+		{ir.Cast, [][]int64{x}, [][]int64{x}, false},
+		{ir.AdamWStep, [][]int64{{48}, {48}, {48}, {48}}, [][]int64{{48}, {48}, {48}}, false},
+	}
+	for _, c := range cases {
+		oc := &OpCall{Op: c.op, ArgShapes: c.args, OutShapes: c.out, Step: 1, Decayed: [][2]int{{0, 40}},
+			Attr: func(name string) ir.AttrVal { return attrs[name] },
+			Ints: func(int) ([]int32, error) { return []int32{1, 2, 3, 1, 0, 9}, nil },
+		}
+		for i, s := range c.args {
+			dt := ir.F32
+			if (c.op == ir.Embed || c.op == ir.EmbedGrad) && i == 0 || (c.op == ir.CrossEntropy || c.op == ir.CrossEntropyGrad) && i == 1 {
+				dt = ir.I32
+			}
+			oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, dt), append(oc.ArgElems, elems(s))
+		}
+		for _, s := range c.out {
+			oc.OutTypes, oc.OutElems = append(oc.OutTypes, ir.F32), append(oc.OutElems, elems(s))
+		}
+		p, err := PlanOp(oc)
+		if err != nil {
+			t.Errorf("%v: %v", c.op, err)
+			continue
+		}
+		if (p.Gemm != nil) != c.gemm {
+			t.Errorf("%v: gemm %v, want %v", c.op, p.Gemm, c.gemm)
+		}
+		if !c.gemm && len(p.Launches) == 0 && len(p.Copies) == 0 {
+			t.Errorf("%v: nothing to run", c.op)
+		}
+		for _, l := range p.Launches {
+			if err := l.CheckArgs(); err != nil {
+				t.Errorf("%v: %v", c.op, err)
+			}
+			for _, a := range l.Args {
+				if a.Kind == Scratch && a.N >= len(p.Scratch) {
+					t.Errorf("%v: %s uses scratch %d of %d", c.op, l.Kernel, a.N, len(p.Scratch))
+				}
+			}
+		}
+		oc.ArgTypes[len(oc.ArgTypes)-1] = ir.BF16
+		var unsup *ErrUnsupported
+		if _, err := PlanOp(oc); !errors.As(err, &unsup) {
+			t.Errorf("%v with a bf16 operand: %v, want not supported yet", c.op, err)
+		}
+	}
+}

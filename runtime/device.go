@@ -1,0 +1,254 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"amspc/ir"
+	"amspc/kernels/gpu"
+)
+
+// Device is a GPU as the device backend drives it: memory by address,
+// the launch plans of package gpu (ops.cu kernels and cuBLASLt matmuls)
+// on the plan's streams, and events. runtime/cudalib's CUDA context is
+// one; kernels/gpu/hostc's host-simulated GPU is another, which the tests
+// run every plan on.
+type Device interface {
+	Name() string
+	Alloc(bytes int64) (uint64, error)
+	Free(addr uint64)
+	// Upload and Download copy between host bytes and device memory once
+	// every stream's work is done.
+	Upload(addr uint64, src []byte) error
+	Download(dst []byte, addr uint64) error
+	Copy(s int, dst, src uint64, bytes int64) error
+	// Launch enqueues l on stream s; addrs[i] is the address of l.Args[i]
+	// when that is a pointer.
+	Launch(s int, l *gpu.Launch, addrs []uint64) error
+	Gemm(s int, g *gpu.Gemm, a, b, out uint64) error
+	Record(s, ev int) error
+	Wait(s, ev int) error
+	Sync() error
+}
+
+// deviceBackend is a Backend on a Device: every float is fp32 there (the
+// bf16 kernels are not written yet), each instruction runs its gpu.Plan,
+// and every result is checked for NaN and Inf on the device
+// (first_nonfinite_f32) before the next instruction.
+type deviceBackend struct {
+	dev Device
+}
+
+// NewDeviceBackend is the backend that runs a rank on dev.
+func NewDeviceBackend(dev Device) Backend { return &deviceBackend{dev: dev} }
+
+func (b *deviceBackend) Name() string { return b.dev.Name() }
+
+func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
+	if dt != ir.F32 && dt != ir.I32 {
+		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (the bf16 kernels are not written yet: use precision = fp32)", dt)}
+	}
+	addr, err := b.dev.Alloc(4 * n)
+	if err != nil {
+		return Mem{}, err
+	}
+	// Device memory from Alloc may hold anything.
+	if err := b.dev.Upload(addr, make([]byte, 4*n)); err != nil {
+		b.dev.Free(addr)
+		return Mem{}, err
+	}
+	return DeviceMem(dt, n, addr, 4), nil
+}
+
+func (b *deviceBackend) Free(m Mem) { b.dev.Free(m.Addr) }
+
+func (b *deviceBackend) Copy(s int, dst, src Mem) error {
+	if dst.DType != src.DType || dst.N != src.N {
+		return fmt.Errorf("copy of %d %v into %d %v", src.N, src.DType, dst.N, dst.DType)
+	}
+	if dst.Addr == src.Addr || dst.N == 0 {
+		return nil
+	}
+	return b.dev.Copy(s, dst.Addr, src.Addr, 4*dst.N)
+}
+
+func (b *deviceBackend) Record(s, ev int) error { return b.dev.Record(s, ev) }
+func (b *deviceBackend) Wait(s, ev int) error   { return b.dev.Wait(s, ev) }
+func (b *deviceBackend) Sync() error            { return b.dev.Sync() }
+
+func (b *deviceBackend) Read(dst []float32, m Mem) error {
+	raw := make([]byte, 4*m.N)
+	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return nil
+}
+
+func (b *deviceBackend) Write(m Mem, src []float32) error {
+	raw := make([]byte, 4*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	return b.dev.Upload(m.Addr, raw)
+}
+
+func (b *deviceBackend) ReadInts(dst []int32, m Mem) error {
+	raw := make([]byte, 4*m.N)
+	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return nil
+}
+
+func (b *deviceBackend) WriteInts(m Mem, src []int32) error {
+	raw := make([]byte, 4*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	return b.dev.Upload(m.Addr, raw)
+}
+
+func (b *deviceBackend) download8(addr uint64) (uint64, error) {
+	var raw [8]byte
+	if err := b.dev.Download(raw[:], addr); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(raw[:]), nil
+}
+
+// Launch runs the instruction's plan: copies, the matmul or the kernels
+// with their scratch memory, then the host's part (an id out of range, the
+// loss) and the non-finite check of every result.
+func (b *deviceBackend) Launch(s int, c *KernelCall) error {
+	in := c.Instr
+	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step,
+		Ints: func(i int) ([]int32, error) {
+			ids := make([]int32, c.Args[i].N)
+			return ids, b.ReadInts(ids, c.Args[i])
+		}}
+	for _, m := range c.Args {
+		oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, m.DType), append(oc.ArgElems, m.N)
+	}
+	for _, m := range c.Outs {
+		oc.OutTypes, oc.OutElems = append(oc.OutTypes, m.DType), append(oc.OutElems, m.N)
+	}
+	for _, r := range c.Decayed {
+		oc.Decayed = append(oc.Decayed, [2]int{r.Lo, r.Hi})
+	}
+	p, err := gpu.PlanOp(oc)
+	if err != nil {
+		return err
+	}
+	for _, cp := range p.Copies {
+		if err := b.Copy(s, c.Outs[cp[0]], c.Args[cp[1]]); err != nil {
+			return err
+		}
+	}
+	if p.Gemm != nil {
+		if err := b.dev.Gemm(s, p.Gemm, c.Args[0].Addr, c.Args[1].Addr, c.Outs[0].Addr); err != nil {
+			return err
+		}
+	}
+	scratch := make([]uint64, len(p.Scratch))
+	defer func() {
+		for _, a := range scratch {
+			if a != 0 {
+				b.dev.Free(a)
+			}
+		}
+	}()
+	for i, sb := range p.Scratch {
+		if scratch[i], err = b.dev.Alloc(sb.Bytes); err != nil {
+			return err
+		}
+		if err := b.dev.Upload(scratch[i], sb.Content()); err != nil {
+			return err
+		}
+	}
+	for li := range p.Launches {
+		l := &p.Launches[li]
+		addrs := make([]uint64, len(l.Args))
+		for i, a := range l.Args {
+			switch a.Kind {
+			case gpu.Operand:
+				addrs[i] = c.Args[a.N].Addr
+			case gpu.Result:
+				addrs[i] = c.Outs[a.N].Addr
+			case gpu.Scratch:
+				addrs[i] = scratch[a.N]
+			}
+		}
+		if err := b.dev.Launch(s, l, addrs); err != nil {
+			return fmt.Errorf("%s: %w", l.Kernel, err)
+		}
+	}
+	if p.Bad >= 0 {
+		first, err := b.download8(scratch[p.Bad])
+		if err != nil {
+			return err
+		}
+		if first < uint64(p.BadLimit) {
+			ids := make([]int32, c.Args[p.BadOperand].N)
+			if err := b.ReadInts(ids, c.Args[p.BadOperand]); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s %d at position %d is outside [0, %d)", p.BadWhat, ids[first], first, p.BadVocab)
+		}
+	}
+	if p.Loss >= 0 {
+		raw := make([]byte, p.Scratch[p.Loss].Bytes)
+		if err := b.dev.Download(raw, scratch[p.Loss]); err != nil {
+			return err
+		}
+		loss := gpu.MeanLoss(gpu.Float64s(raw)[:p.LossRows])
+		if err := b.Write(c.Outs[0], []float32{float32(loss)}); err != nil {
+			return err
+		}
+		*c.Losses = append(*c.Losses, loss)
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("loss is %v", loss)
+		}
+	}
+	for _, o := range c.Outs {
+		if err := b.checkFinite(s, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFinite runs first_nonfinite_f32 on m and reports the first NaN or
+// Inf as the CPU backend does.
+func (b *deviceBackend) checkFinite(s int, m Mem) error {
+	if m.DType == ir.I32 || m.N == 0 {
+		return nil
+	}
+	flag, err := b.dev.Alloc(8)
+	if err != nil {
+		return err
+	}
+	defer b.dev.Free(flag)
+	l := gpu.CheckFinite(m.N)
+	if err := b.dev.Upload(flag, gpu.ScratchBuf{Bytes: 8, Fill: uint64(m.N)}.Content()); err != nil {
+		return err
+	}
+	if err := b.dev.Launch(s, &l, []uint64{m.Addr, 0, flag}); err != nil {
+		return err
+	}
+	first, err := b.download8(flag)
+	if err != nil || first >= uint64(m.N) {
+		return err
+	}
+	var v [1]float32
+	if err := b.Read(v[:], m.Slice(int64(first), 1)); err != nil {
+		return err
+	}
+	return fmt.Errorf("produced %v at element %d", v[0], first)
+}

@@ -1,0 +1,135 @@
+//go:build cgo
+
+package runtime_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"amspc/codegen"
+	"amspc/cost"
+	"amspc/ir"
+	"amspc/kernels/gpu/hostc"
+	"amspc/runtime"
+)
+
+// TestDeviceKernels runs every kernel instruction of tiny's programs (a
+// ZeRO-3 rank's and a single rank's, fp32) on the device backend over the
+// host-simulated GPU and on the CPU backend, from the same operands: the
+// results agree to 1e-5 of each result's largest magnitude.
+func TestDeviceKernels(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	for _, b := range []*codegen.Bundle{
+		compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}),
+		compile(t, 2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}),
+	} {
+		p := b.Template(0)
+		seen := map[ir.OpKind]bool{}
+		for i := range p.Streams[codegen.Compute] {
+			in := &p.Streams[codegen.Compute][i]
+			if in.Op != codegen.Kernel || seen[in.Kern] {
+				continue
+			}
+			seen[in.Kern] = true
+			want, err := runtime.RunKernel(nil, b.Topo, p, in)
+			if err != nil {
+				t.Fatalf("%v on the CPU: %v", in.Kern, err)
+			}
+			got, err := runtime.RunKernel(runtime.NewDeviceBackend(hostc.NewDevice()), b.Topo, p, in)
+			if err != nil {
+				t.Fatalf("%v on the device: %v", in.Kern, err)
+			}
+			for o := range want {
+				// Relative to the result's largest magnitude: attention's
+				// gradients add in other orders.
+				scale := 0.0
+				for _, v := range want[o] {
+					scale = math.Max(scale, math.Abs(float64(v)))
+				}
+				worst, at := 0.0, 0
+				for j := range want[o] {
+					if d := math.Abs(float64(got[o][j]-want[o][j])) / scale; d > worst {
+						worst, at = d, j
+					}
+				}
+				if worst > 1e-5 {
+					t.Errorf("%v result %d: element %d is %g on the device, %g on the CPU", in.Kern, o, at, got[o][at], want[o][at])
+				}
+			}
+		}
+	}
+}
+
+// TestDeviceBackendPlans runs tiny on the device backend, the CUDA
+// backend's logic (launch plans, scratch memory, copies, staged
+// collectives, device-side checks), over kernels/gpu/hostc's host-
+// simulated GPU: ops.cu's kernels compiled as C. Every plan trains like
+// the CPU backend to 1e-7 (the kernels give the Go kernels' bits but for
+// attention, within 6.6e-7), only the persistent buffers stay allocated,
+// a NaN-making step stops the run naming adamw, and bf16 is refused as
+// not supported yet.
+func TestDeviceBackendPlans(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	const n = 3
+	for _, c := range []struct {
+		nodes, gpus int
+		f           cost.Factors
+	}{
+		{1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}},
+		{2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}},
+		{2, 4, cost.Factors{P: F(2, 1), G: F(4, 1), OS: F(4, 2)}},
+	} {
+		t.Run(fmt.Sprintf("%dx%d %v", c.nodes, c.gpus, c.f), func(t *testing.T) {
+			want := train(t, compile(t, c.nodes, c.gpus, c.f), n)
+			b := compile(t, c.nodes, c.gpus, c.f)
+			var devs []*hostc.Device
+			var mu sync.Mutex
+			r := start(t, b, func(int) (runtime.Backend, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				d := hostc.NewDevice()
+				devs = append(devs, d)
+				return runtime.NewDeviceBackend(d), nil
+			})
+			got := steps(t, r, n)
+			for i := range got {
+				if d := math.Abs(got[i]-want[i]) / want[i]; d > 1e-7 {
+					t.Errorf("step %d: device loss %.9g, CPU %.9g (relative %.2g)", i+1, got[i], want[i], d)
+				}
+			}
+			t.Logf("device %.9g, CPU %.9g", got, want)
+			persistent := 0
+			for _, buf := range b.Template(0).Buffers {
+				if !buf.IsView() && !transient(b.Template(0), buf.Name) {
+					persistent++
+				}
+			}
+			if live := devs[0].Live(); live != persistent {
+				t.Errorf("rank 0 holds %d device allocations after the steps, want its %d persistent buffers", live, persistent)
+			}
+		})
+	}
+	t.Run("inf", func(t *testing.T) {
+		huge := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
+  optimizer = adamw(lr=1e39, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0) }`
+		b := compile(t, 1, 2, cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(2, 1)}, huge)
+		r := start(t, b, func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil })
+		if _, err := r.Step(); err == nil || !strings.Contains(err.Error(), "adamw") || !strings.Contains(err.Error(), "Inf") {
+			t.Fatalf("error %v, want adamw producing Inf", err)
+		}
+	})
+	t.Run("bf16", func(t *testing.T) {
+		bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+		b := compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, bf16)
+		tr := b.Train
+		r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
+			NewBackend: func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }}
+		if err := r.Start(); err == nil || !strings.Contains(err.Error(), "not supported on the GPU yet") {
+			t.Fatalf("bf16 on the device: error %v, want not supported yet", err)
+		}
+	})
+}
