@@ -1,27 +1,36 @@
+//go:build cgo
+
 package main
 
 import (
 	"fmt"
-	"strings"
 
+	"amspc/runtime"
 	"amspc/runtime/cudalib"
 )
 
-// cudaStatus says why --device cuda cannot run: CUDA's libraries are
-// missing (one sentence naming the first), or they load and the backend
-// that would run plans on them is not written yet.
-func cudaStatus() error {
+// openCUDA loads CUDA and returns the backend maker of --device cuda:
+// rank r runs on GPU r mod the GPUs (under mpirun with as many ranks per
+// node as GPUs, its local GPU; ranks beyond the GPUs share them, their
+// collectives staged through the host). Its error is one sentence: the
+// missing library, or no GPU.
+func openCUDA() (func(int) (runtime.Backend, error), error) {
 	l, err := cudalib.Load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	devs, err := l.Devices()
 	if err != nil {
-		return fmt.Errorf("CUDA loads (%v) but its devices cannot be listed: %v", l, err)
+		return nil, fmt.Errorf("CUDA loads (%v) but its devices cannot be listed: %v", l, err)
 	}
-	var names []string
-	for _, d := range devs {
-		names = append(names, d.String())
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("CUDA loads (%v) but sees no GPU", l)
 	}
-	return fmt.Errorf("the CUDA backend does not run plans yet (CUDA loads: %v; %s); --device cpu runs them", l, strings.Join(names, "; "))
+	return func(r int) (runtime.Backend, error) {
+		g, err := l.NewGPU(r % len(devs))
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", r%len(devs), err)
+		}
+		return runtime.NewDeviceBackend(g), nil
+	}, nil
 }

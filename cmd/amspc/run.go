@@ -35,16 +35,20 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
-	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, or cuda (NVIDIA GPUs; not supported yet)")
+	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, or cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs; fp32 plans)")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
 	}
+	var newBackend func(int) (runtime.Backend, error)
 	switch *device {
 	case "cpu":
 	case "cuda":
-		fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", cudaStatus())
-		return exitUser
+		var err error
+		if newBackend, err = openCUDA(); err != nil {
+			fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", err)
+			return exitUser
+		}
 	default:
 		fmt.Fprintf(stderr, "amspc run: --device must be cpu or cuda, not %q\n", *device)
 		return exitUser
@@ -114,7 +118,8 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		n = int(tr.Steps)
 	}
 	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
-		Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+		Data:       &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
+		NewBackend: newBackend}
 	// Under mpirun or srun (an mpi build), this process runs one rank;
 	// only rank 0 prints and logs.
 	pw, err := openWorld(bundle)
