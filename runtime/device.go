@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"amspc/ir"
+	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
 
@@ -32,10 +33,12 @@ type Device interface {
 	Sync() error
 }
 
-// deviceBackend is a Backend on a Device: every float is fp32 there (the
-// bf16 kernels are not written yet), each instruction runs its gpu.Plan,
-// and every result is checked for NaN and Inf on the device
-// (first_nonfinite_f32) before the next instruction.
+// deviceBackend is a Backend on a Device: fp32 in four bytes, bf16 in
+// two; each instruction runs its gpu.Plan in fp32 (bf16 operands widened
+// exactly into scratch memory, bf16 results rounded to nearest even and
+// packed: the CPU backend's arithmetic), and every result is checked for
+// NaN and Inf on the device (first_nonfinite_f32, after rounding) before
+// the next instruction.
 type deviceBackend struct {
 	dev Device
 }
@@ -45,20 +48,29 @@ func NewDeviceBackend(dev Device) Backend { return &deviceBackend{dev: dev} }
 
 func (b *deviceBackend) Name() string { return b.dev.Name() }
 
-func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
-	if dt != ir.F32 && dt != ir.I32 {
-		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (the bf16 kernels are not written yet: use precision = fp32)", dt)}
+// elemBytes is a dtype's bytes on the device.
+func elemBytes(dt ir.DType) int64 {
+	if dt == ir.BF16 {
+		return 2
 	}
-	addr, err := b.dev.Alloc(4 * n)
+	return 4
+}
+
+func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
+	if dt != ir.F32 && dt != ir.I32 && dt != ir.BF16 {
+		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (use precision = bf16 or fp32)", dt)}
+	}
+	e := elemBytes(dt)
+	addr, err := b.dev.Alloc(e * n)
 	if err != nil {
 		return Mem{}, err
 	}
 	// Device memory from Alloc may hold anything.
-	if err := b.dev.Upload(addr, make([]byte, 4*n)); err != nil {
+	if err := b.dev.Upload(addr, make([]byte, e*n)); err != nil {
 		b.dev.Free(addr)
 		return Mem{}, err
 	}
-	return DeviceMem(dt, n, addr, 4), nil
+	return DeviceMem(dt, n, addr, e), nil
 }
 
 func (b *deviceBackend) Free(m Mem) { b.dev.Free(m.Addr) }
@@ -70,7 +82,7 @@ func (b *deviceBackend) Copy(s int, dst, src Mem) error {
 	if dst.Addr == src.Addr || dst.N == 0 {
 		return nil
 	}
-	return b.dev.Copy(s, dst.Addr, src.Addr, 4*dst.N)
+	return b.dev.Copy(s, dst.Addr, src.Addr, dst.Elem*dst.N)
 }
 
 func (b *deviceBackend) Record(s, ev int) error { return b.dev.Record(s, ev) }
@@ -78,20 +90,34 @@ func (b *deviceBackend) Wait(s, ev int) error   { return b.dev.Wait(s, ev) }
 func (b *deviceBackend) Sync() error            { return b.dev.Sync() }
 
 func (b *deviceBackend) Read(dst []float32, m Mem) error {
-	raw := make([]byte, 4*m.N)
+	raw := make([]byte, m.Elem*m.N)
 	if err := b.dev.Download(raw, m.Addr); err != nil {
 		return err
 	}
 	for i := range dst {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		if m.DType == ir.BF16 {
+			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+		} else {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
 	}
 	return nil
 }
 
+// Write stores src in m; into bf16, each value rounded to nearest even
+// (kernels.RoundBF16, as bf16_round; a NaN stays one).
 func (b *deviceBackend) Write(m Mem, src []float32) error {
-	raw := make([]byte, 4*len(src))
+	raw := make([]byte, m.Elem*int64(len(src)))
 	for i, v := range src {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		if m.DType == ir.BF16 {
+			u := math.Float32bits(kernels.RoundBF16(v))
+			if v != v {
+				u |= 0x00400000
+			}
+			binary.LittleEndian.PutUint16(raw[2*i:], uint16(u>>16))
+		} else {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		}
 	}
 	return b.dev.Upload(m.Addr, raw)
 }
@@ -123,10 +149,80 @@ func (b *deviceBackend) download8(addr uint64) (uint64, error) {
 	return binary.LittleEndian.Uint64(raw[:]), nil
 }
 
-// Launch runs the instruction's plan: copies, the matmul or the kernels
-// with their scratch memory, then the host's part (an id out of range, the
-// loss) and the non-finite check of every result.
+// Launch runs the instruction in fp32: bf16 operands widened into
+// scratch memory (an operand that is also a result, once), its plan,
+// then every result checked for NaN and Inf, bf16 results rounded first
+// and packed after.
 func (b *deviceBackend) Launch(s int, c *KernelCall) error {
+	var scratch []uint64
+	defer func() {
+		for _, a := range scratch {
+			b.dev.Free(a)
+		}
+	}()
+	wide := map[uint64]Mem{} // a bf16 operand's address: its fp32 copy
+	f32 := func(m Mem, widen bool) (Mem, error) {
+		if m.DType != ir.BF16 {
+			return m, nil
+		}
+		if w, ok := wide[m.Addr]; ok && w.N == m.N {
+			return w, nil
+		}
+		a, err := b.dev.Alloc(4 * m.N)
+		if err != nil {
+			return Mem{}, err
+		}
+		scratch = append(scratch, a)
+		w := DeviceMem(ir.F32, m.N, a, 4)
+		if widen {
+			l := gpu.BF16Widen(m.N)
+			if err := b.dev.Launch(s, &l, []uint64{a, m.Addr, 0}); err != nil {
+				return Mem{}, err
+			}
+		}
+		wide[m.Addr] = w
+		return w, nil
+	}
+	fc := *c
+	fc.Args, fc.Outs = make([]Mem, len(c.Args)), make([]Mem, len(c.Outs))
+	var err error
+	for i, m := range c.Args {
+		if fc.Args[i], err = f32(m, true); err != nil {
+			return err
+		}
+	}
+	for i, m := range c.Outs {
+		if fc.Outs[i], err = f32(m, false); err != nil {
+			return err
+		}
+	}
+	if err := b.runPlan(s, &fc); err != nil {
+		return err
+	}
+	for i, o := range fc.Outs {
+		if c.Outs[i].DType == ir.BF16 {
+			l := gpu.BF16Round(o.N)
+			if err := b.dev.Launch(s, &l, []uint64{o.Addr, 0}); err != nil {
+				return err
+			}
+		}
+		if err := b.checkFinite(s, o); err != nil {
+			return err
+		}
+		if c.Outs[i].DType == ir.BF16 {
+			l := gpu.BF16Pack(o.N)
+			if err := b.dev.Launch(s, &l, []uint64{c.Outs[i].Addr, o.Addr, 0}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runPlan runs the plan of an instruction on fp32 memory: copies, the
+// matmul or the kernels with their scratch memory, then the host's part
+// (an id out of range, the loss).
+func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	in := c.Instr
 	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step,
 		Ints: func(i int) ([]int32, error) {
@@ -214,11 +310,6 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 		*c.Losses = append(*c.Losses, loss)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("loss is %v", loss)
-		}
-	}
-	for _, o := range c.Outs {
-		if err := b.checkFinite(s, o); err != nil {
-			return err
 		}
 	}
 	return nil

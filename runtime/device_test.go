@@ -17,14 +17,18 @@ import (
 )
 
 // TestDeviceKernels runs every kernel instruction of tiny's programs (a
-// ZeRO-3 rank's and a single rank's, fp32) on the device backend over the
-// host-simulated GPU and on the CPU backend, from the same operands: the
-// results agree to 1e-5 of each result's largest magnitude.
+// ZeRO-3 rank's and a single rank's, fp32 and bf16) on the device backend
+// over the host-simulated GPU and on the CPU backend, from the same
+// operands: the results agree to 1e-5 of each result's largest magnitude,
+// bf16 results to 1e-2 (issue 12's bounds).
 func TestDeviceKernels(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
 	for _, b := range []*codegen.Bundle{
 		compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}),
 		compile(t, 2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}),
+		compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, bf16),
 	} {
 		p := b.Template(0)
 		seen := map[ir.OpKind]bool{}
@@ -55,7 +59,11 @@ func TestDeviceKernels(t *testing.T) {
 						worst, at = d, j
 					}
 				}
-				if worst > 1e-5 {
+				tol := 1e-5
+				if p.Buffers[in.Outs[o]].DType == ir.BF16 {
+					tol = 1e-2 // one bf16 rounding apart
+				}
+				if worst > tol {
 					t.Errorf("%v result %d: element %d is %g on the device, %g on the CPU", in.Kern, o, at, got[o][at], want[o][at])
 				}
 			}
@@ -63,14 +71,20 @@ func TestDeviceKernels(t *testing.T) {
 	}
 }
 
+// bf16Tol bounds a bf16 loss's difference between the device and the
+// CPU backend: the same arithmetic but attention's, whose last-bit
+// differences a bf16 rounding can make one bf16 ulp (2^-8) of an
+// element.
+const bf16Tol = 1e-4
+
 // TestDeviceBackendPlans runs tiny on the device backend, the CUDA
 // backend's logic (launch plans, scratch memory, copies, staged
 // collectives, device-side checks), over kernels/gpu/hostc's host-
 // simulated GPU: ops.cu's kernels compiled as C. Every plan trains like
 // the CPU backend to 1e-7 (the kernels give the Go kernels' bits but for
 // attention, within 6.6e-7), only the persistent buffers stay allocated,
-// a NaN-making step stops the run naming adamw, and bf16 is refused as
-// not supported yet.
+// a NaN-making step stops the run naming adamw, and bf16 plans (two-byte
+// storage on the device) train like the CPU's to bf16Tol.
 func TestDeviceBackendPlans(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	const n = 3
@@ -124,12 +138,20 @@ func TestDeviceBackendPlans(t *testing.T) {
 	t.Run("bf16", func(t *testing.T) {
 		bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = bf16
   optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
-		b := compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, bf16)
-		tr := b.Train
-		r := &runtime.Run{Bundle: b, Seed: 1, Data: &runtime.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
-			NewBackend: func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }}
-		if err := r.Start(); err == nil || !strings.Contains(err.Error(), "not supported on the GPU yet") {
-			t.Fatalf("bf16 on the device: error %v, want not supported yet", err)
+		for _, f := range []cost.Factors{{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, {P: F(2, 1), G: F(2, 1), OS: F(4, 2)}} {
+			nodes, gpus := 1, 1
+			if f.OS.S1 > 1 {
+				nodes, gpus = 2, 4
+			}
+			want := train(t, compile(t, nodes, gpus, f, bf16), n)
+			r := start(t, compile(t, nodes, gpus, f, bf16), func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil })
+			got := steps(t, r, n)
+			for i := range got {
+				if d := math.Abs(got[i]-want[i]) / want[i]; d > bf16Tol {
+					t.Errorf("%v bf16 step %d: device loss %.9g, CPU %.9g (relative %.2g)", f, i+1, got[i], want[i], d)
+				}
+			}
+			t.Logf("%v bf16: device %.9g, CPU %.9g", f, got, want)
 		}
 	})
 }

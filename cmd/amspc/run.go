@@ -35,7 +35,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
-	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, or cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs; fp32 plans)")
+	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, or cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs)")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser

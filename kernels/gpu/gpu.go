@@ -107,6 +107,9 @@ var Kernels = []Kernel{
 	{"attention_dq_f32", []Param("pppppppllllll"), Attention},
 	{"attention_dkv_f32", []Param("ppppppppllllll"), Attention},
 	{"first_nonfinite_f32", []Param("plp"), Elementwise},
+	{"bf16_widen", []Param("ppl"), Elementwise},
+	{"bf16_round", []Param("pl"), Elementwise},
+	{"bf16_pack", []Param("ppl"), Elementwise},
 }
 
 // Grid1D is an elementwise launch over n elements: blocks of block

@@ -107,6 +107,13 @@ type Plan struct {
 	Loss, LossRows int
 }
 
+// BF16Widen, BF16Round and BF16Pack are bf16 storage's conversions of n
+// elements: operand 0 (bf16) widened into scratch 0 (fp32); scratch 0
+// rounded in place; scratch 0 packed into result 0 (bf16).
+func BF16Widen(n int64) Launch { return elementwise("bf16_widen", n, scr(0), opnd(0), i64(n)) }
+func BF16Round(n int64) Launch { return elementwise("bf16_round", n, scr(0), i64(n)) }
+func BF16Pack(n int64) Launch  { return elementwise("bf16_pack", n, res(0), scr(0), i64(n)) }
+
 // CheckFinite is first_nonfinite_f32 over n floats (operand 0) into a
 // uint64 (scratch 0) that holds n before: the first NaN's or infinity's
 // index after, else n.
@@ -170,8 +177,10 @@ func attention(kernel string, seq, y, batch, hd int64, args ...Arg) Launch {
 
 func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
 
-// PlanOp is the launch plan of one instruction. Every operand and result
-// must be fp32 (or i32 ids): the bf16 kernels are not written yet.
+// PlanOp is the launch plan of one instruction on fp32 operands and
+// results (and i32 ids): a backend with bf16 storage widens bf16
+// operands and rounds bf16 results around it (BF16Widen, BF16Round,
+// BF16Pack).
 func PlanOp(c *OpCall) (*Plan, error) {
 	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
 		if dt != ir.F32 && dt != ir.I32 {
@@ -300,7 +309,9 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		f := float64(float32(fa("scale"))) / float64(rows)
 		p.Launches = []Launch{row("cross_entropy_grad_f32", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
 	case ir.Cast:
-		if dt := ir.DType(c.Attr("dtype").Int); dt != ir.F32 {
+		// A copy: a bf16 result's storage rounds it (the device backend
+		// computes on fp32 and rounds bf16 results).
+		if dt := ir.DType(c.Attr("dtype").Int); dt != ir.F32 && dt != ir.BF16 {
 			return nil, &ErrUnsupported{fmt.Sprintf("cast to %v", dt)}
 		}
 		p.Copies = [][2]int{{0, 0}}

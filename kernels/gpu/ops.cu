@@ -617,3 +617,28 @@ AMSP_EXTERN_C __global__ void first_nonfinite_f32(const float *x, long long n, u
 		}
 	}
 }
+
+// bf16 storage. Ops compute in fp32 on bf16 operands widened exactly and
+// store bf16 results rounded to nearest even (kernels.RoundBF16): the
+// device backend widens, runs the op's fp32 kernels, rounds in place
+// (then checks for NaN and Inf, as the CPU backend does after rounding)
+// and packs the top halves, which rounding has made exact.
+AMSP_EXTERN_C __global__ void bf16_widen(float *out, const unsigned short *x, long long n) {
+	GRID_STRIDE(i, n) { out[i] = __uint_as_float((unsigned)x[i] << 16); }
+}
+
+AMSP_EXTERN_C __global__ void bf16_round(float *x, long long n) {
+	GRID_STRIDE(i, n) {
+		unsigned b = __float_as_uint(x[i]);
+		if ((b & 0x7f800000u) != 0x7f800000u) {
+			b += 0x7fffu + ((b >> 16) & 1u);
+			x[i] = __uint_as_float(b & 0xffff0000u);
+		} else if (b & 0x007fffffu) {
+			x[i] = __uint_as_float(b | 0x00400000u); // a NaN stays one in two bytes
+		}
+	}
+}
+
+AMSP_EXTERN_C __global__ void bf16_pack(unsigned short *out, const float *x, long long n) {
+	GRID_STRIDE(i, n) { out[i] = (unsigned short)(__float_as_uint(x[i]) >> 16); }
+}

@@ -8,6 +8,7 @@
 #define AMSP_GPU_SHIM_H
 
 #include <math.h>
+#include <string.h>
 
 #define AMSP_EXTERN_C
 #define __global__
@@ -38,5 +39,17 @@ static unsigned long long atomicMin(unsigned long long *p, unsigned long long v)
 static double __dmul_rn(double a, double b) { return a * b; }
 static double __dadd_rn(double a, double b) { return a + b; }
 static double __dsub_rn(double a, double b) { return a - b; }
+
+// CUDA's bit casts.
+static unsigned __float_as_uint(float f) {
+	unsigned u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+static float __uint_as_float(unsigned u) {
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
 
 #endif

@@ -57,6 +57,9 @@ static void h_attention_dkv(float *dk, float *dv, const float *q, const float *k
 	LAUNCH3(s, kvh, b, attention_dkv_f32(dk, dv, q, k, v, lse, dout, dsum, b, s, h, kvh, hd, causal));
 }
 static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned long long *first) { LAUNCH(g, first_nonfinite_f32(x, n, first)); }
+static void h_bf16_widen(unsigned g, float *o, const unsigned short *x, long long n) { LAUNCH(g, bf16_widen(o, x, n)); }
+static void h_bf16_round(unsigned g, float *x, long long n) { LAUNCH(g, bf16_round(x, n)); }
+static void h_bf16_pack(unsigned g, unsigned short *o, const float *x, long long n) { LAUNCH(g, bf16_pack(o, x, n)); }
 */
 import "C"
 
@@ -230,6 +233,21 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 	C.h_attention_dsum(grid(len(dsum)), f(dsum), f(out), f(dout), ll(batch), ll(seq), ll(heads), ll(hd))
 	C.h_attention_dq(f(dq), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
 	C.h_attention_dkv(f(dk), f(dv), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
+}
+
+// BF16 is bf16_round then bf16_pack then bf16_widen of x: the bf16
+// storage of x's values (two bytes each) and their widening.
+func BF16(x []float32) (bits []uint16, back []float32) {
+	r := append([]float32(nil), x...)
+	bits = make([]uint16, len(x))
+	back = make([]float32, len(x))
+	if len(x) == 0 {
+		return bits, back
+	}
+	C.h_bf16_round(grid(len(x)), f(r), ll(len(x)))
+	C.h_bf16_pack(grid(len(x)), (*C.ushort)(unsafe.Pointer(&bits[0])), f(r), ll(len(x)))
+	C.h_bf16_widen(grid(len(x)), f(back), (*C.ushort)(unsafe.Pointer(&bits[0])), ll(len(x)))
+	return bits, back
 }
 
 // FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or
@@ -418,6 +436,12 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 		C.h_attention_dkv(fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), fp(7), n(8), n(9), n(10), n(11), n(12), n(13))
 	case "first_nonfinite_f32":
 		C.h_first_nonfinite(g, fp(0), n(1), (*C.ulonglong)(ptr(addrs[2])))
+	case "bf16_widen":
+		C.h_bf16_widen(g, fp(0), (*C.ushort)(ptr(addrs[1])), n(2))
+	case "bf16_round":
+		C.h_bf16_round(g, fp(0), n(1))
+	case "bf16_pack":
+		C.h_bf16_pack(g, (*C.ushort)(ptr(addrs[0])), fp(1), n(2))
 	default:
 		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
 	}

@@ -293,3 +293,31 @@ func TestShimSourceIsCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16: bf16_round, bf16_pack and bf16_widen store a value as
+// kernels.RoundBF16 does (to nearest, ties to even; infinities and NaNs
+// kept), in two bytes that widen back to it exactly: random values over
+// many binades, ties both ways, subnormals, the largest finite values
+// (which round to infinity) and the non-finite ones.
+func TestBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := []float32{0, float32(math.Copysign(0, -1)), 1, -1, math.MaxFloat32, -math.MaxFloat32, float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.Float32frombits(0x00000001), math.Float32frombits(0x807fffff),
+		math.Float32frombits(0x7f7f8000), math.Float32frombits(0x7fc00000), math.Float32frombits(0x7f800001), math.Float32frombits(0xff800100)}
+	for range 10000 {
+		x = append(x, math.Float32frombits(rng.Uint32()))
+	}
+	bits, back := BF16(x)
+	for i, v := range x {
+		want := kernels.RoundBF16(v)
+		if v != v {
+			if back[i] == back[i] {
+				t.Errorf("%#08x (NaN) stored as %#04x, not a NaN", math.Float32bits(v), bits[i])
+			}
+			continue
+		}
+		if math.Float32bits(back[i]) != math.Float32bits(want) || uint32(bits[i]) != math.Float32bits(want)>>16 {
+			t.Errorf("%#08x: stored %#04x, widened %#08x; RoundBF16 gives %#08x", math.Float32bits(v), bits[i], math.Float32bits(back[i]), math.Float32bits(want))
+		}
+	}
+}
