@@ -4,33 +4,50 @@ package main
 
 import (
 	"fmt"
+	"sync"
 
 	"amspc/runtime"
 	"amspc/runtime/cudalib"
 )
 
-// openCUDA loads CUDA and returns the backend maker of --device cuda:
+// openCUDA loads CUDA and returns the backend maker of --device cuda and
+// the largest device memory a rank has had allocated (its GPU memory
+// measured):
 // rank r runs on GPU r mod the GPUs (under mpirun with as many ranks per
 // node as GPUs, its local GPU; ranks beyond the GPUs share them, their
 // collectives staged through the host). Its error is one sentence: the
 // missing library, or no GPU.
-func openCUDA() (func(int) (runtime.Backend, error), error) {
+func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
 	l, err := cudalib.Load()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	devs, err := l.Devices()
 	if err != nil {
-		return nil, fmt.Errorf("CUDA loads (%v) but its devices cannot be listed: %v", l, err)
+		return nil, nil, fmt.Errorf("CUDA loads (%v) but its devices cannot be listed: %v", l, err)
 	}
 	if len(devs) == 0 {
-		return nil, fmt.Errorf("CUDA loads (%v) but sees no GPU", l)
+		return nil, nil, fmt.Errorf("CUDA loads (%v) but sees no GPU", l)
+	}
+	var mu sync.Mutex
+	var gpus []*cudalib.GPU
+	peak := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var p int64
+		for _, g := range gpus {
+			p = max(p, g.Peak())
+		}
+		return p
 	}
 	return func(r int) (runtime.Backend, error) {
 		g, err := l.NewGPU(r % len(devs))
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", r%len(devs), err)
 		}
+		mu.Lock()
+		gpus = append(gpus, g)
+		mu.Unlock()
 		return runtime.NewDeviceBackend(g), nil
-	}, nil
+	}, peak, nil
 }

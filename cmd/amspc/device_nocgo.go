@@ -8,7 +8,7 @@ import (
 )
 
 // openCUDA fails without cgo: loading CUDA needs it (cudalib says so).
-func openCUDA() (func(int) (runtime.Backend, error), error) {
+func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
 	_, err := cudalib.Load()
-	return nil, err
+	return nil, nil, err
 }

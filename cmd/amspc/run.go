@@ -41,11 +41,12 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		return exitUser
 	}
 	var newBackend func(int) (runtime.Backend, error)
+	var gpuPeak func() int64
 	switch *device {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, err = openCUDA(); err != nil {
+		if newBackend, gpuPeak, err = openCUDA(); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", err)
 			return exitUser
 		}
@@ -322,6 +323,9 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	fmt.Fprintf(stdout, "measured: step %s (median), peak %s per rank; predicted by the plan: step %s, peak %s per rank\n",
 		dur(median(stepTimes)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
+	if gpuPeak != nil {
+		fmt.Fprintf(stdout, "GPU memory: at most %s allocated by a rank (its buffers at their device sizes and the kernels' scratch)\n", cost.GiB(float64(gpuPeak())))
+	}
 	if profilePath != "" {
 		fmt.Fprintf(stdout, "(the prediction uses the profile %s)\n", profilePath)
 	} else {

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"amspc/kernels/gpu"
@@ -25,6 +26,18 @@ import (
 type GPU struct {
 	ctx *Context
 	fns map[string]*Function
+
+	mu         sync.Mutex
+	sizes      map[uint64]int64
+	live, peak int64
+}
+
+// Peak is the most device memory this GPU value had allocated at once,
+// in bytes (the plan's buffers and every launch's scratch).
+func (g *GPU) Peak() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
 }
 
 // NewGPU opens GPU ordinal and loads amspc's kernels onto it.
@@ -41,7 +54,7 @@ func (l *Libs) NewGPU(ordinal int) (*GPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &GPU{ctx: c, fns: map[string]*Function{}}
+	g := &GPU{ctx: c, fns: map[string]*Function{}, sizes: map[uint64]int64{}}
 	for _, k := range gpu.Kernels {
 		if g.fns[k.Name], err = m.Function(k.Name); err != nil {
 			return nil, err
@@ -54,10 +67,24 @@ func (g *GPU) Name() string { return g.ctx.Device.String() }
 
 func (g *GPU) Alloc(bytes int64) (uint64, error) {
 	p, err := g.ctx.Alloc(max(bytes, 1))
-	return uint64(p), err
+	if err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	g.sizes[uint64(p)] = bytes
+	g.live += bytes
+	g.peak = max(g.peak, g.live)
+	g.mu.Unlock()
+	return uint64(p), nil
 }
 
-func (g *GPU) Free(addr uint64) { g.ctx.Free(Ptr(addr)) }
+func (g *GPU) Free(addr uint64) {
+	g.mu.Lock()
+	g.live -= g.sizes[addr]
+	delete(g.sizes, addr)
+	g.mu.Unlock()
+	g.ctx.Free(Ptr(addr))
+}
 
 // Upload and Download are synchronous copies (pageable host memory).
 func (g *GPU) Upload(addr uint64, src []byte) error {

@@ -1,0 +1,43 @@
+#!/bin/sh
+# Issue 12's checks on a machine with an NVIDIA GPU, prepared where Go is
+# and run where the GPU is (that machine needs the driver, CUDA's
+# libraries and python3 with torch, not Go).
+#
+#   sh bench/gpu_checks.sh build   # here: out/gpu/ holds amspc, the GPU test binary, the 1B job
+#   sh bench/gpu_checks.sh run     # there, from the checkout's root, with out/gpu/ carried
+#
+# run prints, and keeps in out/gpu/:
+#   - cudalib.log: every GPU test (device query, NVRTC, each kernel and
+#     matmul against the CPU kernels, tiny 50 steps against the CPU and on
+#     8 ranks sharing the GPU);
+#   - tiny-cpu.jsonl, tiny-gpu.jsonl: amspc run's per-step losses of tiny
+#     on both devices;
+#   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
+#     4 sequences a step, trained by PyTorch eager (bench/torch_llama.py)
+#     and by amspc on the same tokens: tokens/s, MFU, peak memory.
+set -eu
+cd "$(dirname "$0")/.."
+d=out/gpu
+case ${1:-} in
+build)
+	mkdir -p $d
+	go build -o $d/amspc ./cmd/amspc
+	go test -c -o $d/cudalib.test ./runtime/cudalib
+	go run ./cmd/amspc import hf testdata/hf/TinyLlama-1.1B-Chat-v1.0.json --force -o $d/llama1b.amsp \
+		--nodes 1 --gpus-per-node 1 --seq 2048 --micro-batch 1 --global-batch 4
+	ls -la $d
+	;;
+run)
+	nvidia-smi -L || true
+	(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout 240 ../../$d/cudalib.test -test.v) >$d/cudalib.log 2>&1 || echo "cudalib.test failed: see $d/cudalib.log"
+	grep -E '^(--- |ok|FAIL|PASS)|largest relative|GPU [0-9]' $d/cudalib.log || true
+	timeout 120 $d/amspc run --steps 50 --log $d/tiny-cpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|step 50)' || true
+	timeout 120 $d/amspc run --steps 50 --device cuda --log $d/tiny-gpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|GPU memory|step 50)' || true
+	timeout 240 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 | tee $d/torch.txt || true
+	timeout 300 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp | tee $d/amspc1b.txt || true
+	;;
+*)
+	echo "usage: sh bench/gpu_checks.sh build|run" >&2
+	exit 2
+	;;
+esac

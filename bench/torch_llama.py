@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""PyTorch eager's side of issue 12's GPU comparison: a LLaMA-style model
+(embedding, RMSNorm, RoPE, grouped-query causal attention through
+scaled_dot_product_attention, SwiGLU, untied head, cross-entropy, AdamW
+with fp32 master weights under bf16 autocast) trained on one GPU on the
+tokens of a uint16 file, as `amspc run --device cuda --data FILE` trains
+the same shapes. Prints the median step, tokens/s, MFU and the peak GPU
+memory. With --write-tokens N it first writes N random tokens (seeded)
+to --data for both runs.
+
+    python3 bench/torch_llama.py --data tok.bin --write-tokens 1000000   # TinyLlama-1.1B shapes, seq 2048
+    python3 bench/torch_llama.py --device cpu --dtype fp32 --d 64 --layers 2 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --batch 2 --steps 3
+
+MFU counts 6 x (parameters without the embedding) x tokens plus
+attention's 12 x layers x d x seq x tokens x 1/2 (causal) per step,
+over the GPU's dense bf16 peak (H100 SXM 989 TFLOP/s, H100 PCIe 756,
+H200 989; --peak-tflops overrides), as amspc's planner counts it.
+Without scaled_dot_product_attention (Debian's torch 1.13, for trying
+the script on a CPU) attention is written out.
+"""
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.w
+
+
+def rope(x, theta):
+    # x: [b, heads, s, hd], pairs (2i, 2i+1) turned by pos * theta^(-2i/hd)
+    b, h, s, hd = x.shape
+    pos = torch.arange(s, device=x.device, dtype=torch.float32)
+    freq = theta ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    ang = pos[:, None] * freq[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    xr = x.view(b, h, s, hd // 2, 2)
+    a, c = xr[..., 0], xr[..., 1]
+    return torch.stack((a * cos - c * sin, a * sin + c * cos), -1).view(b, h, s, hd)
+
+
+def attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    s = q.shape[2]
+    mask = torch.full((s, s), float("-inf"), device=q.device).triu(1)
+    return ((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + mask).softmax(-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        d, hd = a.d, a.d // a.heads
+        self.heads, self.kvh, self.theta = a.heads, a.kv_heads, a.theta
+        self.attn_norm, self.ffn_norm = RMSNorm(d, a.eps), RMSNorm(d, a.eps)
+        self.wq, self.wo = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.wk, self.wv = nn.Linear(d, a.kv_heads * hd, bias=False), nn.Linear(d, a.kv_heads * hd, bias=False)
+        self.w1, self.w3 = nn.Linear(d, a.ffn, bias=False), nn.Linear(d, a.ffn, bias=False)
+        self.w2 = nn.Linear(a.ffn, d, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        hd = d // self.heads
+        h = self.attn_norm(x)
+        q = rope(self.wq(h).view(b, s, self.heads, hd).transpose(1, 2), self.theta)
+        k = rope(self.wk(h).view(b, s, self.kvh, hd).transpose(1, 2), self.theta)
+        v = self.wv(h).view(b, s, self.kvh, hd).transpose(1, 2)
+        rep = self.heads // self.kvh
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        o = attention(q, k, v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.wo(o)
+        h = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Model(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.emb = nn.Embedding(a.vocab, a.d)
+        self.blocks = nn.ModuleList(Block(a) for _ in range(a.layers))
+        self.norm = RMSNorm(a.d, a.eps)
+        self.head = nn.Linear(a.d, a.vocab, bias=False)
+
+    def forward(self, tokens, targets):
+        x = self.emb(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def peak_tflops(name):
+    n = name.upper()
+    if "H100" in n and "PCIE" in n:
+        return 756.0
+    if "H100" in n or "H200" in n or "H800" in n:
+        return 989.0
+    if "A100" in n or "A800" in n:
+        return 312.0
+    return 0.0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    # TinyLlama-1.1B's shapes (testdata/hf/TinyLlama-1.1B-Chat-v1.0.json).
+    for name, default in [("d", 2048), ("layers", 22), ("heads", 32), ("kv-heads", 4), ("ffn", 5632),
+                          ("vocab", 32000), ("seq", 2048), ("batch", 1), ("steps", 8), ("write-tokens", 0)]:
+        p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--eps", type=float, default=1e-5)
+    p.add_argument("--theta", type=float, default=10000.0)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--data", required=True, help="uint16 little-endian tokens")
+    p.add_argument("--peak-tflops", type=float, default=0.0)
+    a = p.parse_args()
+    if a.write_tokens:
+        g = torch.Generator().manual_seed(1)
+        toks = torch.randint(0, a.vocab, (a.write_tokens,), generator=g, dtype=torch.int32).to(torch.int16)
+        toks.numpy().tofile(a.data)
+    raw = torch.from_numpy(__import__("numpy").fromfile(a.data, dtype="<u2").astype("int64"))
+    dev = torch.device(a.device)
+    torch.manual_seed(1)
+    model = Model(a).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    n_params = sum(q.numel() for q in model.parameters())
+    n_dense = n_params - model.emb.weight.numel()
+    tokens = a.batch * a.seq
+    flops = 6 * n_dense * tokens + 6 * a.layers * a.d * a.seq * tokens  # attention: 12 L d s T, causal half
+    windows = (len(raw) - 1) // a.seq
+    times = []
+    for step in range(a.steps):
+        idx = [(step * a.batch + i) % windows for i in range(a.batch)]
+        win = torch.stack([raw[w * a.seq: w * a.seq + a.seq + 1] for w in idx]).to(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = model(win[:, :-1], win[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times[1:] if len(times) > 1 else times)
+    peak = a.peak_tflops
+    name = "cpu"
+    mem = ""
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        peak = peak or peak_tflops(name)
+        mem = f", peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.2f} GiB"
+    mfu = f", MFU {flops / med / (peak * 1e12) * 100:.1f} % of {peak:.0f} TFLOP/s" if peak else ""
+    print(f"torch {torch.__version__} eager on {name}, {a.dtype}: {n_params / 1e9:.3f} B parameters, "
+          f"{tokens} tokens/step: median step {med * 1e3:.1f} ms, {tokens / med:.0f} tokens/s{mfu}{mem} "
+          f"(loss {loss.item():.4f})")
+
+
+if __name__ == "__main__":
+    main()
