@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 
 	"amspc/ir"
 	"amspc/kernels"
@@ -24,6 +25,8 @@ type Device interface {
 	Upload(addr uint64, src []byte) error
 	Download(dst []byte, addr uint64) error
 	Copy(s int, dst, src uint64, bytes int64) error
+	// Zero sets bytes bytes at addr to zero on stream s.
+	Zero(s int, addr uint64, bytes int64) error
 	// Launch enqueues l on stream s; addrs[i] is the address of l.Args[i]
 	// when that is a pointer.
 	Launch(s int, l *gpu.Launch, addrs []uint64) error
@@ -41,10 +44,53 @@ type Device interface {
 // the next instruction.
 type deviceBackend struct {
 	dev Device
+
+	// Freed device memory by size, reused by the next allocation of that
+	// size (each step asks for the same sizes again): a step allocates
+	// from the device only until it reaches its largest working set.
+	mu    sync.Mutex
+	sizes map[uint64]int64
+	free  map[int64][]uint64
 }
 
 // NewDeviceBackend is the backend that runs a rank on dev.
-func NewDeviceBackend(dev Device) Backend { return &deviceBackend{dev: dev} }
+func NewDeviceBackend(dev Device) Backend {
+	return &deviceBackend{dev: dev, sizes: map[uint64]int64{}, free: map[int64][]uint64{}}
+}
+
+// alloc is bytes of device memory, from the free lists when they have
+// that size; its contents are undefined.
+func (b *deviceBackend) alloc(bytes int64) (uint64, error) {
+	b.mu.Lock()
+	if l := b.free[bytes]; len(l) > 0 {
+		a := l[len(l)-1]
+		b.free[bytes] = l[:len(l)-1]
+		b.sizes[a] = bytes
+		b.mu.Unlock()
+		return a, nil
+	}
+	b.mu.Unlock()
+	a, err := b.dev.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	b.sizes[a] = bytes
+	b.mu.Unlock()
+	return a, nil
+}
+
+// release puts memory from alloc on its size's free list.
+func (b *deviceBackend) release(addr uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, ok := b.sizes[addr]
+	if !ok {
+		panic(fmt.Sprintf("runtime: release of device address %#x, which alloc did not give", addr))
+	}
+	delete(b.sizes, addr)
+	b.free[n] = append(b.free[n], addr)
+}
 
 func (b *deviceBackend) Name() string { return b.dev.Name() }
 
@@ -61,19 +107,18 @@ func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
 		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (use precision = bf16 or fp32)", dt)}
 	}
 	e := elemBytes(dt)
-	addr, err := b.dev.Alloc(e * n)
+	addr, err := b.alloc(e * n)
 	if err != nil {
 		return Mem{}, err
 	}
-	// Device memory from Alloc may hold anything.
-	if err := b.dev.Upload(addr, make([]byte, e*n)); err != nil {
-		b.dev.Free(addr)
+	if err := b.dev.Zero(0, addr, e*n); err != nil {
+		b.release(addr)
 		return Mem{}, err
 	}
 	return DeviceMem(dt, n, addr, e), nil
 }
 
-func (b *deviceBackend) Free(m Mem) { b.dev.Free(m.Addr) }
+func (b *deviceBackend) Free(m Mem) { b.release(m.Addr) }
 
 func (b *deviceBackend) Copy(s int, dst, src Mem) error {
 	if dst.DType != src.DType || dst.N != src.N {
@@ -157,7 +202,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 	var scratch []uint64
 	defer func() {
 		for _, a := range scratch {
-			b.dev.Free(a)
+			b.release(a)
 		}
 	}()
 	wide := map[uint64]Mem{} // a bf16 operand's address: its fp32 copy
@@ -168,7 +213,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 		if w, ok := wide[m.Addr]; ok && w.N == m.N {
 			return w, nil
 		}
-		a, err := b.dev.Alloc(4 * m.N)
+		a, err := b.alloc(4 * m.N)
 		if err != nil {
 			return Mem{}, err
 		}
@@ -256,15 +301,20 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	defer func() {
 		for _, a := range scratch {
 			if a != 0 {
-				b.dev.Free(a)
+				b.release(a)
 			}
 		}
 	}()
 	for i, sb := range p.Scratch {
-		if scratch[i], err = b.dev.Alloc(sb.Bytes); err != nil {
+		if scratch[i], err = b.alloc(sb.Bytes); err != nil {
 			return err
 		}
-		if err := b.dev.Upload(scratch[i], sb.Content()); err != nil {
+		if sb.Init == nil && sb.Fill == 0 {
+			err = b.dev.Zero(s, scratch[i], sb.Bytes)
+		} else {
+			err = b.dev.Upload(scratch[i], sb.Content())
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -321,11 +371,11 @@ func (b *deviceBackend) checkFinite(s int, m Mem) error {
 	if m.DType == ir.I32 || m.N == 0 {
 		return nil
 	}
-	flag, err := b.dev.Alloc(8)
+	flag, err := b.alloc(8)
 	if err != nil {
 		return err
 	}
-	defer b.dev.Free(flag)
+	defer b.release(flag)
 	l := gpu.CheckFinite(m.N)
 	if err := b.dev.Upload(flag, gpu.ScratchBuf{Bytes: 8, Fill: uint64(m.N)}.Content()); err != nil {
 		return err

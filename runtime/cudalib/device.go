@@ -149,6 +149,12 @@ func (g *GPU) Gemm(_ int, m *gpu.Gemm, a, b, out uint64) error {
 	return fmt.Errorf("gemm kind %d", m.Kind)
 }
 
+func (g *GPU) Zero(_ int, addr uint64, bytes int64) error {
+	return g.ctx.do(func() error {
+		return check("cuMemsetD8", C.amsp_cuMemsetD8(C.CUdeviceptr(addr), 0, C.size_t(bytes)))
+	})
+}
+
 func (g *GPU) Record(int, int) error { return nil }
 func (g *GPU) Wait(int, int) error   { return nil }
 func (g *GPU) Sync() error           { return g.ctx.Sync() }

@@ -22,6 +22,7 @@ static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
 static CUresult (*p_cuMemFree)(CUdeviceptr);
 static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 static CUresult (*p_cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
 static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
 static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -96,6 +97,7 @@ static const struct sym syms[] = {
 	{AMSP_LIB_CUDA, "cuMemFree_v2", (void **)&p_cuMemFree},
 	{AMSP_LIB_CUDA, "cuMemcpyHtoD_v2", (void **)&p_cuMemcpyHtoD},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoD_v2", (void **)&p_cuMemcpyDtoD},
+	{AMSP_LIB_CUDA, "cuMemsetD8_v2", (void **)&p_cuMemsetD8},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoH_v2", (void **)&p_cuMemcpyDtoH},
 	{AMSP_LIB_CUDA, "cuModuleLoadData", (void **)&p_cuModuleLoadData},
 	{AMSP_LIB_CUDA, "cuModuleGetFunction", (void **)&p_cuModuleGetFunction},
@@ -182,6 +184,7 @@ CUresult amsp_cuMemAlloc(CUdeviceptr *p, size_t bytes) { return p_cuMemAlloc(p, 
 CUresult amsp_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
 CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) { return p_cuMemcpyHtoD(dst, src, bytes); }
 CUresult amsp_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoD(dst, src, bytes); }
+CUresult amsp_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) { return p_cuMemsetD8(dst, v, n); }
 CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoH(dst, src, bytes); }
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image) { return p_cuModuleLoadData(m, image); }
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { return p_cuModuleGetFunction(f, m, name); }

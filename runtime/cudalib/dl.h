@@ -51,6 +51,7 @@ CUresult amsp_cuMemFree(CUdeviceptr p);
 CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes);
 CUresult amsp_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+CUresult amsp_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n);
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image);
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
