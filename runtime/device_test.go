@@ -154,3 +154,32 @@ func TestDeviceBackendPlans(t *testing.T) {
 		}
 	})
 }
+
+// TestDeviceProfile: amspc profile's measurements run on the device
+// backend (over the host-simulated GPU): every distinct kernel of a
+// ZeRO-3 rank of tiny and each collective kind over a group of 4 take a
+// positive time.
+func TestDeviceProfile(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	b := compile(t, 2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)})
+	dev := func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }
+	p := b.Template(0)
+	seen := map[ir.OpKind]bool{}
+	for i := range p.Streams[codegen.Compute] {
+		in := &p.Streams[codegen.Compute][i]
+		if in.Op != codegen.Kernel || seen[in.Kern] {
+			continue
+		}
+		seen[in.Kern] = true
+		s, err := runtime.MeasureKernelOn(b.Topo, p, in, 1, dev)
+		if err != nil || !(s > 0) {
+			t.Errorf("%v on the device: %v s, %v", in.Kern, s, err)
+		}
+	}
+	for _, c := range []codegen.Coll{codegen.AllGather, codegen.ReduceScatter, codegen.AllReduce, codegen.Broadcast} {
+		s, err := runtime.MeasureCollectiveOn(b.Topo, c, F(4, 1), 1<<12, 1, dev)
+		if err != nil || !(s > 0) {
+			t.Errorf("%v on the device: %v s, %v", c, s, err)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"amspc/codegen"
-	"amspc/ir"
 )
 
 // SharedGatherBuffers is how many of rank 0's buffers a shared all-gather
@@ -34,20 +33,7 @@ func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codege
 		if err := k.alloc(root); err != nil {
 			return nil, err
 		}
-		// Fill on the host, then store on be.
-		h := &rank{p: p, r: 0, topo: topo}
-		h.setBackend(nil)
-		if err := h.alloc(root); err != nil {
-			return nil, err
-		}
-		fillProbe(h, root, uint64(root), bound)
-		var err error
-		if p.Buffers[root].DType == ir.I32 {
-			err = k.be.WriteInts(k.mem[root], h.mem[root].i32)
-		} else {
-			err = k.be.Write(k.mem[root], h.mem[root].f32)
-		}
-		if err != nil {
+		if err := fillOn(k, root, uint64(root), bound); err != nil {
 			return nil, err
 		}
 	}

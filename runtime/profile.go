@@ -42,6 +42,13 @@ const maxCalls = 256
 // so any kernel of a compiled program can be measured without running
 // the program.
 func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, reps int) (float64, error) {
+	return MeasureKernelOn(topo, p, in, reps, nil)
+}
+
+// MeasureKernelOn is MeasureKernel with each rank on the backend
+// newBackend gives it (nil: the CPU's); a sample ends when every rank's
+// backend has finished its work (Sync).
+func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, reps int, newBackend func(int) (Backend, error)) (float64, error) {
 	if in.Op != codegen.Kernel {
 		return 0, fmt.Errorf("instruction %s is not a kernel", in.Op)
 	}
@@ -49,8 +56,15 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 	ks := make([]*rank, n)
 	gate := shareCores(n) // as a step shares them
 	for r := range ks {
+		var be Backend
+		if newBackend != nil {
+			var err error
+			if be, err = newBackend(r); err != nil {
+				return 0, err
+			}
+		}
 		k := &rank{p: p, r: r, topo: topo, step: 1, gate: gate}
-		k.setBackend(nil)
+		k.setBackend(be)
 		bound := idBound(k, in)
 		for _, id := range slices.Concat(in.Args, in.Outs) {
 			root, _ := k.offset(id)
@@ -60,7 +74,9 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 			if err := k.alloc(root); err != nil {
 				return 0, err
 			}
-			fillProbe(k, root, uint64(r)*7919+uint64(root), bound)
+			if err := fillOn(k, root, uint64(r)*7919+uint64(root), bound); err != nil {
+				return 0, err
+			}
 		}
 		ks[r] = k
 	}
@@ -82,8 +98,27 @@ func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr,
 			}
 			k.losses = k.losses[:0]
 		}
-		return nil
+		return k.be.Sync()
 	})
+}
+
+// fillOn fills root buffer id of k as fillProbe fills a host buffer, on
+// k's backend.
+func fillOn(k *rank, id int32, seed uint64, bound int32) error {
+	if k.host {
+		fillProbe(k, id, seed, bound)
+		return nil
+	}
+	h := &rank{p: k.p, r: k.r, topo: k.topo}
+	h.setBackend(nil)
+	if err := h.alloc(id); err != nil {
+		return err
+	}
+	fillProbe(h, id, seed, bound)
+	if k.p.Buffers[id].DType == ir.I32 {
+		return k.be.WriteInts(k.mem[id], h.mem[id].i32)
+	}
+	return k.be.Write(k.mem[id], h.mem[id].f32)
 }
 
 // idBound is the exclusive bound of the token ids a kernel reads: the
@@ -131,6 +166,14 @@ func fillProbe(k *rank, id int32, seed uint64, bound int32) {
 // group's size. The CPU backend stores every float as float32, so this
 // is also the time of a bf16 collective of the same element count.
 func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems int, reps int) (float64, error) {
+	return MeasureCollectiveOn(topo, c, f, elems, reps, nil)
+}
+
+// MeasureCollectiveOn is MeasureCollective on the ranks' backends from
+// newBackend (nil: the CPU's), through the runtime's collectives on
+// backend memory (device memory staged through the host); a sample ends
+// when every rank's backend has finished (Sync).
+func MeasureCollectiveOn(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
 	n := topo.Ranks()
 	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
 		return 0, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
@@ -142,21 +185,40 @@ func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems
 	w := NewLocalWorld(n)
 	grp := codegen.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
 	type member struct {
-		comm    Comm
+		comm    memComm
 		g       []int
-		in, out []float32
+		in, out Mem
 	}
 	ms := make([]member, n)
 	for r := range ms {
-		m := member{comm: w.Comm(r), g: grp.Ranks(topo, r), out: make([]float32, elems)}
+		be := NewCPUBackend()
+		if newBackend != nil {
+			var err error
+			if be, err = newBackend(r); err != nil {
+				return 0, err
+			}
+		}
+		m := member{comm: memComm{be, w.Comm(r)}, g: grp.Ranks(topo, r)}
+		inN, outN := 0, elems
 		switch c {
 		case codegen.AllGather:
-			m.in = make([]float32, elems/size)
+			inN = elems / size
 		case codegen.ReduceScatter:
-			m.in, m.out = make([]float32, elems), make([]float32, elems/size)
+			inN, outN = elems, elems/size
 		}
-		for i := range m.in {
-			m.in[i] = 1
+		var err error
+		if m.out, err = be.Alloc(ir.F32, int64(outN)); err != nil {
+			return 0, err
+		}
+		if m.in, err = be.Alloc(ir.F32, int64(inN)); err != nil {
+			return 0, err
+		}
+		ones := make([]float32, inN)
+		for i := range ones {
+			ones[i] = 1
+		}
+		if err := be.Write(m.in, ones); err != nil {
+			return 0, err
 		}
 		ms[r] = m
 	}
@@ -181,7 +243,7 @@ func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems
 				return err
 			}
 		}
-		return nil
+		return m.comm.be.Sync()
 	})
 }
 

@@ -27,6 +27,15 @@ func TestDeviceCuda(t *testing.T) {
 			t.Errorf("stdout %q, stderr %q", stdout.String(), msg)
 		}
 	}
+	// profile --device cuda measures on the GPU, or says why it cannot.
+	if _, err := cudalib.Load(); err != nil {
+		stdout.Reset()
+		stderr.Reset()
+		if st := run([]string{"profile", "--device", "cuda", "-o", t.TempDir() + "/p.csv", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitUser ||
+			!strings.HasPrefix(stderr.String(), "amspc profile: --device cuda: CUDA is not available: ") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("profile --device cuda: status %d, stderr %q", st, stderr.String())
+		}
+	}
 	stderr.Reset()
 	if st := run([]string{"run", "--device", "tpu", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitUser ||
 		stderr.String() != "amspc run: --device must be cpu or cuda, not \"tpu\"\n" {

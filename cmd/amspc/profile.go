@@ -20,14 +20,15 @@ import (
 )
 
 // runProfile measures, on the backend amspc runs on (local ranks: one
-// goroutine per rank, CPU kernels), the time of every distinct kernel of
+// goroutine per rank, CPU kernels, or with --device cuda the CUDA
+// backend's), the time of every distinct kernel of
 // a job's compiled step and the bandwidth of every collective kind over
 // every group shape of the cluster at a range of sizes, and writes the
 // profile `plan --profile` and a cluster's `profile = "..."` read
 // (docs/profile.md). Every measurement runs on all the cluster's ranks at
 // once, as a step does.
 func runProfile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	lf.registerShard(fs, "measure the kernels of")
@@ -35,8 +36,22 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	reps := fs.Int("reps", 7, "take the median of `N` samples of each measurement (after a warm-up)")
 	minBytes := fs.Int64("min-bytes", 4<<10, "smallest collective size in `bytes`")
 	maxBytes := fs.Int64("max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
+	device := fs.String("device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
 	file, ok := oneFile(fs, args)
 	if !ok {
+		return exitUser
+	}
+	var newBackend func(int) (runtime.Backend, error)
+	switch *device {
+	case "cpu":
+	case "cuda":
+		var err error
+		if newBackend, _, err = openCUDA(); err != nil {
+			fmt.Fprintf(stderr, "amspc profile: --device cuda: %v\n", err)
+			return exitUser
+		}
+	default:
+		fmt.Fprintf(stderr, "amspc profile: --device must be cpu or cuda, not %q\n", *device)
 		return exitUser
 	}
 	if *reps < 1 || *minBytes < 4 || *maxBytes < *minBytes {
@@ -69,12 +84,12 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		}
 		labels = append(labels, label)
 	}
-	prof := &profile.Profile{Meta: profileMeta(job, labels, *reps)}
+	prof := &profile.Profile{Meta: profileMeta(job, labels, *reps, *device)}
 
 	t0 := time.Now()
 	ks := distinctKernels(results)
 	for i, k := range ks {
-		s, err := runtime.MeasureKernel(topo, k.prog, k.in, *reps)
+		s, err := runtime.MeasureKernelOn(topo, k.prog, k.in, *reps, newBackend)
 		if err != nil {
 			fmt.Fprintf(stderr, "amspc profile: %v %s: %v\n", k.in.Kern, profile.FormatShapes(k.shapes), err)
 			return exitUser
@@ -98,7 +113,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 				if n == 0 {
 					continue
 				}
-				s, err := runtime.MeasureCollective(topo, coll, f, n, *reps)
+				s, err := runtime.MeasureCollectiveOn(topo, coll, f, n, *reps, newBackend)
 				if err != nil {
 					fmt.Fprintf(stderr, "amspc profile: %v over %v: %v\n", coll, f, err)
 					return exitUser
@@ -216,10 +231,14 @@ func groupShapes(gpus, nodes int) []ir.Factor {
 }
 
 // profileMeta says what the profile was measured on.
-func profileMeta(job *ir.Job, plans []string, reps int) []profile.MetaEntry {
+func profileMeta(job *ir.Job, plans []string, reps int, device string) []profile.MetaEntry {
 	c := job.Cluster
+	backend := "local (ranks are goroutines of one process), cpu kernels"
+	if device == "cuda" {
+		backend = "local (ranks are goroutines of one process), cuda kernels (rank r on GPU r mod the GPUs), collectives staged through the host"
+	}
 	return []profile.MetaEntry{
-		{Key: "backend", Value: "local (ranks are goroutines of one process), cpu kernels"},
+		{Key: "backend", Value: backend},
 		{Key: "ranks", Value: fmt.Sprintf("%d (%d nodes x %d per node), all measured at once", c.GPUs(), c.Nodes, c.GPUsPerNode)},
 		{Key: "gomaxprocs", Value: fmt.Sprint(goruntime.GOMAXPROCS(0))},
 		{Key: "cpu", Value: cpuModel()},
