@@ -11,7 +11,7 @@
 #     matmul against the CPU kernels, tiny 50 steps against the CPU and on
 #     8 ranks sharing the GPU);
 #   - tiny-cpu.jsonl, tiny-gpu.jsonl: amspc run's per-step losses of tiny
-#     on both devices;
+#     on both devices; profile-tiny.csv: amspc profile --device cuda;
 #   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
 #     4 sequences a step, trained by PyTorch eager (bench/torch_llama.py)
 #     and by amspc on the same tokens: tokens/s, MFU, peak memory.
@@ -33,6 +33,7 @@ run)
 	grep -E '^(--- |ok|FAIL|PASS)|largest relative|GPU [0-9]' $d/cudalib.log || true
 	timeout 120 $d/amspc run --steps 50 --log $d/tiny-cpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|step 50)' || true
 	timeout 120 $d/amspc run --steps 50 --device cuda --log $d/tiny-gpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|GPU memory|step 50)' || true
+	timeout 120 $d/amspc profile --device cuda --reps 3 -o $d/profile-tiny.csv testdata/models/tiny.amsp | head -4 || true
 	timeout 240 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 | tee $d/torch.txt || true
 	timeout 300 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp | tee $d/amspc1b.txt || true
 	;;

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"amspc/kernels/gpu/hostc"
 	"amspc/runtime"
 	"amspc/runtime/cudalib"
 )
@@ -50,4 +51,13 @@ func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
 		mu.Unlock()
 		return runtime.NewDeviceBackend(g), nil
 	}, peak, nil
+}
+
+// openSim is --device sim: the CUDA backend's code (launch plans, scratch
+// memory, bf16 storage, device-side checks, collectives staged through the
+// host) on a GPU simulated on the CPU, ops.cu compiled as C
+// (kernels/gpu/hostc), one per rank. It checks the GPU path, under
+// mpirun too, where there is no GPU; it is slow.
+func openSim() (func(int) (runtime.Backend, error), error) {
+	return func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }, nil
 }

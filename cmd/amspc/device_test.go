@@ -38,7 +38,7 @@ func TestDeviceCuda(t *testing.T) {
 	}
 	stderr.Reset()
 	if st := run([]string{"run", "--device", "tpu", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitUser ||
-		stderr.String() != "amspc run: --device must be cpu or cuda, not \"tpu\"\n" {
+		stderr.String() != "amspc run: --device must be cpu, cuda or sim, not \"tpu\"\n" {
 		t.Errorf("--device tpu: status %d, %q", st, stderr.String())
 	}
 }

@@ -586,3 +586,37 @@ func TestMPIStopsOnSignal(t *testing.T) {
 		t.Errorf("the output does not say %q:\n%s", want, s)
 	}
 }
+
+// TestMPISimDevice (issue 12 item 5's path without a GPU): tiny on 8 MPI
+// processes, each with the CUDA backend on a simulated GPU (--device sim:
+// device memory, launch plans, collectives staged through the host over
+// MPI), logs the same loss bits as 8 local ranks on the simulated GPU,
+// and stays within 1e-6 of the CPU backend.
+func TestMPISimDevice(t *testing.T) {
+	bin := mpiBinary(t)
+	const steps = 3
+	dir := t.TempDir()
+	mlog, slog, clog := filepath.Join(dir, "mpi.jsonl"), filepath.Join(dir, "sim.jsonl"), filepath.Join(dir, "cpu.jsonl")
+	tiny := "../../testdata/models/tiny.amsp"
+	if out, err := mpirun(t, 8, bin, "run", "--device", "sim", "--steps", fmt.Sprint(steps), "--log", mlog, tiny); err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	for _, c := range []struct{ device, log string }{{"sim", slog}, {"cpu", clog}} {
+		var stdout, stderr bytes.Buffer
+		if st := run([]string{"run", "--device", c.device, "--steps", fmt.Sprint(steps), "--log", c.log, tiny}, &stdout, &stderr); st != exitOK {
+			t.Fatalf("local %s: %s", c.device, stderr.String())
+		}
+	}
+	m, s, c := lossLines(t, mlog), lossLines(t, slog), lossLines(t, clog)
+	if len(m) != steps || strings.Join(m, "\n") != strings.Join(s, "\n") {
+		t.Errorf("losses on MPI processes (simulated GPUs):\n%s\non local ranks (simulated GPUs):\n%s", strings.Join(m, "\n"), strings.Join(s, "\n"))
+	}
+	for i := range c {
+		var a, b float64
+		fmt.Sscan(m[i], &a)
+		fmt.Sscan(c[i], &b)
+		if d := (a - b) / b; d > 1e-6 || d < -1e-6 {
+			t.Errorf("step %d: %s on simulated GPUs, %s on the CPU", i+1, m[i], c[i])
+		}
+	}
+}
