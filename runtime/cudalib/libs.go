@@ -167,8 +167,11 @@ func argSize(a any) int {
 }
 
 // nvrtcOptions are NVRTC's options for compute capability major.minor.
+// No contraction of a*b+c into fused multiply-adds (NVRTC's default
+// contracts): ops.cu's kernels then round as they do compiled as C on the
+// host, where they give package kernels' bits (kernels/gpu/hostc).
 func nvrtcOptions(major, minor int) []string {
-	return []string{fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor), "--std=c++17", "-default-device"}
+	return []string{fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor), "--std=c++17", "-default-device", "--fmad=false"}
 }
 
 // cacheKey names a compiled module in the cache: the source, the
