@@ -103,10 +103,14 @@ func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Inst
 }
 
 // fillOn fills root buffer id of k as fillProbe fills a host buffer, on
-// k's backend.
+// k's backend (a bf16 buffer holds the values' bf16 roundings, as every
+// bf16 buffer does).
 func fillOn(k *rank, id int32, seed uint64, bound int32) error {
 	if k.host {
 		fillProbe(k, id, seed, bound)
+		if k.p.Buffers[id].DType == ir.BF16 {
+			roundAll(k.mem[id].f32)
+		}
 		return nil
 	}
 	h := &rank{p: k.p, r: k.r, topo: k.topo}
