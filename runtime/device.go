@@ -39,7 +39,8 @@ type Device interface {
 // deviceBackend is a Backend on a Device: fp32 in four bytes, bf16 in
 // two; each instruction runs its gpu.Plan in fp32 (bf16 operands widened
 // exactly into scratch memory, bf16 results rounded to nearest even and
-// packed: the CPU backend's arithmetic), and every result is checked for
+// packed: the CPU backend's arithmetic; a matmul of two bf16 operands
+// takes them as they are, accumulating in fp32), and every result is checked for
 // NaN and Inf on the device (first_nonfinite_f32, after rounding) before
 // the next instruction.
 type deviceBackend struct {
@@ -230,9 +231,16 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 	}
 	fc := *c
 	fc.Args, fc.Outs = make([]Mem, len(c.Args)), make([]Mem, len(c.Outs))
+	// A matmul of two bf16 operands reads them as they are (cuBLASLt's
+	// bf16 inputs); every other bf16 operand is widened.
+	k := c.Instr.Kern
+	bf16Gemm := (k == ir.MatMul || k == ir.MatMulGradA || k == ir.MatMulGradB) && len(c.Args) == 2 &&
+		c.Args[0].DType == ir.BF16 && c.Args[1].DType == ir.BF16
 	var err error
 	for i, m := range c.Args {
-		if fc.Args[i], err = f32(m, true); err != nil {
+		if bf16Gemm {
+			fc.Args[i] = m
+		} else if fc.Args[i], err = f32(m, true); err != nil {
 			return err
 		}
 	}

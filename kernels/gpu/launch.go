@@ -81,10 +81,13 @@ const (
 	GemmAtB                 // db[k,n] = a[m,k]^T @ dy[m,n]
 )
 
-// Gemm is a matmul: operands 0 and 1 into result 0.
+// Gemm is a matmul: operands 0 and 1 into result 0 (fp32), the operands
+// fp32 or, when BF16, both bf16 (cuBLASLt's bf16 inputs, fp32
+// accumulation: tensor cores).
 type Gemm struct {
 	Kind    GemmKind
 	M, K, N int
+	BF16    bool
 }
 
 // Plan is an instruction's work on a GPU.
@@ -178,11 +181,16 @@ func attention(kernel string, seq, y, batch, hd int64, args ...Arg) Launch {
 func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
 
 // PlanOp is the launch plan of one instruction on fp32 operands and
-// results (and i32 ids): a backend with bf16 storage widens bf16
-// operands and rounds bf16 results around it (BF16Widen, BF16Round,
-// BF16Pack).
+// results (and i32 ids), but for a matmul of two bf16 operands: a backend
+// with bf16 storage widens other bf16 operands and rounds bf16 results
+// around it (BF16Widen, BF16Round, BF16Pack).
 func PlanOp(c *OpCall) (*Plan, error) {
+	gemm := c.Op == ir.MatMul || c.Op == ir.MatMulGradA || c.Op == ir.MatMulGradB
+	bf16In := gemm && len(c.ArgTypes) == 2 && c.ArgTypes[0] == ir.BF16 && c.ArgTypes[1] == ir.BF16
 	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
+		if bf16In && i < 2 {
+			continue
+		}
 		if dt != ir.F32 && dt != ir.I32 {
 			what := "operand"
 			if i >= len(c.ArgTypes) {
@@ -213,13 +221,13 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		p.Launches = []Launch{elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d))}
 	case ir.MatMul:
 		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn)}
+		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn), bf16In}
 	case ir.MatMulGradA:
 		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn)}
+		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn), bf16In}
 	case ir.MatMulGradB:
 		k, nn := os[0][0], os[0][1]
-		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn)}
+		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn), bf16In}
 	case ir.RMSNorm:
 		d := n(1)
 		rows := n(0) / d

@@ -88,5 +88,11 @@ func TestPlanEveryOp(t *testing.T) {
 		if _, err := PlanOp(oc); !errors.As(err, &unsup) {
 			t.Errorf("%v with a bf16 operand: %v, want not supported yet", c.op, err)
 		}
+		if c.gemm {
+			oc.ArgTypes[0] = ir.BF16
+			if p, err := PlanOp(oc); err != nil || !p.Gemm.BF16 {
+				t.Errorf("%v of two bf16 operands: %+v, %v; want a bf16 gemm", c.op, p, err)
+			}
+		}
 	}
 }

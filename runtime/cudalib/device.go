@@ -136,15 +136,20 @@ func (g *GPU) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 	return f.Launch(l.Grid, [3]int{l.Block, 1, 1}, l.Smem, args...)
 }
 
-// Gemm runs a plan's matmul through cuBLASLt in fp32.
+// Gemm runs a plan's matmul through cuBLASLt: fp32 accumulation and
+// output, fp32 or bf16 inputs.
 func (g *GPU) Gemm(_ int, m *gpu.Gemm, a, b, out uint64) error {
+	dt := F32
+	if m.BF16 {
+		dt = BF16
+	}
 	switch m.Kind {
 	case gpu.GemmAB:
-		return g.ctx.MatMul(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, F32)
+		return g.ctx.MatMul(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, dt)
 	case gpu.GemmABt:
-		return g.ctx.MatMulGradA(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, F32)
+		return g.ctx.MatMulGradA(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, dt)
 	case gpu.GemmAtB:
-		return g.ctx.MatMulGradB(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, F32)
+		return g.ctx.MatMulGradB(Ptr(out), Ptr(a), Ptr(b), m.M, m.K, m.N, dt)
 	}
 	return fmt.Errorf("gemm kind %d", m.Kind)
 }

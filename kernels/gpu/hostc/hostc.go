@@ -65,6 +65,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -348,16 +349,27 @@ func floats(addr uint64, n int) []float32 {
 	return unsafe.Slice((*float32)(ptr(addr)), n)
 }
 
-// Gemm runs a plan's matmul with package kernels.
+// Gemm runs a plan's matmul with package kernels (bf16 operands widened
+// exactly first).
 func (d *Device) Gemm(_ int, g *gpu.Gemm, a, b, out uint64) error {
 	m, k, n := g.M, g.K, g.N
+	in := func(addr uint64, n int) []float32 {
+		if !g.BF16 {
+			return floats(addr, n)
+		}
+		w := make([]float32, n)
+		for i, v := range unsafe.Slice((*uint16)(ptr(addr)), n) {
+			w[i] = math.Float32frombits(uint32(v) << 16)
+		}
+		return w
+	}
 	switch g.Kind {
 	case gpu.GemmAB:
-		kernels.MatMul(floats(out, m*n), floats(a, m*k), floats(b, k*n), m, k, n)
+		kernels.MatMul(floats(out, m*n), in(a, m*k), in(b, k*n), m, k, n)
 	case gpu.GemmABt:
-		kernels.MatMulGradA(floats(out, m*k), floats(a, m*n), floats(b, k*n), m, k, n)
+		kernels.MatMulGradA(floats(out, m*k), in(a, m*n), in(b, k*n), m, k, n)
 	case gpu.GemmAtB:
-		kernels.MatMulGradB(floats(out, k*n), floats(a, m*k), floats(b, m*n), m, k, n)
+		kernels.MatMulGradB(floats(out, k*n), in(a, m*k), in(b, m*n), m, k, n)
 	default:
 		return fmt.Errorf("hostc: gemm kind %d", g.Kind)
 	}
