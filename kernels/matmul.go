@@ -83,18 +83,89 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 	pbp := getF32(nStrips * k * nr)
 	defer putF32(pbp)
 	pb := *pbp
-	// B is always packed, split by strips when big. Reading a row-major
-	// B's strips in place instead wins only while B is hot in cache (15 %
-	// at m = 256 on Zen 5 with one B reused); a layer's weights in a
-	// training step are cold, and then in-place strips (each k step a new
-	// row, every A block again) are 10-30 % slower than packing once
-	// (256x512x1376 with 24 Bs in rotation: 75 against 108 GFLOP/s on a
-	// Xeon with AVX-512).
+	packAll(workers, pb, b, k, n)
+	gemmPacked(workers, c, a, pb, m, k, n)
+}
+
+// packAll packs all of B into pb, split by strips when big. B is always
+// packed: reading a row-major B's strips in place instead wins only while
+// B is hot in cache (15 % at m = 256 on Zen 5 with one B reused); a
+// layer's weights in a training step are cold, and then in-place strips
+// (each k step a new row, every A block again) are 10-30 % slower than
+// packing once (256x512x1376 with 24 Bs in rotation: 75 against 108
+// GFLOP/s on a Xeon with AVX-512).
+func packAll(workers int, pb []float32, b view, k, n int) {
+	nStrips := (n + nr - 1) / nr
 	parallelForWorkers(workers, nStrips, k*nr, func(lo, hi int) {
 		for s := lo; s < hi; s++ {
 			packB(pb[s*k*nr:(s+1)*k*nr], b, k, s*nr, min(nr, n-s*nr))
 		}
 	})
+}
+
+// PackedB is the B operand of a product packed once for several: local
+// ranks that read one gathered weight share its packing.
+type PackedB struct {
+	data []float32
+	buf  *[]float32 // data's pooled buffer
+	k, n int
+}
+
+// Free gives the packing's memory back for reuse; p is not used after.
+func (p *PackedB) Free() {
+	if p.buf != nil {
+		putF32(p.buf)
+		p.buf, p.data = nil, nil
+	}
+}
+
+// PackB packs b[k,n] as MatMul's B; PackBT packs b[k,n] as MatMulGradA's
+// (b^T).
+func PackB(b []float32, k, n int) *PackedB {
+	checkLen("PackB b", b, k*n)
+	return packed(view{b, n, 1}, k, n)
+}
+
+func PackBT(b []float32, k, n int) *PackedB {
+	checkLen("PackBT b", b, k*n)
+	return packed(view{b, 1, n}, n, k)
+}
+
+func packed(b view, k, n int) *PackedB {
+	buf := getF32((n + nr - 1) / nr * k * nr)
+	p := &PackedB{data: *buf, buf: buf, k: k, n: n}
+	if k > 0 && n > 0 {
+		packAll(Workers(), p.data, b, k, n)
+	}
+	return p
+}
+
+// MatMulPacked is MatMul with B packed by PackB (the same bits).
+func MatMulPacked(out, a []float32, b *PackedB, m int) {
+	checkLen("MatMulPacked out", out, m*b.n)
+	checkLen("MatMulPacked a", a, m*b.k)
+	gemmPacked(Workers(), out, view{a, b.k, 1}, b.data, m, b.k, b.n)
+}
+
+// MatMulGradAPacked is MatMulGradA with b packed by PackBT (the same
+// bits): da[m,k] = dy[m,n] @ b^T.
+func MatMulGradAPacked(da, dy []float32, b *PackedB, m int) {
+	checkLen("MatMulGradAPacked da", da, m*b.n)
+	checkLen("MatMulGradAPacked dy", dy, m*b.k)
+	gemmPacked(Workers(), da, view{dy, b.k, 1}, b.data, m, b.k, b.n)
+}
+
+// gemmPacked is gemm after B's packing: pb holds B[k,n]'s strips.
+func gemmPacked(workers int, c []float32, a view, pb []float32, m, k, n int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	c = c[:m*n]
+	if k == 0 {
+		clear(c)
+		return
+	}
+	nStrips := (n + nr - 1) / nr
 
 	blocks := (m + mc - 1) / mc
 	if m*k*n < minParallelWork*8 {

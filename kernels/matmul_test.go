@@ -362,3 +362,23 @@ func withProcs[T any](procs int, f func() T) T {
 	defer runtime.GOMAXPROCS(old)
 	return f()
 }
+
+// TestMatMulPackedB: a B packed once (PackB, PackBT) gives MatMul's and
+// MatMulGradA's bits, on shapes with edge strips and several k panels.
+func TestMatMulPackedB(t *testing.T) {
+	rng := newRand(13)
+	for _, sh := range [][3]int{{37, 400, 70}, {256, 64, 172}, {5, 7, 3}, {100, 790, 33}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		a, _ := randVec(rng, m*k)
+		b, _ := randVec(rng, k*n)
+		dy, _ := randVec(rng, m*n)
+		out, want := make([]float32, m*n), make([]float32, m*n)
+		MatMul(want, a, b, m, k, n)
+		MatMulPacked(out, a, PackB(b, k, n), m)
+		sameBits(t, fmt.Sprintf("%v matmul", sh), out, want)
+		da, wantA := make([]float32, m*k), make([]float32, m*k)
+		MatMulGradA(wantA, dy, b, m, k, n)
+		MatMulGradAPacked(da, dy, PackBT(b, k, n), m)
+		sameBits(t, fmt.Sprintf("%v grad_a", sh), da, wantA)
+	}
+}

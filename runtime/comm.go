@@ -26,9 +26,11 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"amspc/codegen"
+	"amspc/ir"
 	"amspc/kernels"
 )
 
@@ -136,8 +138,55 @@ type sharingComm interface {
 	// written into out (which only sizes it; in is disjoint from it or
 	// its own part, as for AllGather).
 	// Every member must call release once it no longer reads the result;
-	// the buffer is reused after the last release.
-	AllGatherShared(stream int, g []int, in, out []float32) (result []float32, release func(), err error)
+	// the buffer is reused after the last release. The memo holds what
+	// the members derive from the result, once for all of them (a
+	// weight's packing).
+	AllGatherShared(stream int, g []int, in, out []float32) (result []float32, release func(), m *memo, err error)
+}
+
+// memo computes a value per key once, for every caller.
+type memo struct {
+	mu sync.Mutex
+	m  map[memoKey]*memoEntry
+}
+
+type memoKey struct {
+	off, n int64 // the elements read, in the shared result
+	kind   ir.OpKind
+}
+
+type memoEntry struct {
+	once sync.Once
+	v    any
+}
+
+// free gives back the memory of what the memo holds (a packing); every
+// caller is done with it.
+func (m *memo) free() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.m {
+		if p, ok := e.v.(interface{ Free() }); ok {
+			p.Free()
+		}
+	}
+	m.m = nil
+}
+
+// get is f's value for key, computed by the first caller.
+func (m *memo) get(key memoKey, f func() any) any {
+	m.mu.Lock()
+	if m.m == nil {
+		m.m = map[memoKey]*memoEntry{}
+	}
+	e := m.m[key]
+	if e == nil {
+		e = &memoEntry{}
+		m.m[key] = e
+	}
+	m.mu.Unlock()
+	e.once.Do(func() { e.v = f() })
+	return e.v
 }
 
 func (c *commCall) String() string {

@@ -73,6 +73,7 @@ type commOp struct {
 	// not released it.
 	result []float32
 	refs   int
+	memo   memo // what the members derive from result
 }
 
 // NewLocalWorld returns a world of n ranks.
@@ -149,10 +150,10 @@ func (c *localComm) AllGather(stream int, g []int, in, out []float32) error {
 }
 
 // AllGatherShared gathers into one buffer for all members (sharingComm).
-func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]float32, func(), error) {
+func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]float32, func(), *memo, error) {
 	op, err := c.w.rendezvous(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out, shared: true})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	w := c.w
 	return op.result, func() {
@@ -160,8 +161,9 @@ func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]f
 		defer w.mu.Unlock()
 		if op.refs--; op.refs == 0 {
 			w.shared[len(op.result)] = append(w.shared[len(op.result)], op.result)
+			op.memo.free()
 		}
-	}, nil
+	}, &op.memo, nil
 }
 
 func (c *localComm) ReduceScatter(stream int, g []int, in, out []float32) error {

@@ -45,12 +45,20 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 	ir.MatMul: func(c *KernelCall) error {
 		b := c.ArgShapes[1]
 		kk, n := int(b[0]), int(b[1])
+		if c.PackedB != nil {
+			kernels.MatMulPacked(c.out(0), c.arg(0), c.PackedB, len(c.arg(0))/kk)
+			return nil
+		}
 		kernels.MatMul(c.out(0), c.arg(0), c.arg(1), len(c.arg(0))/kk, kk, n)
 		return nil
 	},
 	ir.MatMulGradA: func(c *KernelCall) error {
 		b := c.ArgShapes[1]
 		kk, n := int(b[0]), int(b[1])
+		if c.PackedB != nil {
+			kernels.MatMulGradAPacked(c.out(0), c.arg(0), c.PackedB, len(c.arg(0))/n)
+			return nil
+		}
 		kernels.MatMulGradA(c.out(0), c.arg(0), c.arg(1), len(c.arg(0))/n, kk, n)
 		return nil
 	},
@@ -198,7 +206,32 @@ func (k *rank) kernel(s int, in *codegen.Instr) error {
 		}
 		c.Decayed = d
 	}
+	if (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA) && k.memos != nil {
+		c.PackedB = k.sharedPack(in)
+	}
 	return k.be.Launch(s, c)
+}
+
+// sharedPack is the packing of a matmul's operand 1 when it lies in a
+// shared gather (a weight every local rank of the group reads): computed
+// by the first rank to need it, reused by the others; else nil.
+func (k *rank) sharedPack(in *codegen.Instr) *kernels.PackedB {
+	root, off := k.offset(in.Args[1])
+	k.mu.Lock()
+	m := k.memos[root]
+	k.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	b := k.m(in.Args[1]).f32
+	s := k.shape(in.Args[1])
+	kk, n := int(s[0]), int(s[1])
+	return m.get(memoKey{off, int64(len(b)), in.Kern}, func() any {
+		if in.Kern == ir.MatMul {
+			return kernels.PackB(b, kk, n)
+		}
+		return kernels.PackBT(b, kk, n)
+	}).(*kernels.PackedB)
 }
 
 // arg and out are the host storage of operand i and result i, ints the

@@ -60,6 +60,7 @@ type rank struct {
 	shareable []bool
 	own       []Mem
 	release   []func()
+	memos     []*memo // the shared gather's memo, while root id shows one
 
 	// gate, when the process runs more ranks than it has cores, lets only
 	// as many streams compute at once as there are cores: each runs its
@@ -126,6 +127,7 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 		k.shareable = k.findShareable(trans)
 		k.own = make([]Mem, len(p.Buffers))
 		k.release = make([]func(), len(p.Buffers))
+		k.memos = make([]*memo, len(p.Buffers))
 	}
 	return k, nil
 }
@@ -342,7 +344,7 @@ func (k *rank) free(id int32) {
 func (k *rank) unshare(id int32) {
 	if k.release != nil && k.release[id] != nil {
 		k.release[id]()
-		k.release[id] = nil
+		k.release[id], k.memos[id] = nil, nil
 		k.mem[id], k.own[id] = k.own[id], Mem{}
 	}
 }
@@ -540,12 +542,12 @@ func (k *rank) collective(s int, in *codegen.Instr) error {
 				k.unshare(r)
 				k.mu.Unlock()
 				if r == in.Out {
-					res, release, err := sc.AllGatherShared(s, g, k.f(in.In), k.f(in.Out))
+					res, release, m, err := sc.AllGatherShared(s, g, k.f(in.In), k.f(in.Out))
 					if err != nil {
 						return err
 					}
 					k.mu.Lock()
-					k.own[r], k.mem[r], k.release[r] = k.mem[r], HostMem(k.mem[r].DType, res, nil), release
+					k.own[r], k.mem[r], k.release[r], k.memos[r] = k.mem[r], HostMem(k.mem[r].DType, res, nil), release, m
 					k.mu.Unlock()
 					return nil
 				}
