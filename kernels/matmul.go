@@ -71,19 +71,13 @@ func checkLen(what string, s []float32, n int) {
 // (or parts of them, see chunks) from a counter, each owned by one worker
 // start to end.
 func gemm(workers int, c []float32, a, b view, m, k, n int) {
-	if m == 0 || n == 0 {
-		return
+	var pb []float32
+	if m > 0 && k > 0 && n > 0 {
+		pbp := getF32((n + nr - 1) / nr * k * nr)
+		defer putF32(pbp)
+		pb = *pbp
+		packAll(workers, pb, b, k, n)
 	}
-	c = c[:m*n]
-	if k == 0 {
-		clear(c)
-		return
-	}
-	nStrips := (n + nr - 1) / nr
-	pbp := getF32(nStrips * k * nr)
-	defer putF32(pbp)
-	pb := *pbp
-	packAll(workers, pb, b, k, n)
 	gemmPacked(workers, c, a, pb, m, k, n)
 }
 

@@ -249,7 +249,9 @@ func (mc memComm) back(m Mem, h []float32, sum bool) error {
 	return nil
 }
 
-func (mc memComm) AllGather(s int, g []int, in, out Mem) error {
+// two runs f on host copies of in and out (a collective that reads in
+// and writes out); one on a host copy of buf, read and written.
+func (mc memComm) two(in, out Mem, sum bool, f func(hi, ho []float32) error) error {
 	hi, err := mc.host(in, true)
 	if err != nil {
 		return err
@@ -258,45 +260,35 @@ func (mc memComm) AllGather(s int, g []int, in, out Mem) error {
 	if err != nil {
 		return err
 	}
-	if err := mc.c.AllGather(s, g, hi, ho); err != nil {
+	if err := f(hi, ho); err != nil {
 		return err
 	}
-	return mc.back(out, ho, false)
+	return mc.back(out, ho, sum)
+}
+
+func (mc memComm) one(buf Mem, sum bool, f func(h []float32) error) error {
+	h, err := mc.host(buf, true)
+	if err != nil {
+		return err
+	}
+	if err := f(h); err != nil {
+		return err
+	}
+	return mc.back(buf, h, sum)
+}
+
+func (mc memComm) AllGather(s int, g []int, in, out Mem) error {
+	return mc.two(in, out, false, func(hi, ho []float32) error { return mc.c.AllGather(s, g, hi, ho) })
 }
 
 func (mc memComm) ReduceScatter(s int, g []int, in, out Mem) error {
-	hi, err := mc.host(in, true)
-	if err != nil {
-		return err
-	}
-	ho, err := mc.host(out, false)
-	if err != nil {
-		return err
-	}
-	if err := mc.c.ReduceScatter(s, g, hi, ho); err != nil {
-		return err
-	}
-	return mc.back(out, ho, true)
+	return mc.two(in, out, true, func(hi, ho []float32) error { return mc.c.ReduceScatter(s, g, hi, ho) })
 }
 
 func (mc memComm) AllReduce(s int, g []int, buf Mem) error {
-	h, err := mc.host(buf, true)
-	if err != nil {
-		return err
-	}
-	if err := mc.c.AllReduce(s, g, h); err != nil {
-		return err
-	}
-	return mc.back(buf, h, true)
+	return mc.one(buf, true, func(h []float32) error { return mc.c.AllReduce(s, g, h) })
 }
 
 func (mc memComm) Broadcast(s int, g []int, root int, buf Mem) error {
-	h, err := mc.host(buf, true)
-	if err != nil {
-		return err
-	}
-	if err := mc.c.Broadcast(s, g, root, h); err != nil {
-		return err
-	}
-	return mc.back(buf, h, false)
+	return mc.one(buf, false, func(h []float32) error { return mc.c.Broadcast(s, g, root, h) })
 }

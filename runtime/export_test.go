@@ -22,20 +22,9 @@ func SharedGatherBuffers(r *Run) int {
 // backend be (nil: the CPU's), its operands filled as MeasureKernel fills
 // them, and returns its results' values.
 func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codegen.Instr) ([][]float32, error) {
-	k := &rank{p: p, r: 0, topo: topo, step: 1}
-	k.setBackend(be)
-	bound := idBound(k, in)
-	for _, id := range slices.Concat(in.Args, in.Outs) {
-		root, _ := k.offset(id)
-		if k.have[root] {
-			continue
-		}
-		if err := k.alloc(root); err != nil {
-			return nil, err
-		}
-		if err := fillOn(k, root, uint64(root), bound); err != nil {
-			return nil, err
-		}
+	k, err := probeRank(topo, p, in, 0, be)
+	if err != nil {
+		return nil, err
 	}
 	if err := k.kernel(codegen.Compute, in); err != nil {
 		return nil, err

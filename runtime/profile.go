@@ -63,21 +63,11 @@ func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Inst
 				return 0, err
 			}
 		}
-		k := &rank{p: p, r: r, topo: topo, step: 1, gate: gate}
-		k.setBackend(be)
-		bound := idBound(k, in)
-		for _, id := range slices.Concat(in.Args, in.Outs) {
-			root, _ := k.offset(id)
-			if k.have[root] {
-				continue
-			}
-			if err := k.alloc(root); err != nil {
-				return 0, err
-			}
-			if err := fillOn(k, root, uint64(r)*7919+uint64(root), bound); err != nil {
-				return 0, err
-			}
+		k, err := probeRank(topo, p, in, r, be)
+		if err != nil {
+			return 0, err
 		}
+		k.gate = gate
 		ks[r] = k
 	}
 	return timeRanks(n, reps, func(r, calls int) (err error) {
@@ -100,6 +90,28 @@ func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Inst
 		}
 		return k.be.Sync()
 	})
+}
+
+// probeRank is rank r of program p on backend be (nil: the CPU's) with
+// the operands and results of kernel instruction in allocated alone and
+// filled with probe values (fillOn).
+func probeRank(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, r int, be Backend) (*rank, error) {
+	k := &rank{p: p, r: r, topo: topo, step: 1}
+	k.setBackend(be)
+	bound := idBound(k, in)
+	for _, id := range slices.Concat(in.Args, in.Outs) {
+		root, _ := k.offset(id)
+		if k.have[root] {
+			continue
+		}
+		if err := k.alloc(root); err != nil {
+			return nil, err
+		}
+		if err := fillOn(k, root, uint64(r)*7919+uint64(root), bound); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
 }
 
 // fillOn fills root buffer id of k as fillProbe fills a host buffer, on
