@@ -43,6 +43,8 @@ type LocalWorld struct {
 	done chan struct{}
 	// shared holds released buffers of shared all-gathers by length.
 	shared map[int][][]float32
+	// reps shares the packings of replicated weights among the ranks.
+	reps replicaMemo
 }
 
 type commSeqKey struct {
@@ -144,6 +146,8 @@ type localComm struct {
 
 func (c *localComm) Rank() int       { return c.rank }
 func (c *localComm) Abort(err error) { c.w.Abort(err) }
+
+func (c *localComm) replicas() *replicaMemo { return &c.w.reps }
 
 func (c *localComm) AllGather(stream int, g []int, in, out []float32) error {
 	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out})

@@ -206,8 +206,20 @@ func (k *rank) kernel(s int, in *codegen.Instr) error {
 		}
 		c.Decayed = d
 	}
-	if (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA) && k.memos != nil {
-		c.PackedB = k.sharedPack(in)
+	for _, id := range in.Outs {
+		k.wrote(id)
+	}
+	if in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA {
+		if k.memos != nil {
+			c.PackedB = k.sharedPack(in)
+		}
+		if c.PackedB == nil && k.reps != nil {
+			p, err := k.replicaPack(in)
+			if err != nil {
+				return err
+			}
+			c.PackedB = p
+		}
 	}
 	return k.be.Launch(s, c)
 }

@@ -62,6 +62,10 @@ type rank struct {
 	release   []func()
 	memos     []*memo // the shared gather's memo, while root id shows one
 
+	// reps shares the packings of replicated weights with the other local
+	// ranks (replica.go); nil where the Comm or the backend cannot.
+	reps *replicaState
+
 	// gate, when the process runs more ranks than it has cores, lets only
 	// as many streams compute at once as there are cores: each runs its
 	// kernels to their end with its caches instead of being time-sliced
@@ -128,6 +132,9 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 		k.own = make([]Mem, len(p.Buffers))
 		k.release = make([]func(), len(p.Buffers))
 		k.memos = make([]*memo, len(p.Buffers))
+	}
+	if rs, ok := comm.(replicaSharer); ok && k.host {
+		k.reps = newReplicaState(rs.replicas(), b, p, r)
 	}
 	return k, nil
 }
@@ -394,7 +401,22 @@ func (k *rank) read(id int32) ([]float32, error) {
 	return out, k.be.Read(out, m)
 }
 
-func (k *rank) write(id int32, src []float32) error { return k.be.Write(k.m(id), src) }
+func (k *rank) write(id int32, src []float32) error {
+	k.wrote(id)
+	return k.be.Write(k.m(id), src)
+}
+
+// wrote tells the replica memo that buffer id (or the buffer it is a view
+// of) is about to be written other than by a whole all-gather.
+func (k *rank) wrote(id int32) {
+	if k.reps == nil {
+		return
+	}
+	r, _ := k.offset(id)
+	k.mu.Lock()
+	k.reps.wrote(r)
+	k.mu.Unlock()
+}
 
 func (k *rank) writeInts(id int32, src []int32) error { return k.be.WriteInts(k.m(id), src) }
 
@@ -481,6 +503,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 		case codegen.Load:
+			k.wrote(in.Buf)
 			if err := k.load(in); err != nil {
 				return k.fail(s, in, err)
 			}
@@ -530,8 +553,20 @@ func (k *rank) fail(s int, in *codegen.Instr, err error) error {
 	return fmt.Errorf("rank %d %s: %s%s: %v", k.r, codegen.StreamName(s), what, where, err)
 }
 
-func (k *rank) collective(s int, in *codegen.Instr) error {
+func (k *rank) collective(s int, in *codegen.Instr) (err error) {
 	g := in.Group.Ranks(k.topo, k.r)
+	k.wrote(in.Out)
+	if r, _ := k.offset(in.Out); k.reps != nil && in.Coll == codegen.AllGather && r == in.Out {
+		// Once the gather is done, the buffer holds what every replica's
+		// holds.
+		defer func() {
+			if err == nil {
+				k.mu.Lock()
+				k.reps.gathered(r)
+				k.mu.Unlock()
+			}
+		}()
+	}
 	if k.host && in.Coll == codegen.AllGather {
 		if sc, ok := k.comm.(sharingComm); ok {
 			if r, _ := k.offset(in.Out); k.shareable[r] {

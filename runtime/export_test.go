@@ -18,6 +18,15 @@ func SharedGatherBuffers(r *Run) int {
 	return n
 }
 
+// ReplicaPackingsReused is how many matmuls of r's ranks used a packing
+// of a replicated weight that another rank made.
+func ReplicaPackingsReused(r *Run) int64 {
+	if rs, ok := r.World.Comm(0).(replicaSharer); ok {
+		return rs.replicas().reused.Load()
+	}
+	return 0
+}
+
 // RunKernel runs kernel instruction in of program p as rank 0 of topo on
 // backend be (nil: the CPU's), its operands filled as MeasureKernel fills
 // them, and returns its results' values.
@@ -39,3 +48,7 @@ func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codege
 	}
 	return outs, nil
 }
+
+// Every test that trains local ranks checks that the replicas sharing a
+// weight's packing hold the same bits (replica.go).
+func init() { verifyReplicas = true }

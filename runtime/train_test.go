@@ -164,17 +164,24 @@ func (w copyingWorld) Comm(r int) runtime.Comm { return struct{ runtime.Comm }{w
 // parameter gather train bitwise like ranks with a copy each, on plans
 // that gather parameters in one level (2x1) and in two (across nodes,
 // then inside: 4x2, and ZeRO++'s from its secondary shard); a plan that
-// gathers no parameters has nothing to share.
+// gathers no parameters has nothing to share. Likewise the ranks that
+// share their packings of replicated weights (ZeRO-1 and -2: gathered
+// whole into every rank's copy; every use checks the copy is the one
+// packed, replica.go) against ranks that pack their own; DDP, whose
+// optimizer writes every copy, shares none.
 func TestSharedGathersAreExact(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	for _, c := range []struct {
-		f      cost.Factors
-		shared bool // whether some gather is shared
+		f        cost.Factors
+		shared   bool // whether some gather is shared
+		replicas bool // whether some packing of a replicated weight is
 	}{
-		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}, true},
-		{cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}, true},
-		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)}, true},
-		{cost.Factors{P: F(1, 1), G: F(4, 2), OS: F(4, 2)}, false},
+		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}, true, false},
+		{cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}, true, false},
+		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)}, true, false},
+		{cost.Factors{P: F(1, 1), G: F(4, 2), OS: F(4, 2)}, false, true},
+		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(4, 2)}, false, true},
+		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, false, false},
 	} {
 		b := compile(t, 2, 4, c.f)
 		tr := b.Train
@@ -203,6 +210,9 @@ func TestSharedGathersAreExact(t *testing.T) {
 			if a != want {
 				t.Errorf("%v step %d: loss %.17g with shared gathers, %.17g with copies", c.f, step, a, want)
 			}
+		}
+		if n := runtime.ReplicaPackingsReused(shared); (n > 0) != c.replicas {
+			t.Errorf("%v: %d packings of replicated weights reused, want some: %v", c.f, n, c.replicas)
 		}
 	}
 }
