@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -70,37 +71,63 @@ func parallelForWorkers(workers, n, cost int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// Scratch pools. A pooled slice keeps its capacity, so steady-state
-// training allocates nothing here.
+// Scratch pools, one per size class (capacities a quarter of a power of
+// two apart, so a slice is at most a quarter larger than asked for): a
+// request takes a slice of its class only, so steady-state training
+// allocates nothing here. (One pool for all sizes dropped every pooled
+// slice too small for the request and allocated a new one: fresh pages,
+// 9,400 page faults a step on d512x8's 8 ranks.)
 var (
-	pool32 sync.Pool // *[]float32
-	pool64 sync.Pool // *[]float64
+	pools32 [numClasses]sync.Pool // *[]float32
+	pools64 [numClasses]sync.Pool // *[]float64
 )
 
+const numClasses = 4 * 64
+
+// sizeClass is the class of a request for n elements and its capacity.
+func sizeClass(n int) (class, size int) {
+	if n <= 16 {
+		return 0, 16
+	}
+	b := bits.Len(uint(n - 1)) // 2^(b-1) < n <= 2^b
+	base := 1 << (b - 1)
+	q := base / 4
+	sub := (n - base + q - 1) / q // 1..4
+	return (b-1)*4 + sub - 3, base + sub*q
+}
+
 func getF32(n int) *[]float32 {
-	if p, ok := pool32.Get().(*[]float32); ok && cap(*p) >= n {
+	c, size := sizeClass(n)
+	if p, ok := pools32[c].Get().(*[]float32); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float32, n)
-	if n > 0 {
-		hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(4*n))
-	}
+	s := make([]float32, size)
+	hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(4*size))
+	s = s[:n]
 	return &s
 }
 
-func putF32(p *[]float32) { pool32.Put(p) }
+func putF32(p *[]float32) {
+	if c, size := sizeClass(cap(*p)); size == cap(*p) {
+		pools32[c].Put(p)
+	}
+}
 
 func getF64(n int) *[]float64 {
-	if p, ok := pool64.Get().(*[]float64); ok && cap(*p) >= n {
+	c, size := sizeClass(n)
+	if p, ok := pools64[c].Get().(*[]float64); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float64, n)
-	if n > 0 {
-		hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(8*n))
-	}
+	s := make([]float64, size)
+	hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(8*size))
+	s = s[:n]
 	return &s
 }
 
-func putF64(p *[]float64) { pool64.Put(p) }
+func putF64(p *[]float64) {
+	if c, size := sizeClass(cap(*p)); size == cap(*p) {
+		pools64[c].Put(p)
+	}
+}
