@@ -214,7 +214,10 @@ func (k *rank) kernel(s int, in *codegen.Instr) error {
 			c.PackedB = k.sharedPack(in)
 		}
 		if c.PackedB == nil && k.reps != nil {
-			p, err := k.replicaPack(in)
+			p, done, err := k.replicaPack(in)
+			if done != nil {
+				defer done()
+			}
 			if err != nil {
 				return err
 			}

@@ -134,7 +134,7 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 		k.memos = make([]*memo, len(p.Buffers))
 	}
 	if rs, ok := comm.(replicaSharer); ok && k.host {
-		k.reps = newReplicaState(rs.replicas(), b, p, r)
+		k.reps = newReplicaState(rs.replicas(), k)
 	}
 	return k, nil
 }
@@ -414,7 +414,7 @@ func (k *rank) wrote(id int32) {
 	}
 	r, _ := k.offset(id)
 	k.mu.Lock()
-	k.reps.wrote(r)
+	k.reps.wrote(k.r, r)
 	k.mu.Unlock()
 }
 

@@ -18,13 +18,18 @@ func SharedGatherBuffers(r *Run) int {
 	return n
 }
 
-// ReplicaPackingsReused is how many matmuls of r's ranks used a packing
-// of a replicated weight that another rank made.
-func ReplicaPackingsReused(r *Run) int64 {
+// ReplicaPackings is how many matmuls of r's ranks used a packing of a
+// replicated weight that another rank made, how many times a rank was
+// done with one after its last use in the step, and how many packings
+// are alive.
+func ReplicaPackings(r *Run) (reused, early int64, live int) {
 	if rs, ok := r.World.Comm(0).(replicaSharer); ok {
-		return rs.replicas().reused.Load()
+		m := rs.replicas()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.reused.Load(), m.early.Load(), len(m.m)
 	}
-	return 0
+	return 0, 0, 0
 }
 
 // RunKernel runs kernel instruction in of program p as rank 0 of topo on

@@ -167,8 +167,9 @@ func (w copyingWorld) Comm(r int) runtime.Comm { return struct{ runtime.Comm }{w
 // gathers no parameters has nothing to share. Likewise the ranks that
 // share their packings of replicated weights (ZeRO-1 and -2: gathered
 // whole into every rank's copy; every use checks the copy is the one
-// packed, replica.go) against ranks that pack their own; DDP, whose
-// optimizer writes every copy, shares none.
+// packed, replica.go; a rank is done with a packing after its last use
+// in the step, and none is alive after it) against ranks that pack their own; DDP, whose optimizer
+// writes every copy, shares none.
 func TestSharedGathersAreExact(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	for _, c := range []struct {
@@ -210,9 +211,12 @@ func TestSharedGathersAreExact(t *testing.T) {
 			if a != want {
 				t.Errorf("%v step %d: loss %.17g with shared gathers, %.17g with copies", c.f, step, a, want)
 			}
+			if _, _, live := runtime.ReplicaPackings(shared); live != 0 {
+				t.Errorf("%v step %d: %d packings of replicated weights alive after the step", c.f, step, live)
+			}
 		}
-		if n := runtime.ReplicaPackingsReused(shared); (n > 0) != c.replicas {
-			t.Errorf("%v: %d packings of replicated weights reused, want some: %v", c.f, n, c.replicas)
+		if n, early, _ := runtime.ReplicaPackings(shared); (n > 0) != c.replicas || (early > 0) != c.replicas {
+			t.Errorf("%v: %d packings of replicated weights reused, %d times a rank was done with one after its last use, want some: %v", c.f, n, early, c.replicas)
 		}
 	}
 }
