@@ -5,7 +5,10 @@
 # (bench/torch_ddp.py, one thread each), in ROUNDS rotations (every run
 # once per round, so a slow minute slows all alike), medians over rounds.
 # Each amspc run's micro-batch is the global batch over the ranks, as
-# torch's per-process batch is (one micro-batch a step).
+# torch's per-process batch is (one micro-batch a step). Local ranks are
+# goroutines of one process on one machine, so their cluster is one node
+# (1 x 2, 1 x 8): the model file's 2 x 4 cluster would make the compiler
+# lower collectives in two levels for a network that is not there.
 # Needs Debian's python3-torch with libopenblas0-pthread.
 #
 #   sh bench/vs_torch.sh [ROUNDS [STEPS_TINY [STEPS_D512]]]
@@ -17,7 +20,9 @@ sd=${3:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/amspc" ./cmd/amspc
-printf 'cluster cpu_1x2 {\n  nodes = 1\n  gpus_per_node = 2\n  gpu = "cpu"\n  intra_node_bw = 10 GB/s\n  inter_node_bw = 1 GB/s\n}\n' >"$tmp/c2.amsp"
+for n in 2 8; do
+	printf 'cluster cpu_1x%d {\n  nodes = 1\n  gpus_per_node = %d\n  gpu = "cpu"\n  intra_node_bw = 10 GB/s\n  inter_node_bw = 1 GB/s\n}\n' $n $n >"$tmp/c$n.amsp"
+done
 py=/usr/bin/python3
 
 # median step in seconds from run's summary line
@@ -41,7 +46,7 @@ for model in tiny d512x8; do
 			echo "amspc 2 $plan $(awk -v s="$s" -v t=$((batch * seq)) 'BEGIN { printf "%.0f", t / s }')" >>"$tmp/$model"
 		done
 		for plan in ddp zero1 zero2 zero3; do
-			s=$("$tmp/amspc" run --steps "$steps" --train "$tmp/t8.amsp" --shard $plan "$file" | median)
+			s=$("$tmp/amspc" run --steps "$steps" --cluster "$tmp/c8.amsp" --train "$tmp/t8.amsp" --shard $plan "$file" | median)
 			echo "amspc 8 $plan $(awk -v s="$s" -v t=$((batch * seq)) 'BEGIN { printf "%.0f", t / s }')" >>"$tmp/$model"
 		done
 	done
