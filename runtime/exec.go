@@ -413,6 +413,9 @@ func (k *rank) wrote(id int32) {
 		return
 	}
 	r, _ := k.offset(id)
+	if k.reps.group[r].stage < 0 { // not a P buffer (group is fixed at start)
+		return
+	}
 	k.mu.Lock()
 	k.reps.wrote(k.r, r)
 	k.mu.Unlock()
