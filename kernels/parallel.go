@@ -96,38 +96,29 @@ func sizeClass(n int) (class, size int) {
 	return (b-1)*4 + sub - 3, base + sub*q
 }
 
-func getF32(n int) *[]float32 {
+func getF32(n int) *[]float32 { return getPooled[float32](&pools32, n) }
+func putF32(p *[]float32)     { putPooled(&pools32, p) }
+func getF64(n int) *[]float64 { return getPooled[float64](&pools64, n) }
+func putF64(p *[]float64)     { putPooled(&pools64, p) }
+
+// getPooled is a slice of n elements from its class's pool, or a new one
+// of the class's capacity (on huge pages where Linux grants them).
+func getPooled[T float32 | float64](pools *[numClasses]sync.Pool, n int) *[]T {
 	c, size := sizeClass(n)
-	if p, ok := pools32[c].Get().(*[]float32); ok {
+	if p, ok := pools[c].Get().(*[]T); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float32, size)
-	hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(4*size))
+	s := make([]T, size)
+	hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(size)*unsafe.Sizeof(s[0]))
 	s = s[:n]
 	return &s
 }
 
-func putF32(p *[]float32) {
+// putPooled gives p back to its class's pool (a slice whose capacity is
+// no class's is left to the collector).
+func putPooled[T float32 | float64](pools *[numClasses]sync.Pool, p *[]T) {
 	if c, size := sizeClass(cap(*p)); size == cap(*p) {
-		pools32[c].Put(p)
-	}
-}
-
-func getF64(n int) *[]float64 {
-	c, size := sizeClass(n)
-	if p, ok := pools64[c].Get().(*[]float64); ok {
-		*p = (*p)[:n]
-		return p
-	}
-	s := make([]float64, size)
-	hugepage.Advise(unsafe.Pointer(&s[0]), uintptr(8*size))
-	s = s[:n]
-	return &s
-}
-
-func putF64(p *[]float64) {
-	if c, size := sizeClass(cap(*p)); size == cap(*p) {
-		pools64[c].Put(p)
+		pools[c].Put(p)
 	}
 }

@@ -239,14 +239,18 @@ func (k *rank) sharedPack(in *codegen.Instr) *kernels.PackedB {
 		return nil
 	}
 	b := k.m(in.Args[1]).f32
+	return m.get(memoKey{off, int64(len(b)), in.Kern}, func() any { return k.packOperand(in, b) }).(*kernels.PackedB)
+}
+
+// packOperand packs b, operand 1 of matmul instruction in, as the
+// product reads it: B for MatMul, B^T for MatMulGradA.
+func (k *rank) packOperand(in *codegen.Instr, b []float32) *kernels.PackedB {
 	s := k.shape(in.Args[1])
 	kk, n := int(s[0]), int(s[1])
-	return m.get(memoKey{off, int64(len(b)), in.Kern}, func() any {
-		if in.Kern == ir.MatMul {
-			return kernels.PackB(b, kk, n)
-		}
-		return kernels.PackBT(b, kk, n)
-	}).(*kernels.PackedB)
+	if in.Kern == ir.MatMul {
+		return kernels.PackB(b, kk, n)
+	}
+	return kernels.PackBT(b, kk, n)
 }
 
 // arg and out are the host storage of operand i and result i, ints the

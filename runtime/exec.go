@@ -407,7 +407,8 @@ func (k *rank) write(id int32, src []float32) error {
 }
 
 // wrote tells the replica memo that buffer id (or the buffer it is a view
-// of) is about to be written other than by a whole all-gather.
+// of) is about to be written, by anything (a whole all-gather then calls
+// gathered once it is done).
 func (k *rank) wrote(id int32) {
 	if k.reps == nil {
 		return

@@ -285,16 +285,10 @@ func (k *rank) replicaPack(in *codegen.Instr) (pack *kernels.PackedB, done func(
 		}
 	}
 
-	s := k.shape(in.Args[1])
-	kk, n := int(s[0]), int(s[1])
 	mine := false
 	e.once.Do(func() {
 		mine = true
-		if in.Kern == ir.MatMul {
-			e.pack = kernels.PackB(b, kk, n)
-		} else {
-			e.pack = kernels.PackBT(b, kk, n)
-		}
+		e.pack = k.packOperand(in, b)
 		if verifyReplicas {
 			e.src = append([]float32(nil), b...)
 		}
