@@ -31,13 +31,7 @@ func TestDeviceKernels(t *testing.T) {
 		compile(t, 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, bf16),
 	} {
 		p := b.Template(0)
-		seen := map[ir.OpKind]bool{}
-		for i := range p.Streams[codegen.Compute] {
-			in := &p.Streams[codegen.Compute][i]
-			if in.Op != codegen.Kernel || seen[in.Kern] {
-				continue
-			}
-			seen[in.Kern] = true
+		for _, in := range firstOfEachKind(p) {
 			want, err := runtime.RunKernel(nil, b.Topo, p, in)
 			if err != nil {
 				t.Fatalf("%v on the CPU: %v", in.Kern, err)
@@ -164,13 +158,7 @@ func TestDeviceProfile(t *testing.T) {
 	b := compile(t, 2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)})
 	dev := func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }
 	p := b.Template(0)
-	seen := map[ir.OpKind]bool{}
-	for i := range p.Streams[codegen.Compute] {
-		in := &p.Streams[codegen.Compute][i]
-		if in.Op != codegen.Kernel || seen[in.Kern] {
-			continue
-		}
-		seen[in.Kern] = true
+	for _, in := range firstOfEachKind(p) {
 		s, err := runtime.MeasureKernelOn(b.Topo, p, in, 1, dev)
 		if err != nil || !(s > 0) {
 			t.Errorf("%v on the device: %v s, %v", in.Kern, s, err)
