@@ -28,14 +28,27 @@ build)
 	ls -la $d
 	;;
 run)
+	# Logs go to $OUT when the device tool runs this (what it brings
+	# back), else next to the binaries.
+	o=${OUT:-$d}
+	mkdir -p "$o"
+	if [ -z "${AMSPC_CUDA_LIBS:-}" ]; then
+		# CUDA's libraries where the toolkit or Python's wheels put them.
+		AMSPC_CUDA_LIBS=$(find /usr/local /usr/lib /opt -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.1[23]' -o -name 'libnvrtc.so.1[23]' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+		export AMSPC_CUDA_LIBS
+	fi
+	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout 240 ../../$d/cudalib.test -test.v) >$d/cudalib.log 2>&1 || echo "cudalib.test failed: see $d/cudalib.log"
-	grep -E '^(--- |ok|FAIL|PASS)|largest relative|GPU [0-9]' $d/cudalib.log || true
-	timeout 120 $d/amspc run --steps 50 --log $d/tiny-cpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|step 50)' || true
-	timeout 120 $d/amspc run --steps 50 --device cuda --log $d/tiny-gpu.jsonl testdata/models/tiny.amsp | grep -E '^(measured|GPU memory|step 50)' || true
-	timeout 120 $d/amspc profile --device cuda --reps 3 -o $d/profile-tiny.csv testdata/models/tiny.amsp | head -4 || true
-	timeout 240 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 | tee $d/torch.txt || true
-	timeout 300 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp | tee $d/amspc1b.txt || true
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUTrainsTiny:120; do
+		(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
+	done
+	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA' $o/cudalib.log | head -60 || true
+	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
+	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
+	timeout 40 $d/amspc profile --device cuda --reps 3 -o $o/profile-tiny.csv testdata/models/tiny.amsp 2>&1 | head -6 || true
+	PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
+	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
+	nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv || true
 	;;
 *)
 	echo "usage: sh bench/gpu_checks.sh build|run" >&2
