@@ -39,10 +39,10 @@ run)
 	fi
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUTrainsTiny:120; do
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUTrainsTiny:120; do
 		(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
-	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA' $o/cudalib.log | head -60 || true
+	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	timeout 40 $d/amspc profile --device cuda --reps 3 -o $o/profile-tiny.csv testdata/models/tiny.amsp 2>&1 | head -6 || true

@@ -1,11 +1,5 @@
 package runtime
 
-import (
-	"slices"
-
-	"amspc/codegen"
-)
-
 // SharedGatherBuffers is how many of rank 0's buffers a shared all-gather
 // can fill (for tests in package runtime_test).
 func SharedGatherBuffers(r *Run) int {
@@ -30,28 +24,6 @@ func ReplicaPackings(r *Run) (reused, early int64, live int) {
 		return m.reused.Load(), m.early.Load(), len(m.m)
 	}
 	return 0, 0, 0
-}
-
-// RunKernel runs kernel instruction in of program p as rank 0 of topo on
-// backend be (nil: the CPU's), its operands filled as MeasureKernel fills
-// them, and returns its results' values.
-func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codegen.Instr) ([][]float32, error) {
-	k, err := probeRank(topo, p, in, 0, be)
-	if err != nil {
-		return nil, err
-	}
-	if err := k.kernel(codegen.Compute, in); err != nil {
-		return nil, err
-	}
-	var outs [][]float32
-	for _, id := range in.Outs {
-		v, err := k.read(id)
-		if err != nil {
-			return nil, err
-		}
-		outs = append(outs, slices.Clone(v))
-	}
-	return outs, nil
 }
 
 // Every test that trains local ranks checks that the replicas sharing a

@@ -18,7 +18,7 @@ func TestMeasureEveryKernel(t *testing.T) {
 	b := compileModel(t, "tiny", 2, 4, cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(4, 2)}, "train { seq_len = 16 micro_batch = 1 global_batch = 16 precision = bf16 }")
 	p := b.Template(0)
 	seen := map[ir.OpKind]bool{}
-	for _, in := range firstOfEachKind(p) {
+	for _, in := range runtime.FirstOfEachKind(p) {
 		seen[in.Kern] = true
 		s, err := runtime.MeasureKernel(b.Topo, p, in, 1)
 		if err != nil {
@@ -54,19 +54,4 @@ func TestMeasureCollective(t *testing.T) {
 	if _, err := runtime.MeasureCollective(topo, codegen.AllGather, ir.Factor{S0: 4, S1: 1}, 1022, 1); err == nil {
 		t.Error("a size that does not split over the group was measured")
 	}
-}
-
-// firstOfEachKind is the first kernel instruction of each op on p's
-// compute stream, in program order.
-func firstOfEachKind(p *codegen.Program) []*codegen.Instr {
-	var out []*codegen.Instr
-	seen := map[ir.OpKind]bool{}
-	for i := range p.Streams[codegen.Compute] {
-		in := &p.Streams[codegen.Compute][i]
-		if in.Op == codegen.Kernel && !seen[in.Kern] {
-			seen[in.Kern] = true
-			out = append(out, in)
-		}
-	}
-	return out
 }

@@ -222,8 +222,13 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		logw = f
 	}
 	where := "CPU ranks"
-	if pw != nil {
+	switch {
+	case pw != nil:
 		where = "MPI processes"
+	case *device == "cuda":
+		where = "ranks on CUDA GPUs"
+	case *device == "sim":
+		where = "ranks on simulated GPUs"
 	}
 	fmt.Fprintf(stdout, "%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s\n",
 		file, bundle.Model, topo.Ranks(), where, topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)

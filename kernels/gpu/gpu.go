@@ -44,29 +44,53 @@ const (
 	// Row kernels take one block per row and a power-of-two block of at
 	// most MaxBlock threads (RowBlock picks it).
 	Row
-	// Attention kernels take a grid (ceil(seq/B), heads, batch) (kv heads
-	// for attention_dkv_f32), B threads, one row each, and AttentionSmem
-	// bytes of dynamic shared memory (AttentionBlock picks B).
+	// Attention kernels take AttentionThreads threads, a grid
+	// (ceil(seq/rows), heads, batch) and the shared memory of the head
+	// dim's AttentionGeometry, whose lanes and tile are their last two
+	// arguments.
 	Attention
 )
 
 // MaxHeadDim is AMSP_MAX_HD in ops.cu.
 const MaxHeadDim = 256
 
-// AttentionBlock is the attention kernels' block: the most rows, a power
-// of two up to 64, whose two tiles of hd floats fit the 48 KiB of shared
-// memory a launch gets without asking.
-func AttentionBlock(hd int) int {
-	b := 64
-	for b > 1 && AttentionSmem(b, hd) > 48<<10 {
-		b /= 2
-	}
-	return b
+// AttentionThreads is the attention kernels' block.
+const AttentionThreads = 128
+
+// AttentionGeom is the launch geometry of the attention kernels for one
+// head dim (ops.cu's comment before attention_f32 says how they use it).
+type AttentionGeom struct {
+	Lanes int // threads that share a row, each holding up to 16 of its elements
+	Rows  int // rows a block holds: AttentionThreads / Lanes
+	Tile  int // rows of the other operand in shared memory at once, a multiple of 16
+	Smem  int // bytes of dynamic shared memory: two tiles and two tile-long vectors
 }
 
-// AttentionSmem is the dynamic shared memory of an attention launch of
-// block rows: two tiles of block x hd floats.
-func AttentionSmem(block, hd int) int { return 2 * block * hd * 4 }
+// AttentionGeometry is the geometry for head dim hd (1 to MaxHeadDim):
+// the fewest lanes (a power of two) whose four float4 groups cover hd,
+// and the largest tile of at most 64 rows that fits the 48 KiB of shared
+// memory a launch gets without asking.
+func AttentionGeometry(hd int) AttentionGeom {
+	groups := (hd + 3) / 4
+	lanes := 1
+	for 4*lanes < groups {
+		lanes *= 2
+	}
+	hdp := 4 * groups
+	smem := func(tile int) int { return 4 * (2*tile*hdp + 2*tile) }
+	tile := 64
+	for tile > 16 && smem(tile) > 48<<10 {
+		tile /= 2
+	}
+	return AttentionGeom{Lanes: lanes, Rows: AttentionThreads / lanes, Tile: tile, Smem: smem(tile)}
+}
+
+// Launch is an attention kernel's launch over seq rows, y heads and
+// batch, with args, then the geometry's lanes and tile.
+func (g AttentionGeom) Launch(kernel string, seq, y, batch int64, args ...Arg) Launch {
+	return Launch{Kernel: kernel, Grid: [3]int{int((seq + int64(g.Rows) - 1) / int64(g.Rows)), int(y), int(batch)},
+		Block: AttentionThreads, Smem: g.Smem, Args: append(append([]Arg(nil), args...), i64(int64(g.Lanes)), i64(int64(g.Tile)))}
+}
 
 // MaxBlock is AMSP_BLOCK in ops.cu: the shared reduction arrays' size.
 const MaxBlock = 256
@@ -102,10 +126,11 @@ var Kernels = []Kernel{
 	{"cross_entropy_f32", []Param("pppllp"), Row},
 	{"cross_entropy_grad_f32", []Param("ppplld"), Row},
 	{"adamw_f32", []Param("pppplpldddddddd"), Elementwise},
-	{"attention_f32", []Param("pppppllllll"), Attention},
+	{"attention_f32", []Param("pppppllllllll"), Attention},
 	{"attention_dsum_f32", []Param("pppllll"), Elementwise},
-	{"attention_dq_f32", []Param("pppppppllllll"), Attention},
-	{"attention_dkv_f32", []Param("ppppppppllllll"), Attention},
+	{"attention_dq_f32", []Param("pppppppllllllll"), Attention},
+	{"attention_dkv_f32", []Param("ppppppppllllllll"), Attention},
+	{"attention_dkv_sum_f32", []Param("pppplllll"), Elementwise},
 	{"first_nonfinite_f32", []Param("plp"), Elementwise},
 	{"bf16_widen", []Param("ppl"), Elementwise},
 	{"bf16_round", []Param("pl"), Elementwise},

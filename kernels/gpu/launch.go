@@ -171,13 +171,6 @@ func row(kernel string, rows, d int64, args ...Arg) Launch {
 	return Launch{Kernel: kernel, Grid: [3]int{int(max(rows, 1)), 1, 1}, Block: RowBlock(d), Args: args}
 }
 
-// attention is a launch of an attention kernel over seq rows, y heads,
-// batch.
-func attention(kernel string, seq, y, batch, hd int64, args ...Arg) Launch {
-	b := AttentionBlock(int(hd))
-	return Launch{Kernel: kernel, Grid: [3]int{int((seq + int64(b) - 1) / int64(b)), int(y), int(batch)}, Block: b, Smem: AttentionSmem(b, int(hd)), Args: args}
-}
-
 func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
 
 // PlanOp is the launch plan of one instruction on fp32 operands and
@@ -278,19 +271,32 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		causal := boolArg(c.Attr("causal").Bool)
 		dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
 		rows := b * heads * s
+		geo := AttentionGeometry(int(hd))
 		if c.Op == ir.Attention {
 			p.Scratch = []ScratchBuf{f32Scratch(rows)}
-			p.Launches = []Launch{attention("attention_f32", s, heads, b, hd, append([]Arg{res(0), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...)}
+			p.Launches = []Launch{geo.Launch("attention_f32", s, heads, b, append([]Arg{res(0), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...)}
 			break
 		}
 		// As on the CPU, forward runs again for its log-sum-exp (into a
 		// scratch output); dsum is rowsum(out * dout) of the given out.
+		// attention_dkv_f32 runs a block per query head: with grouped KV
+		// heads into one part per head (scratch), which
+		// attention_dkv_sum_f32 adds up.
 		p.Scratch = []ScratchBuf{f32Scratch(rows), f32Scratch(n(3)), f32Scratch(rows)}
+		dk, dv := res(1), res(2)
+		if kvh != heads {
+			p.Scratch = append(p.Scratch, f32Scratch(n(3)), f32Scratch(n(3)))
+			dk, dv = scr(3), scr(4)
+		}
 		p.Launches = []Launch{
-			attention("attention_f32", s, heads, b, hd, append([]Arg{scr(1), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...),
+			geo.Launch("attention_f32", s, heads, b, append([]Arg{scr(1), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...),
 			elementwise("attention_dsum_f32", rows, scr(2), opnd(3), opnd(4), i64(b), i64(s), i64(heads), i64(hd)),
-			attention("attention_dq_f32", s, heads, b, hd, append([]Arg{res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
-			attention("attention_dkv_f32", s, kvh, b, hd, append([]Arg{res(1), res(2), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+			geo.Launch("attention_dq_f32", s, heads, b, append([]Arg{res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+			geo.Launch("attention_dkv_f32", s, heads, b, append([]Arg{dk, dv, opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+		}
+		if kvh != heads {
+			p.Launches = append(p.Launches, elementwise("attention_dkv_sum_f32", n(1), res(1), res(2), scr(3), scr(4),
+				i64(b), i64(s), i64(heads), i64(kvh), i64(hd)))
 		}
 	case ir.Transpose:
 		p.Launches = []Launch{elementwise("transpose_f32", n(0), res(0), opnd(0), i64(as[0][0]), i64(as[0][1]))}

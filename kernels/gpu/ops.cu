@@ -412,79 +412,186 @@ AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const floa
 // Attention. q and out are [batch, seq, heads*hd], k and v [batch, seq,
 // kvHeads*hd]; query head h reads kv head h / (heads/kvHeads); lse is
 // [batch, heads, seq]. Scores are scale * q.k with scale = 1/sqrt(hd).
-// Grid (ceil(seq/B), heads or kvHeads, batch), B = blockDim.x threads,
-// one query (or key) row each; the other operand streams through dynamic
-// shared memory in tiles of B rows, 2*B*hd floats (attention_smem). An
-// online softmax (FlashAttention's) keeps one running max and sum per
-// row, so the seq x seq probabilities are never stored; every sum runs
-// in a fixed order, so results do not vary from run to run.
+//
+// Geometry (kernels/gpu AttentionGeometry): lanes consecutive threads
+// share a row (a query row, or for attention_dkv_f32 a key row), each
+// holding up to 16 of its elements in registers: four float4 groups,
+// group c of lane l covering elements 4*(c*lanes + l) to +3, so the lanes
+// of a row read consecutive 16 bytes of a shared row and the rows of a
+// warp read the same ones (a broadcast). A block of blockDim.x threads
+// holds blockDim.x/lanes rows; grid (ceil(seq/rows), heads, batch). The
+// other operand streams through dynamic shared memory in tiles of tile
+// rows (a multiple of 16), each row padded to hdp = hd rounded up to 4
+// floats with zeros. A dot product is each lane's partial sum, then a
+// butterfly over the row's lanes (amsp_shfl_xor), which leaves the same
+// bits in every lane. FlashAttention's online softmax keeps a running max
+// and sum per row, rescaled once per 16 keys, so the seq x seq
+// probabilities are never stored; every sum runs in a fixed order, so
+// results do not vary from run to run. Every thread of a block runs every
+// loop (rows past seq compute on zeros and store nothing): the shuffles
+// and barriers need the whole block.
 
 #ifdef __CUDACC__
-#define AMSP_DYN_SHARED(name) extern __shared__ float name[]
+#define AMSP_DYN_SHARED(name) extern __shared__ float4 amsp_dyn_##name[]; float *name = (float *)amsp_dyn_##name
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
+__device__ __forceinline__ float amsp_shfl_xor(float v, int off) { return __shfl_xor_sync(0xffffffffu, v, off); }
 #endif
 
-// AMSP_MAX_HD is the largest head dim the kernels take.
+// AMSP_MAX_HD is the largest head dim the kernels take (16 lanes of 16).
 #define AMSP_MAX_HD 256
 
-AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float *q, const float *k, const float *v,
-	long long batch, long long seq, long long heads, long long kvheads, long long hd, long long causal) {
-	AMSP_DYN_SHARED(tile);
-	float *ks = tile, *vs = tile + blockDim.x * hd;
-	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
-	long long i0 = (long long)blockIdx.x * blockDim.x, i = i0 + threadIdx.x;
-	long long qs = heads * hd, kvs = kvheads * hd;
-	float scale = (float)(1 / sqrt((double)hd));
-	float qr[AMSP_MAX_HD], acc[AMSP_MAX_HD];
-	for (long long e = 0; e < hd; e++) {
-		qr[e] = i < seq ? q[(b * seq + i) * qs + h * hd + e] : 0;
-		acc[e] = 0;
+// lane_sum is the sum of v over the lanes of a row, the same bits in each.
+__device__ __forceinline__ float lane_sum(float v, int lanes) {
+	for (int off = lanes >> 1; off > 0; off >>= 1) {
+		v += amsp_shfl_xor(v, off);
 	}
-	float m = -INFINITY;
-	double l = 0;
-	long long n = seq;
-	if (causal && i0 + blockDim.x < seq) {
-		n = i0 + blockDim.x;
+	return v;
+}
+
+// row_load puts this lane's elements of row i (of seq) of x, whose rows
+// are stride floats apart, starting at column col, into r (zero past hd
+// or seq).
+__device__ __forceinline__ void row_load(float *r, const float *x, long long b, long long i, long long seq, long long stride,
+	long long col, int hd, int lanes, int l) {
+#pragma unroll
+	for (int c = 0; c < 4; c++) {
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int e = 4 * (c * lanes + l) + u;
+			r[4 * c + u] = (i < seq && e < hd) ? x[(b * seq + i) * stride + col + e] : 0.0f;
+		}
 	}
-	for (long long t0 = 0; t0 < n; t0 += blockDim.x) {
-		long long tn = n - t0 < blockDim.x ? n - t0 : blockDim.x;
-		for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
-			for (long long e = 0; e < hd; e++) {
-				ks[r * hd + e] = k[(b * seq + t0 + r) * kvs + g * hd + e];
-				vs[r * hd + e] = v[(b * seq + t0 + r) * kvs + g * hd + e];
+}
+
+// row_store writes this lane's elements of r to row i of x (i < seq).
+__device__ __forceinline__ void row_store(float *x, const float *r, float f, long long b, long long i, long long seq,
+	long long stride, long long col, int hd, int lanes, int l) {
+#pragma unroll
+	for (int c = 0; c < 4; c++) {
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int e = 4 * (c * lanes + l) + u;
+			if (e < hd) {
+				x[(b * seq + i) * stride + col + e] = r[4 * c + u] * f;
 			}
 		}
+	}
+}
+
+// tile_load puts rows t0 to t0+tile-1 of x (rows stride floats apart,
+// from column col, hd wide) into sh, hdp floats a row, zeros past seq
+// and hd.
+__device__ __forceinline__ void tile_load(float *sh, const float *x, long long b, long long t0, long long seq, long long stride,
+	long long col, int hd, int hdp, int tile) {
+	int r = threadIdx.x / hdp, e = threadIdx.x % hdp, dr = blockDim.x / hdp, de = blockDim.x % hdp;
+	for (int z = threadIdx.x; z < tile * hdp; z += blockDim.x) {
+		long long i = t0 + r;
+		sh[z] = (i < seq && e < hd) ? x[(b * seq + i) * stride + col + e] : 0.0f;
+		r += dr;
+		e += de;
+		if (e >= hdp) {
+			e -= hdp;
+			r++;
+		}
+	}
+}
+
+// lane_dot is this lane's part of r . row (row in shared memory, 16-byte
+// aligned), groups past hdp skipped.
+__device__ __forceinline__ float lane_dot(const float *r, const float *row, int groups, int lanes, int l) {
+	float s = 0;
+#pragma unroll
+	for (int c = 0; c < 4; c++) {
+		int g = c * lanes + l;
+		if (g < groups) {
+			float4 w = *(const float4 *)(row + 4 * g);
+			s += r[4 * c] * w.x;
+			s += r[4 * c + 1] * w.y;
+			s += r[4 * c + 2] * w.z;
+			s += r[4 * c + 3] * w.w;
+		}
+	}
+	return s;
+}
+
+// lane_axpy adds a * row to this lane's elements r.
+__device__ __forceinline__ void lane_axpy(float *r, float a, const float *row, int groups, int lanes, int l) {
+#pragma unroll
+	for (int c = 0; c < 4; c++) {
+		int g = c * lanes + l;
+		if (g < groups) {
+			float4 w = *(const float4 *)(row + 4 * g);
+			r[4 * c] += a * w.x;
+			r[4 * c + 1] += a * w.y;
+			r[4 * c + 2] += a * w.z;
+			r[4 * c + 3] += a * w.w;
+		}
+	}
+}
+
+AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float *q, const float *k, const float *v,
+	long long batch, long long seq, long long heads, long long kvheads, long long hd, long long causal, long long lanes,
+	long long tile) {
+	AMSP_DYN_SHARED(sh);
+	int L = (int)lanes, T = (int)tile, HD = (int)hd, hdp = (HD + 3) & ~3, groups = hdp / 4;
+	float *ks = sh, *vs = sh + T * hdp;
+	int l = threadIdx.x % L, rows = blockDim.x / L;
+	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
+	long long i0 = (long long)blockIdx.x * rows, i = i0 + threadIdx.x / L;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	float scale = (float)(1 / sqrt((double)hd));
+	float qr[16], acc[16];
+	row_load(qr, q, b, i, seq, qs, h * hd, HD, L, l);
+#pragma unroll
+	for (int e = 0; e < 16; e++) {
+		acc[e] = 0;
+	}
+	float m = -INFINITY, sum = 0;
+	long long n = seq;
+	if (causal && i0 + rows < seq) {
+		n = i0 + rows;
+	}
+	for (long long t0 = 0; t0 < n; t0 += T) {
+		tile_load(ks, k, b, t0, seq, kvs, g * hd, HD, hdp, T);
+		tile_load(vs, v, b, t0, seq, kvs, g * hd, HD, hdp, T);
 		__syncthreads();
-		for (long long r = 0; i < seq && r < tn && (!causal || t0 + r <= i); r++) {
-			float s = 0;
-			for (long long e = 0; e < hd; e++) {
-				s += qr[e] * ks[r * hd + e];
+		int tn = n - t0 < T ? (int)(n - t0) : T;
+		for (int j0 = 0; j0 < tn; j0 += 16) {
+			float s[16], mt = m;
+#pragma unroll
+			for (int jj = 0; jj < 16; jj++) {
+				int j = j0 + jj;
+				float d = lane_sum(lane_dot(qr, ks + j * hdp, groups, L, l), L);
+				s[jj] = (j < tn && (!causal || t0 + j <= i)) ? d * scale : -INFINITY;
+				mt = fmaxf(mt, s[jj]);
 			}
-			s *= scale;
-			if (s > m) {
-				float c = m == -INFINITY ? 0 : (float)exp((double)(m - s));
-				l *= c;
-				for (long long e = 0; e < hd; e++) {
+			if (mt > m) {
+				float c = m == -INFINITY ? 0.0f : expf(m - mt);
+				sum *= c;
+			#pragma unroll
+	for (int e = 0; e < 16; e++) {
 					acc[e] *= c;
 				}
-				m = s;
+				m = mt;
 			}
-			float p = (float)exp((double)(s - m));
-			l += p;
-			for (long long e = 0; e < hd; e++) {
-				acc[e] += p * vs[r * hd + e];
+#pragma unroll
+			for (int jj = 0; jj < 16; jj++) {
+				if (s[jj] != -INFINITY) {
+					float p = expf(s[jj] - m);
+					sum += p;
+					lane_axpy(acc, p, vs + (j0 + jj) * hdp, groups, L, l);
+				}
 			}
 		}
 		__syncthreads();
 	}
 	if (i < seq) {
-		float inv = (float)(1 / l);
-		for (long long e = 0; e < hd; e++) {
-			out[(b * seq + i) * qs + h * hd + e] = acc[e] * inv;
+		row_store(out, acc, 1 / sum, b, i, seq, qs, h * hd, HD, L, l);
+		if (l == 0) {
+			lse[(b * heads + h) * seq + i] = m + logf(sum);
 		}
-		lse[(b * heads + h) * seq + i] = (float)((double)m + log(l));
 	}
 }
 
@@ -502,108 +609,117 @@ AMSP_EXTERN_C __global__ void attention_dsum_f32(float *dsum, const float *out, 
 	}
 }
 
-// dq: one query row per thread, keys in tiles: with p = exp(s - lse) and
-// ds = p * (dout . v - D), dq = scale * sum over keys of ds * k.
+// dq: query rows as in attention_f32, keys and values in tiles: with
+// p = exp(scale * q.k - lse) and ds = p * (dout . v - D),
+// dq = scale * sum over keys of ds * k.
 AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const float *k, const float *v, const float *lse,
 	const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads, long long hd,
-	long long causal) {
-	AMSP_DYN_SHARED(tile);
-	float *ks = tile, *vs = tile + blockDim.x * hd;
+	long long causal, long long lanes, long long tile) {
+	AMSP_DYN_SHARED(sh);
+	int L = (int)lanes, T = (int)tile, HD = (int)hd, hdp = (HD + 3) & ~3, groups = hdp / 4;
+	float *ks = sh, *vs = sh + T * hdp;
+	int l = threadIdx.x % L, rows = blockDim.x / L;
 	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
-	long long i0 = (long long)blockIdx.x * blockDim.x, i = i0 + threadIdx.x;
+	long long i0 = (long long)blockIdx.x * rows, i = i0 + threadIdx.x / L;
 	long long qs = heads * hd, kvs = kvheads * hd;
 	float scale = (float)(1 / sqrt((double)hd));
-	float qr[AMSP_MAX_HD], dor[AMSP_MAX_HD], acc[AMSP_MAX_HD];
-	for (long long e = 0; e < hd; e++) {
-		qr[e] = i < seq ? q[(b * seq + i) * qs + h * hd + e] : 0;
-		dor[e] = i < seq ? dout[(b * seq + i) * qs + h * hd + e] : 0;
+	float qr[16], dor[16], acc[16];
+	row_load(qr, q, b, i, seq, qs, h * hd, HD, L, l);
+	row_load(dor, dout, b, i, seq, qs, h * hd, HD, L, l);
+#pragma unroll
+	for (int e = 0; e < 16; e++) {
 		acc[e] = 0;
 	}
 	float li = i < seq ? lse[(b * heads + h) * seq + i] : 0, di = i < seq ? dsum[(b * heads + h) * seq + i] : 0;
 	long long n = seq;
-	if (causal && i0 + blockDim.x < seq) {
-		n = i0 + blockDim.x;
+	if (causal && i0 + rows < seq) {
+		n = i0 + rows;
 	}
-	for (long long t0 = 0; t0 < n; t0 += blockDim.x) {
-		long long tn = n - t0 < blockDim.x ? n - t0 : blockDim.x;
-		for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
-			for (long long e = 0; e < hd; e++) {
-				ks[r * hd + e] = k[(b * seq + t0 + r) * kvs + g * hd + e];
-				vs[r * hd + e] = v[(b * seq + t0 + r) * kvs + g * hd + e];
-			}
-		}
+	for (long long t0 = 0; t0 < n; t0 += T) {
+		tile_load(ks, k, b, t0, seq, kvs, g * hd, HD, hdp, T);
+		tile_load(vs, v, b, t0, seq, kvs, g * hd, HD, hdp, T);
 		__syncthreads();
-		for (long long r = 0; i < seq && r < tn && (!causal || t0 + r <= i); r++) {
-			float s = 0, dp = 0;
-			for (long long e = 0; e < hd; e++) {
-				s += qr[e] * ks[r * hd + e];
-				dp += dor[e] * vs[r * hd + e];
-			}
-			float p = (float)exp((double)(s * scale - li));
-			float ds = p * (dp - di) * scale;
-			for (long long e = 0; e < hd; e++) {
-				acc[e] += ds * ks[r * hd + e];
+		int tn = n - t0 < T ? (int)(n - t0) : T;
+		for (int j = 0; j < tn; j++) {
+			float s = lane_sum(lane_dot(qr, ks + j * hdp, groups, L, l), L);
+			float dp = lane_sum(lane_dot(dor, vs + j * hdp, groups, L, l), L);
+			if (i < seq && (!causal || t0 + j <= i)) {
+				float p = expf(s * scale - li);
+				lane_axpy(acc, p * (dp - di) * scale, ks + j * hdp, groups, L, l);
 			}
 		}
 		__syncthreads();
 	}
-	for (long long e = 0; i < seq && e < hd; e++) {
-		dq[(b * seq + i) * qs + h * hd + e] = acc[e];
+	if (i < seq) {
+		row_store(dq, acc, 1, b, i, seq, qs, h * hd, HD, L, l);
 	}
 }
 
-// dk, dv: one key row of kv head g per thread, over the query heads of
-// its group in order and their query rows in tiles:
-// dv = sum of p * dout, dk = scale * sum of ds * q.
+// dk, dv of query head h (blockIdx.y): key rows of kv head h /
+// (heads/kvHeads) as query rows are in attention_f32, query rows of head
+// h (with their lse and D) in tiles: dv = sum of p * dout, dk = scale *
+// sum of ds * q. Written at column h*hd of [batch, seq, heads*hd] rows:
+// dk and dv themselves when heads == kvHeads, else one head's part that
+// attention_dkv_sum_f32 adds up.
 AMSP_EXTERN_C __global__ void attention_dkv_f32(float *dk, float *dv, const float *q, const float *k, const float *v,
 	const float *lse, const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads,
-	long long hd, long long causal) {
-	AMSP_DYN_SHARED(tile);
-	float *qsh = tile, *dos = tile + blockDim.x * hd;
-	long long b = blockIdx.z, g = blockIdx.y, group = heads / kvheads;
-	long long j0 = (long long)blockIdx.x * blockDim.x, j = j0 + threadIdx.x;
+	long long hd, long long causal, long long lanes, long long tile) {
+	AMSP_DYN_SHARED(sh);
+	int L = (int)lanes, T = (int)tile, HD = (int)hd, hdp = (HD + 3) & ~3, groups = hdp / 4;
+	float *qsh = sh, *dos = sh + T * hdp, *lt = sh + 2 * T * hdp, *dt = lt + T;
+	int l = threadIdx.x % L, rows = blockDim.x / L;
+	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
+	long long j0 = (long long)blockIdx.x * rows, j = j0 + threadIdx.x / L;
 	long long qs = heads * hd, kvs = kvheads * hd;
 	float scale = (float)(1 / sqrt((double)hd));
-	float kr[AMSP_MAX_HD], vr[AMSP_MAX_HD], ak[AMSP_MAX_HD], av[AMSP_MAX_HD];
-	for (long long e = 0; e < hd; e++) {
-		kr[e] = j < seq ? k[(b * seq + j) * kvs + g * hd + e] : 0;
-		vr[e] = j < seq ? v[(b * seq + j) * kvs + g * hd + e] : 0;
+	float kr[16], vr[16], ak[16], av[16];
+	row_load(kr, k, b, j, seq, kvs, g * hd, HD, L, l);
+	row_load(vr, v, b, j, seq, kvs, g * hd, HD, L, l);
+#pragma unroll
+	for (int e = 0; e < 16; e++) {
 		ak[e] = av[e] = 0;
 	}
-	long long start = causal ? j0 : 0; // query rows before the block see none of its keys
-	for (long long h = g * group; h < (g + 1) * group; h++) {
-		for (long long t0 = start; t0 < seq; t0 += blockDim.x) {
-			long long tn = seq - t0 < blockDim.x ? seq - t0 : blockDim.x;
-			for (long long r = threadIdx.x; r < tn; r += blockDim.x) {
-				for (long long e = 0; e < hd; e++) {
-					qsh[r * hd + e] = q[(b * seq + t0 + r) * qs + h * hd + e];
-					dos[r * hd + e] = dout[(b * seq + t0 + r) * qs + h * hd + e];
-				}
-			}
-			__syncthreads();
-			for (long long r = 0; j < seq && r < tn; r++) {
-				long long i = t0 + r;
-				if (causal && i < j) {
-					continue;
-				}
-				float s = 0, dp = 0;
-				for (long long e = 0; e < hd; e++) {
-					s += qsh[r * hd + e] * kr[e];
-					dp += dos[r * hd + e] * vr[e];
-				}
-				float p = (float)exp((double)(s * scale - lse[(b * heads + h) * seq + i]));
-				float ds = p * (dp - dsum[(b * heads + h) * seq + i]) * scale;
-				for (long long e = 0; e < hd; e++) {
-					av[e] += p * dos[r * hd + e];
-					ak[e] += ds * qsh[r * hd + e];
-				}
-			}
-			__syncthreads();
+	for (long long t0 = causal ? j0 : 0; t0 < seq; t0 += T) { // query rows before the block see none of its keys
+		tile_load(qsh, q, b, t0, seq, qs, h * hd, HD, hdp, T);
+		tile_load(dos, dout, b, t0, seq, qs, h * hd, HD, hdp, T);
+		for (int r = threadIdx.x; r < T; r += blockDim.x) {
+			lt[r] = t0 + r < seq ? lse[(b * heads + h) * seq + t0 + r] : 0;
+			dt[r] = t0 + r < seq ? dsum[(b * heads + h) * seq + t0 + r] : 0;
 		}
+		__syncthreads();
+		int tn = seq - t0 < T ? (int)(seq - t0) : T;
+		for (int r = 0; r < tn; r++) {
+			float s = lane_sum(lane_dot(kr, qsh + r * hdp, groups, L, l), L);
+			float dp = lane_sum(lane_dot(vr, dos + r * hdp, groups, L, l), L);
+			if (j < seq && (!causal || t0 + r >= j)) {
+				float p = expf(s * scale - lt[r]);
+				lane_axpy(av, p, dos + r * hdp, groups, L, l);
+				lane_axpy(ak, p * (dp - dt[r]) * scale, qsh + r * hdp, groups, L, l);
+			}
+		}
+		__syncthreads();
 	}
-	for (long long e = 0; j < seq && e < hd; e++) {
-		dk[(b * seq + j) * kvs + g * hd + e] = ak[e];
-		dv[(b * seq + j) * kvs + g * hd + e] = av[e];
+	if (j < seq) {
+		row_store(dk, ak, 1, b, j, seq, qs, h * hd, HD, L, l);
+		row_store(dv, av, 1, b, j, seq, qs, h * hd, HD, L, l);
+	}
+}
+
+// dk, dv of grouped KV heads: the parts of the group's query heads
+// ([batch, seq, heads*hd] each) added in head order.
+AMSP_EXTERN_C __global__ void attention_dkv_sum_f32(float *dk, float *dv, const float *pk, const float *pv, long long batch,
+	long long seq, long long heads, long long kvheads, long long hd) {
+	long long group = heads / kvheads;
+	GRID_STRIDE(z, batch * seq * kvheads * hd) {
+		long long e = z % hd, g = z / hd % kvheads, row = z / (hd * kvheads);
+		const float *a = pk + row * heads * hd + g * group * hd + e, *c = pv + row * heads * hd + g * group * hd + e;
+		float sk = 0, sv = 0;
+		for (long long x = 0; x < group; x++) {
+			sk += a[x * hd];
+			sv += c[x * hd];
+		}
+		dk[z] = sk;
+		dv[z] = sv;
 	}
 }
 

@@ -115,18 +115,19 @@ func TestGPUOps(t *testing.T) {
 	kernels.AdamW(p, wm, wv, g, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, nil)
 	check("adamw p", back(pp, n), p, true)
 
-	// Attention with grouped KV heads, causal: blocks of many rows, so
-	// the masks inside a block (which the host shim's one-thread blocks
-	// never reach) are checked here.
+	// Attention with grouped KV heads, causal, on the launch plans'
+	// geometry: a head dim of four lanes a row, a sequence that ends
+	// inside a block and crosses tiles.
 	const batch, seq, heads, kvHeads, hd = 2, 200, 8, 2, 64
 	nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
 	q, kk, vv, dout := rnd(nq), rnd(nkv), rnd(nkv), rnd(nq)
 	pq, pk, pvv, pdo := dev(q), dev(kk), dev(vv), dev(dout)
 	po, plse := dev(make([]float32, nq)), dev(make([]float32, batch*heads*seq))
-	B := gpu.AttentionBlock(hd)
-	ag := [3]int{(seq + B - 1) / B, heads, batch}
-	attn := []any{int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1)}
-	if err := fn["attention_f32"].Launch(ag, [3]int{B, 1, 1}, gpu.AttentionSmem(B, hd), append([]any{po, plse, pq, pk, pvv}, attn...)...); err != nil {
+	geo := gpu.AttentionGeometry(hd)
+	ag := [3]int{(seq + geo.Rows - 1) / geo.Rows, heads, batch}
+	attn := []any{int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1), int64(geo.Lanes), int64(geo.Tile)}
+	block := [3]int{gpu.AttentionThreads, 1, 1}
+	if err := fn["attention_f32"].Launch(ag, block, geo.Smem, append([]any{po, plse, pq, pk, pvv}, attn...)...); err != nil {
 		t.Fatal(err)
 	}
 	wo, wlse := make([]float32, nq), make([]float32, batch*heads*seq)
@@ -134,15 +135,18 @@ func TestGPUOps(t *testing.T) {
 	check("attention out", back(po, nq), wo, false)
 	check("attention lse", back(plse, batch*heads*seq), wlse, false)
 	pds, pdq, pdk, pdv := dev(make([]float32, batch*heads*seq)), dev(make([]float32, nq)), dev(make([]float32, nkv)), dev(make([]float32, nkv))
+	partK, partV := dev(make([]float32, nq)), dev(make([]float32, nq))
 	pwo, pwl := dev(wo), dev(wlse)
 	if err := fn["attention_dsum_f32"].Launch(grid, [3]int{256, 1, 1}, 0, pds, pwo, pdo, int64(batch), int64(seq), int64(heads), int64(hd)); err != nil {
 		t.Fatal(err)
 	}
-	if err := fn["attention_dq_f32"].Launch(ag, [3]int{B, 1, 1}, gpu.AttentionSmem(B, hd), append([]any{pdq, pq, pk, pvv, pwl, pdo, pds}, attn...)...); err != nil {
+	if err := fn["attention_dq_f32"].Launch(ag, block, geo.Smem, append([]any{pdq, pq, pk, pvv, pwl, pdo, pds}, attn...)...); err != nil {
 		t.Fatal(err)
 	}
-	kvg := [3]int{(seq + B - 1) / B, kvHeads, batch}
-	if err := fn["attention_dkv_f32"].Launch(kvg, [3]int{B, 1, 1}, gpu.AttentionSmem(B, hd), append([]any{pdk, pdv, pq, pk, pvv, pwl, pdo, pds}, attn...)...); err != nil {
+	if err := fn["attention_dkv_f32"].Launch(ag, block, geo.Smem, append([]any{partK, partV, pq, pk, pvv, pwl, pdo, pds}, attn...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn["attention_dkv_sum_f32"].Launch(grid, [3]int{256, 1, 1}, 0, pdk, pdv, partK, partV, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd)); err != nil {
 		t.Fatal(err)
 	}
 	wdq, wdk, wdv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)

@@ -20,8 +20,15 @@ import (
 // compileTiny compiles tiny for nodes x gpus under f.
 func compileTiny(t *testing.T, nodes, gpus int, f cost.Factors) *codegen.Bundle {
 	t.Helper()
+	return compileModel(t, "tiny", nodes, gpus, f)
+}
+
+// compileModel compiles an example model (a name under testdata/models)
+// for nodes x gpus under f, with extra sections.
+func compileModel(t *testing.T, model string, nodes, gpus int, f cost.Factors, extra ...string) *codegen.Bundle {
+	t.Helper()
 	cl := fmt.Sprintf("cluster { nodes = %d gpus_per_node = %d gpu = \"cpu\" }\nshard auto", nodes, gpus)
-	job := testjob.Load(t, "tiny", cl)
+	job := testjob.Load(t, model, append([]string{cl}, extra...)...)
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = 64 << 10
 	r, err := compiler.Compile(job, cost.Uniform("", f, job.Train.Recompute, job.Train.MicroBatch), compiler.Options{Passes: passes.Options{Check: true}, Config: cfg, Depth: 2})
@@ -67,6 +74,51 @@ func trainOn(t *testing.T, l *Libs, b *codegen.Bundle, n int, gpu bool) []float6
 		out = append(out, loss)
 	}
 	return out
+}
+
+// kernelBundles are the programs whose kernels TestGPUKernels checks:
+// tiny (one rank and a ZeRO-3 rank, fp32 and bf16), a GPT-2 style block
+// (layernorm, gelu, biases) and tied embeddings (a transposed head).
+func kernelBundles(t *testing.T) []*codegen.Bundle {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	one := cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	return []*codegen.Bundle{
+		compileModel(t, "tiny", 1, 1, one),
+		compileModel(t, "tiny", 2, 4, cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}),
+		compileModel(t, "tiny", 1, 1, one, bf16),
+		compileModel(t, "../variants/layernorm_gelu", 1, 1, one),
+		compileModel(t, "../variants/layernorm_gelu", 1, 1, one, bf16),
+		compileModel(t, "tied", 1, 1, one),
+	}
+}
+
+// TestGPUKernels (issue 12's first check): every kernel instruction, forward
+// and backward, of kernelBundles' programs on the GPU through the device
+// backend and on the CPU backend from the same operands: fp32 results
+// within 1e-5 of the result's largest magnitude, bf16 within 1e-2.
+func TestGPUKernels(t *testing.T) {
+	l, _ := openGPU(t)
+	g, err := l.NewGPU(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := runtime.NewDeviceBackend(g)
+	kinds := map[ir.OpKind]bool{}
+	for _, b := range kernelBundles(t) {
+		p := b.Template(0)
+		for _, in := range runtime.FirstOfEachKind(p) {
+			worst, err := runtime.CheckKernel(be, b.Topo, p, in)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			kinds[in.Kern] = true
+			t.Logf("%v (%v results): largest difference %.2g of the result's magnitude", in.Kern, p.Buffers[in.Outs[0]].DType, worst)
+		}
+	}
+	t.Logf("%d op kinds checked", len(kinds))
 }
 
 // TestGPUTrainsTiny (issue 12's checks): tiny trains 50 steps on one GPU

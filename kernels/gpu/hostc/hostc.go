@@ -12,6 +12,7 @@ package hostc
 #cgo LDFLAGS: -lm
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 #include "../shim.h"
 #include "../ops.cu"
 
@@ -40,21 +41,121 @@ static void h_cross_entropy_grad(unsigned g, float *dl, const float *logits, con
 static void h_adamw(unsigned g, float *p, float *m, float *v, const float *gr, long long n, const long long *decay, long long nd, const double *k) {
 	LAUNCH(g, adamw_f32(p, m, v, gr, n, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]));
 }
-#define LAUNCH3(gx, gy, gz, call) do { gridDim.x = (gx); gridDim.y = (gy); gridDim.z = (gz); \
-	for (unsigned bz = 0; bz < (gz); bz++) for (unsigned by = 0; by < (gy); by++) for (unsigned bx = 0; bx < (gx); bx++) { \
-		blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz; call; } } while (0)
+// A launch whose blocks run their threads as coroutines (shim.h), one
+// OS thread switching between them: each runs until the block's next
+// barrier or its end, in thread order; a barrier is passed once every
+// thread is at it. Threads that end while others wait at a barrier are
+// a divergent barrier (undefined on a GPU), reported as an error.
+typedef void (*amsp_body)(const void *args);
+enum { amsp_ready, amsp_waiting, amsp_done };
+#define AMSP_CO_STACK (128 << 10)
+static struct {
+	ucontext_t sched, ctx[1024];
+	char *stack[1024];
+	unsigned char state[1024];
+	unsigned cur;
+	amsp_body fn;
+	const void *args;
+} amsp_co;
 
-static void h_attention(float *o, float *lse, const float *q, const float *k, const float *v, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
-	LAUNCH3(s, h, b, attention_f32(o, lse, q, k, v, b, s, h, kvh, hd, causal));
+static void amsp_co_entry(void) {
+	amsp_co.fn(amsp_co.args);
+	amsp_co.state[amsp_co.cur] = amsp_done; // then uc_link: the scheduler
+}
+
+static void amsp_co_barrier(void) {
+	unsigned t = amsp_co.cur;
+	amsp_co.state[t] = amsp_waiting;
+	swapcontext(&amsp_co.ctx[t], &amsp_co.sched);
+}
+
+// amsp_coop_launch runs fn over the grid with blocks of block threads:
+// 0; -1, no memory for the threads' stacks; -2, a divergent barrier.
+static int amsp_coop_launch(amsp_body fn, const void *args, unsigned gx, unsigned gy, unsigned gz, unsigned block) {
+	if (block == 0 || block > 1024) {
+		return -1;
+	}
+	for (unsigned t = 0; t < block; t++) {
+		if (!amsp_co.stack[t] && !(amsp_co.stack[t] = malloc(AMSP_CO_STACK))) {
+			return -1;
+		}
+	}
+	amsp_co.fn = fn;
+	amsp_co.args = args;
+	blockDim.x = block;
+	gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;
+	memset(amsp_xchg_turn, 0, sizeof amsp_xchg_turn);
+	int rc = 0;
+	amsp_barrier = amsp_co_barrier;
+	for (unsigned bz = 0; bz < gz && rc == 0; bz++) for (unsigned by = 0; by < gy && rc == 0; by++) for (unsigned bx = 0; bx < gx && rc == 0; bx++) {
+		blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+		for (unsigned t = 0; t < block; t++) {
+			getcontext(&amsp_co.ctx[t]);
+			amsp_co.ctx[t].uc_stack.ss_sp = amsp_co.stack[t];
+			amsp_co.ctx[t].uc_stack.ss_size = AMSP_CO_STACK;
+			amsp_co.ctx[t].uc_link = &amsp_co.sched;
+			makecontext(&amsp_co.ctx[t], amsp_co_entry, 0);
+			amsp_co.state[t] = amsp_ready;
+		}
+		for (;;) {
+			unsigned waiting = 0, done = 0;
+			for (unsigned t = 0; t < block; t++) {
+				amsp_co.cur = t;
+				threadIdx.x = t;
+				swapcontext(&amsp_co.sched, &amsp_co.ctx[t]);
+				if (amsp_co.state[t] == amsp_waiting) {
+					waiting++;
+					amsp_co.state[t] = amsp_ready;
+				} else {
+					done++;
+				}
+			}
+			if (done == block) {
+				break;
+			}
+			if (waiting != block) {
+				rc = -2;
+				break;
+			}
+		}
+	}
+	amsp_barrier = NULL;
+	threadIdx.x = 0;
+	blockDim.x = 1;
+	return rc;
+}
+
+struct attn_args {
+	float *o, *lse, *dq, *dk, *dv;
+	const float *q, *k, *v, *lse_in, *dout, *dsum;
+	long long b, s, h, kvh, hd, causal, lanes, tile;
+};
+static void attn_fwd_body(const void *p) {
+	const struct attn_args *a = p;
+	attention_f32(a->o, a->lse, a->q, a->k, a->v, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+}
+static void attn_dq_body(const void *p) {
+	const struct attn_args *a = p;
+	attention_dq_f32(a->dq, a->q, a->k, a->v, a->lse_in, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+}
+static void attn_dkv_body(const void *p) {
+	const struct attn_args *a = p;
+	attention_dkv_f32(a->dk, a->dv, a->q, a->k, a->v, a->lse_in, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+}
+static int h_attention(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
+	return amsp_coop_launch(attn_fwd_body, a, gx, gy, gz, block);
+}
+static int h_attention_dq(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
+	return amsp_coop_launch(attn_dq_body, a, gx, gy, gz, block);
+}
+static int h_attention_dkv(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
+	return amsp_coop_launch(attn_dkv_body, a, gx, gy, gz, block);
 }
 static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
 }
-static void h_attention_dq(float *dq, const float *q, const float *k, const float *v, const float *lse, const float *dout, const float *dsum, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
-	LAUNCH3(s, h, b, attention_dq_f32(dq, q, k, v, lse, dout, dsum, b, s, h, kvh, hd, causal));
-}
-static void h_attention_dkv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *lse, const float *dout, const float *dsum, long long b, long long s, long long h, long long kvh, long long hd, long long causal) {
-	LAUNCH3(s, kvh, b, attention_dkv_f32(dk, dv, q, k, v, lse, dout, dsum, b, s, h, kvh, hd, causal));
+static void h_attention_dkv_sum(unsigned g, float *dk, float *dv, const float *pk, const float *pv, long long b, long long s, long long h, long long kvh, long long hd) {
+	LAUNCH(g, attention_dkv_sum_f32(dk, dv, pk, pv, b, s, h, kvh, hd));
 }
 static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned long long *first) { LAUNCH(g, first_nonfinite_f32(x, n, first)); }
 static void h_bf16_widen(unsigned g, float *o, const unsigned short *x, long long n) { LAUNCH(g, bf16_widen(o, x, n)); }
@@ -66,6 +167,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -222,18 +324,76 @@ func flag(b bool) C.longlong {
 	return 0
 }
 
-// Attention is attention_f32 (blocks of one query row here).
-func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
-	C.h_attention(f(out), f(lse), f(q), f(k), f(v), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
+// pinned is f that also pins x, whose address a C struct will hold.
+func pinned(pin *runtime.Pinner) func(x []float32) *C.float {
+	return func(x []float32) *C.float {
+		if len(x) > 0 {
+			pin.Pin(&x[0])
+		}
+		return f(x)
+	}
 }
 
-// AttentionGrad is attention_dsum_f32, attention_dq_f32 and
-// attention_dkv_f32.
+// attnArgs are the attention kernels' arguments.
+func attnArgs(batch, seq, heads, kvHeads, hd int, causal bool) (C.struct_attn_args, gpu.AttentionGeom) {
+	geo := gpu.AttentionGeometry(hd)
+	return C.struct_attn_args{b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal),
+		lanes: ll(geo.Lanes), tile: ll(geo.Tile)}, geo
+}
+
+// coop runs an attention kernel's launch over seq rows, y heads, batch.
+func coop(launch func(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int, a *C.struct_attn_args, geo gpu.AttentionGeom, seq, y, batch int) {
+	l := geo.Launch("", int64(seq), int64(y), int64(batch))
+	if rc := launch(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), a); rc != 0 {
+		panic(fmt.Sprintf("hostc: an attention launch failed (%d: -1 no stacks, -2 a divergent barrier)", rc))
+	}
+}
+
+func hAttention(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
+	return C.h_attention(gx, gy, gz, block, a)
+}
+func hAttentionDQ(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
+	return C.h_attention_dq(gx, gy, gz, block, a)
+}
+func hAttentionDKV(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
+	return C.h_attention_dkv(gx, gy, gz, block, a)
+}
+
+// Attention is attention_f32 with the GPU's geometry.
+func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	var pin runtime.Pinner // the pointers travel inside a struct
+	defer pin.Unpin()
+	f := pinned(&pin)
+	a, geo := attnArgs(batch, seq, heads, kvHeads, hd, causal)
+	a.o, a.lse, a.q, a.k, a.v = f(out), f(lse), f(q), f(k), f(v)
+	coop(hAttention, &a, geo, seq, heads, batch)
+}
+
+// AttentionGrad is attention_dsum_f32, attention_dq_f32,
+// attention_dkv_f32 and (grouped KV heads) attention_dkv_sum_f32, as the
+// GPU's launch plan runs them.
 func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	f := pinned(&pin)
 	dsum := make([]float32, batch*heads*seq)
 	C.h_attention_dsum(grid(len(dsum)), f(dsum), f(out), f(dout), ll(batch), ll(seq), ll(heads), ll(hd))
-	C.h_attention_dq(f(dq), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
-	C.h_attention_dkv(f(dk), f(dv), f(q), f(k), f(v), f(lse), f(dout), f(dsum), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd), flag(causal))
+	a, geo := attnArgs(batch, seq, heads, kvHeads, hd, causal)
+	a.dq, a.q, a.k, a.v, a.lse_in, a.dout, a.dsum = f(dq), f(q), f(k), f(v), f(lse), f(dout), f(dsum)
+	coop(hAttentionDQ, &a, geo, seq, heads, batch)
+	pk, pv := dk, dv
+	if kvHeads != heads {
+		pk, pv = make([]float32, len(dq)), make([]float32, len(dq))
+	}
+	a.dk, a.dv = f(pk), f(pv)
+	coop(hAttentionDKV, &a, geo, seq, heads, batch)
+	if kvHeads != heads {
+		C.h_attention_dkv_sum(grid(len(dk)), f(dk), f(dv), f(pk), f(pv), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd))
+	}
 }
 
 // BF16 is bf16_round then bf16_pack then bf16_widen of x: the bf16
@@ -443,14 +603,34 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 			k[i] = db(7 + i)
 		}
 		C.h_adamw(g, fp(0), fp(1), fp(2), fp(3), n(4), (*C.longlong)(ptr(addrs[5])), n(6), &k[0])
-	case "attention_f32":
-		C.h_attention(fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), n(7), n(8), n(9), n(10))
+	case "attention_f32", "attention_dq_f32", "attention_dkv_f32":
+		// The plan's own grid, block and geometry (its last two
+		// arguments).
+		var run func(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int
+		x := &C.struct_attn_args{}
+		var dims int
+		switch l.Kernel {
+		case "attention_f32":
+			run, dims = hAttention, 5
+			x.o, x.lse, x.q, x.k, x.v = fp(0), fp(1), fp(2), fp(3), fp(4)
+		case "attention_dq_f32":
+			run, dims = hAttentionDQ, 7
+			x.dq, x.q, x.k, x.v, x.lse_in, x.dout, x.dsum = fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6)
+		default:
+			run, dims = hAttentionDKV, 8
+			x.dk, x.dv, x.q, x.k, x.v, x.lse_in, x.dout, x.dsum = fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), fp(7)
+		}
+		x.b, x.s, x.h, x.kvh, x.hd, x.causal, x.lanes, x.tile = n(dims), n(dims+1), n(dims+2), n(dims+3), n(dims+4), n(dims+5), n(dims+6), n(dims+7)
+		switch run(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), x) {
+		case -1:
+			return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
+		case -2:
+			return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
+		}
 	case "attention_dsum_f32":
 		C.h_attention_dsum(g, fp(0), fp(1), fp(2), n(3), n(4), n(5), n(6))
-	case "attention_dq_f32":
-		C.h_attention_dq(fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), n(7), n(8), n(9), n(10), n(11), n(12))
-	case "attention_dkv_f32":
-		C.h_attention_dkv(fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), fp(7), n(8), n(9), n(10), n(11), n(12), n(13))
+	case "attention_dkv_sum_f32":
+		C.h_attention_dkv_sum(g, fp(0), fp(1), fp(2), fp(3), n(4), n(5), n(6), n(7), n(8))
 	case "first_nonfinite_f32":
 		C.h_first_nonfinite(g, fp(0), n(1), (*C.ulonglong)(ptr(addrs[2])))
 	case "bf16_widen":

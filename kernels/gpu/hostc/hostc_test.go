@@ -240,12 +240,14 @@ func TestAdamW(t *testing.T) {
 
 // TestAttention: forward and backward, causal or not, with grouped KV
 // heads, against the Go kernels (an online softmax and other orders of
-// summation: within 1e-5). Blocks of one thread never reach the causal
-// masks inside a block (the tile bounds do the masking here): the GPU
-// test (runtime/cudalib TestGPUOps) runs blocks of many rows.
+// summation: within 1e-5), on the GPU's geometry (blocks of 128 threads
+// as POSIX threads): head dims of one to sixteen lanes a row, some not a
+// multiple of four, sequences that end inside a block, a tile and a
+// group of 16 keys, and several tiles.
 func TestAttention(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
-	for _, sh := range [][5]int{{1, 1, 1, 1, 2}, {2, 13, 4, 2, 8}, {1, 70, 2, 1, 64}, {2, 33, 3, 3, 16}} {
+	for _, sh := range [][5]int{{1, 1, 1, 1, 2}, {2, 13, 4, 2, 8}, {1, 70, 2, 1, 64}, {2, 33, 3, 3, 16},
+		{1, 50, 4, 2, 128}, {2, 21, 2, 1, 6}, {1, 37, 2, 2, 100}, {1, 40, 2, 1, 256}, {1, 150, 2, 1, 16}} {
 		batch, seq, heads, kvHeads, hd := sh[0], sh[1], sh[2], sh[3], sh[4]
 		nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
 		q, k, v, dout := rnd(rng, nq, 2), rnd(rng, nkv, 2), rnd(rng, nkv, 1), rnd(rng, nq, 1)
