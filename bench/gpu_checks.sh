@@ -10,11 +10,15 @@
 #   - cudalib.log: every GPU test (device query, NVRTC, each kernel and
 #     matmul against the CPU kernels, tiny 50 steps against the CPU and on
 #     8 ranks sharing the GPU);
-#   - tiny-cpu.jsonl, tiny-gpu.jsonl: amspc run's per-step losses of tiny
-#     on both devices; profile-tiny.csv: amspc profile --device cuda;
+#   - tiny-cpu.jsonl, tiny-gpu.jsonl, tiny-mpi.jsonl: amspc run's
+#     per-step losses of tiny on the CPU, on the GPU (8 ranks in one
+#     process) and on 8 MPI processes sharing the GPU (where the machine
+#     has mpirun);
 #   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
 #     4 sequences a step, trained by PyTorch eager (bench/torch_llama.py)
-#     and by amspc on the same tokens: tokens/s, MFU, peak memory.
+#     and by amspc on the same tokens: tokens/s, MFU, peak memory;
+#     profile-1b.csv: amspc profile --device cuda of that job (each
+#     kernel timed alone on the GPU).
 set -eu
 cd "$(dirname "$0")/.."
 d=out/gpu
@@ -23,6 +27,11 @@ build)
 	mkdir -p $d
 	go build -o $d/amspc ./cmd/amspc
 	go test -c -o $d/cudalib.test ./runtime/cudalib
+	# amspc on Open MPI, for tiny on 8 processes sharing the GPU (run
+	# skips it where the GPU machine has no mpirun).
+	if pkg-config --exists ompi-c 2>/dev/null; then
+		go build -tags mpi -o $d/amspc-mpi ./cmd/amspc
+	fi
 	go run ./cmd/amspc import hf testdata/hf/TinyLlama-1.1B-Chat-v1.0.json --force -o $d/llama1b.amsp \
 		--nodes 1 --gpus-per-node 1 --seq 2048 --micro-batch 1 --global-batch 4
 	ls -la $d
@@ -45,9 +54,15 @@ run)
 	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
-	timeout 40 $d/amspc profile --device cuda --reps 3 -o $o/profile-tiny.csv testdata/models/tiny.amsp 2>&1 | head -6 || true
+	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then
+		timeout 60 mpirun --allow-run-as-root --oversubscribe -n 8 $d/amspc-mpi run --steps 50 --device cuda --log $o/tiny-mpi.jsonl \
+			testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror|CUDA|MPI' || true
+	else
+		echo "no mpirun here (or no amspc-mpi): tiny on 8 MPI processes not run"
+	fi
 	PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
 	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
+	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv || true
 	;;
 *)

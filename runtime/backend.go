@@ -31,7 +31,9 @@ type Backend interface {
 	// Launch runs, or enqueues on stream s, one kernel instruction. It
 	// writes every result in full, stores each at its dtype's precision,
 	// and fails on a NaN or an infinity in a result, a loss included
-	// (KernelCall.Losses).
+	// (KernelCall.Losses): then, or, on a backend that checks results in
+	// batches, at a later Launch, Read, ReadInts or Sync, with a
+	// *KernelError naming the instruction.
 	Launch(s int, c *KernelCall) error
 	// Copy copies src into dst (the same dtype and length) on stream s.
 	Copy(s int, dst, src Mem) error
@@ -50,6 +52,18 @@ type Backend interface {
 	ReadInts(dst []int32, m Mem) error
 	WriteInts(m Mem, src []int32) error
 }
+
+// A KernelError is a kernel instruction's failure that its backend
+// found after Launch returned (a device backend reads its results'
+// non-finite checks back in batches).
+type KernelError struct {
+	Stream int
+	Instr  *codegen.Instr
+	Err    error
+}
+
+func (e *KernelError) Error() string { return e.Err.Error() }
+func (e *KernelError) Unwrap() error { return e.Err }
 
 // Mem is memory on a backend: N elements of DType. Host memory (the CPU
 // backend's) is a Go slice, f32 for every float dtype, i32 for ids;

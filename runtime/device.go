@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 	"amspc/kernels/gpu"
@@ -45,6 +46,16 @@ type Device interface {
 // the next instruction.
 type deviceBackend struct {
 	dev Device
+
+	// Results' non-finite checks in flight: each flags a slot of a
+	// device array, read back in one copy when the host next waits for
+	// the device anyway (a read, a loss, Sync) or the slots run out, so a
+	// kernel costs no round trip to the host.
+	checks struct {
+		sync.Mutex
+		slots   uint64 // maxChecks flags, gpu.NoneNonFinite until flagged
+		pending []pendingCheck
+	}
 
 	// Freed device memory by size, reused by the next allocation of that
 	// size (each step asks for the same sizes again): a step allocates
@@ -133,11 +144,19 @@ func (b *deviceBackend) Copy(s int, dst, src Mem) error {
 
 func (b *deviceBackend) Record(s, ev int) error { return b.dev.Record(s, ev) }
 func (b *deviceBackend) Wait(s, ev int) error   { return b.dev.Wait(s, ev) }
-func (b *deviceBackend) Sync() error            { return b.dev.Sync() }
+func (b *deviceBackend) Sync() error {
+	if err := b.dev.Sync(); err != nil {
+		return err
+	}
+	return b.flushChecks()
+}
 
 func (b *deviceBackend) Read(dst []float32, m Mem) error {
 	raw := make([]byte, m.Elem*m.N)
 	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	if err := b.flushChecks(); err != nil {
 		return err
 	}
 	for i := range dst {
@@ -171,6 +190,9 @@ func (b *deviceBackend) Write(m Mem, src []float32) error {
 func (b *deviceBackend) ReadInts(dst []int32, m Mem) error {
 	raw := make([]byte, 4*m.N)
 	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	if err := b.flushChecks(); err != nil {
 		return err
 	}
 	for i := range dst {
@@ -259,7 +281,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 				return err
 			}
 		}
-		if err := b.checkFinite(s, o); err != nil {
+		if err := b.checkFinite(s, c.Instr, o); err != nil {
 			return err
 		}
 		if c.Outs[i].DType == ir.BF16 {
@@ -361,6 +383,9 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 		if err := b.dev.Download(raw, scratch[p.Loss]); err != nil {
 			return err
 		}
+		if err := b.flushChecks(); err != nil { // the host has waited for the device: the earlier checks are in
+			return err
+		}
 		loss := gpu.MeanLoss(gpu.Float64s(raw)[:p.LossRows])
 		if err := b.Write(c.Outs[0], []float32{float32(loss)}); err != nil {
 			return err
@@ -373,31 +398,88 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	return nil
 }
 
-// checkFinite runs first_nonfinite_f32 on m and reports the first NaN or
-// Inf as the CPU backend does.
-func (b *deviceBackend) checkFinite(s int, m Mem) error {
+// maxChecks is how many results' checks can be in flight.
+const maxChecks = 4096
+
+// A pendingCheck is a result's non-finite check in flight: slot i of
+// the flags is instruction in's result of n elements, on stream s.
+type pendingCheck struct {
+	s  int
+	in *codegen.Instr
+	n  int64
+}
+
+// checkFinite enqueues first_nonfinite_f32 on m, result of instruction
+// in, into the next free slot; flushChecks reports what it finds. With
+// every slot in flight it flushes first.
+func (b *deviceBackend) checkFinite(s int, in *codegen.Instr, m Mem) error {
 	if m.DType == ir.I32 || m.N == 0 {
 		return nil
 	}
-	flag, err := b.alloc(8)
-	if err != nil {
-		return err
+	for {
+		b.checks.Lock()
+		if len(b.checks.pending) < maxChecks {
+			break
+		}
+		b.checks.Unlock()
+		if err := b.Sync(); err != nil {
+			return err
+		}
 	}
-	defer b.release(flag)
+	defer b.checks.Unlock()
+	if b.checks.slots == 0 {
+		a, err := b.dev.Alloc(8 * maxChecks)
+		if err != nil {
+			return err
+		}
+		if err := b.dev.Upload(a, noneFlags(maxChecks)); err != nil {
+			b.dev.Free(a)
+			return err
+		}
+		b.checks.slots = a
+	}
+	slot := b.checks.slots + 8*uint64(len(b.checks.pending))
 	l := gpu.CheckFinite(m.N)
-	if err := b.dev.Upload(flag, gpu.ScratchBuf{Bytes: 8, Fill: uint64(m.N)}.Content()); err != nil {
+	if err := b.dev.Launch(s, &l, []uint64{m.Addr, 0, slot}); err != nil {
 		return err
 	}
-	if err := b.dev.Launch(s, &l, []uint64{m.Addr, 0, flag}); err != nil {
+	b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: m.N})
+	return nil
+}
+
+// noneFlags is n flags that say none.
+func noneFlags(n int) []byte {
+	raw := make([]byte, 8*n)
+	for i := range n {
+		binary.LittleEndian.PutUint64(raw[8*i:], gpu.NoneNonFinite)
+	}
+	return raw
+}
+
+// flushChecks reads the flags of the checks in flight (waiting for the
+// device) and fails, as a *KernelError naming its instruction, on the
+// first check in launch order that found a NaN or an infinity.
+func (b *deviceBackend) flushChecks() error {
+	b.checks.Lock()
+	defer b.checks.Unlock()
+	p := b.checks.pending
+	if len(p) == 0 {
+		return nil
+	}
+	b.checks.pending = b.checks.pending[:0]
+	raw := make([]byte, 8*len(p))
+	if err := b.dev.Download(raw, b.checks.slots); err != nil {
 		return err
 	}
-	first, err := b.download8(flag)
-	if err != nil || first >= uint64(m.N) {
+	var bad error
+	for i, c := range p {
+		flag := binary.LittleEndian.Uint64(raw[8*i:])
+		if first, v := gpu.NonFinite(flag); first >= 0 && first < int(c.n) && bad == nil {
+			bad = &KernelError{Stream: c.s, Instr: c.in, Err: fmt.Errorf("produced %v at element %d", v, first)}
+		}
+	}
+	if err := b.dev.Upload(b.checks.slots, noneFlags(len(p))); err != nil {
 		return err
 	}
-	var v [1]float32
-	if err := b.Read(v[:], m.Slice(int64(first), 1)); err != nil {
-		return err
-	}
-	return fmt.Errorf("produced %v at element %d", v[0], first)
+	return bad
 }

@@ -101,9 +101,13 @@ func TestDeviceBackendPlans(t *testing.T) {
   optimizer = adamw(lr=1e39, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0) }`
 		b := compile(t, 1, 2, cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(2, 1)}, huge)
 		r := start(t, b, func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil })
-		if _, err := r.Step(); err == nil || !strings.Contains(err.Error(), "adamw") || !strings.Contains(err.Error(), "Inf") {
-			t.Fatalf("error %v, want adamw producing Inf", err)
+		// The device backend reads its checks back in batches: the error
+		// still names the instruction that made the Inf.
+		_, err := r.Step()
+		if err == nil || !strings.Contains(err.Error(), ": adamw") || !strings.Contains(err.Error(), "produced +Inf at element") {
+			t.Fatalf("error %v, want adamw producing +Inf", err)
 		}
+		t.Log(err)
 	})
 	t.Run("bf16", func(t *testing.T) {
 		bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = bf16

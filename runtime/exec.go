@@ -454,6 +454,14 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 			return e
 		}
 	}
+	// A backend that checks results in batches reports the step's last
+	// ones now. (Its collectives read through the host, which reports
+	// the ones before: no NaN leaves a rank unreported.)
+	if err := k.be.Sync(); err != nil {
+		err = k.fail(codegen.Compute, nil, err)
+		k.comm.Abort(err)
+		return err
+	}
 	return nil
 }
 
@@ -537,6 +545,9 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 // fail wraps an error with where it happened: rank, stream, op and the
 // source position of the op, so a NaN or a bad id names its origin.
 func (k *rank) fail(s int, in *codegen.Instr, err error) error {
+	if ke, ok := errors.AsType[*KernelError](err); ok { // found after its launch: where it happened
+		s, in, err = ke.Stream, ke.Instr, ke.Err
+	}
 	if in == nil {
 		return fmt.Errorf("rank %d %s: %v", k.r, codegen.StreamName(s), err)
 	}

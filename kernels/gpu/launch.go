@@ -118,10 +118,29 @@ func BF16Round(n int64) Launch { return elementwise("bf16_round", n, scr(0), i64
 func BF16Pack(n int64) Launch  { return elementwise("bf16_pack", n, res(0), scr(0), i64(n)) }
 
 // CheckFinite is first_nonfinite_f32 over n floats (operand 0) into a
-// uint64 (scratch 0) that holds n before: the first NaN's or infinity's
-// index after, else n.
+// uint64 flag (scratch 0) that holds NoneNonFinite before: NonFinite
+// decodes it after.
 func CheckFinite(n int64) Launch {
 	return elementwise("first_nonfinite_f32", n, opnd(0), i64(n), scr(0))
+}
+
+// NoneNonFinite is a check's flag before first_nonfinite_f32 runs.
+const NoneNonFinite = ^uint64(0)
+
+// NonFinite decodes first_nonfinite_f32's flag: the index of the first
+// NaN or infinity and the value there, or -1 when there is none.
+func NonFinite(flag uint64) (int, float32) {
+	if flag == NoneNonFinite {
+		return -1, 0
+	}
+	v := float32(math.NaN())
+	switch flag & 3 {
+	case 1:
+		v = float32(math.Inf(1))
+	case 2:
+		v = float32(math.Inf(-1))
+	}
+	return int(flag >> 2), v
 }
 
 // OpCall is what PlanOp needs of an instruction: its op, its operands'
@@ -169,6 +188,13 @@ func elementwise(kernel string, n int64, args ...Arg) Launch {
 // row is a launch of kernel with a block per row of d elements.
 func row(kernel string, rows, d int64, args ...Arg) Launch {
 	return Launch{Kernel: kernel, Grid: [3]int{int(max(rows, 1)), 1, 1}, Block: RowBlock(d), Args: args}
+}
+
+// columns is a launch of a column kernel over d columns: one thread a
+// column, each summing its rows in order; warp-sized blocks, so the
+// columns spread over the GPU's multiprocessors.
+func columns(kernel string, d int64, args ...Arg) Launch {
+	return Launch{Kernel: kernel, Grid: [3]int{Grid1D(d, 32, MaxGrid), 1, 1}, Block: 32, Args: args}
 }
 
 func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
@@ -231,7 +257,7 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		p.Scratch = []ScratchBuf{f32Scratch(rows)}
 		p.Launches = []Launch{
 			row("rmsnorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
-			elementwise("rmsnorm_grad_w_f32", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+			columns("rmsnorm_grad_w_f32", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
 	case ir.LayerNorm:
 		d := n(1)
@@ -243,11 +269,11 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
 		p.Launches = []Launch{
 			row("layernorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
-			elementwise("layernorm_grad_wb_f32", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+			columns("layernorm_grad_wb_f32", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
 	case ir.SumRows:
 		d := c.OutElems[0]
-		p.Launches = []Launch{elementwise("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(n(0)/d), i64(d))}
+		p.Launches = []Launch{columns("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(n(0)/d), i64(d))}
 	case ir.RoPE, ir.RoPEGrad:
 		x := as[0]
 		heads := c.Attr("heads").Int

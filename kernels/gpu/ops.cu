@@ -90,6 +90,8 @@ AMSP_EXTERN_C __global__ void mul_grad_f32(float *da, float *db, const float *a,
 AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const float *y, long long rows, long long d) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
+		// Unrolled, the loads run ahead of the sum's chain.
+#pragma unroll 16
 		for (long long r = 0; r < rows; r++) {
 			float v = x[r * d + j];
 			acc += y ? (double)(v * y[r * d + j]) : (double)v;
@@ -188,6 +190,7 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, cons
 	long long d) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
+#pragma unroll 16
 		for (long long r = 0; r < rows; r++) {
 			acc += (double)(dy[r * d + j] * (x[r * d + j] * rstd[r]));
 		}
@@ -262,6 +265,7 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const 
 	long long rows, long long d) {
 	GRID_STRIDE(j, d) {
 		double aw = 0, ab = 0;
+#pragma unroll 16
 		for (long long r = 0; r < rows; r++) {
 			float v = x[r * d + j], g = dy[r * d + j];
 			aw += (double)(g * ((v - stats[2 * r]) * stats[2 * r + 1]));
@@ -424,10 +428,11 @@ AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const floa
 // rows (a multiple of 16), each row padded to hdp = hd rounded up to 4
 // floats with zeros. A dot product is each lane's partial sum, then a
 // butterfly over the row's lanes (amsp_shfl_xor), which leaves the same
-// bits in every lane. FlashAttention's online softmax keeps a running max
-// and sum per row, rescaled once per 16 keys, so the seq x seq
-// probabilities are never stored; every sum runs in a fixed order, so
-// results do not vary from run to run. Every thread of a block runs every
+// bits in every lane; the dot products of 4 or 16 rows run side by side,
+// so their latencies overlap. FlashAttention's online softmax keeps a
+// running max and sum per row, rescaled once per 16 keys, so the seq x
+// seq probabilities are never stored; every sum runs in a fixed order,
+// so results do not vary from run to run. Every thread of a block runs every
 // loop (rows past seq compute on zeros and store nothing): the shuffles
 // and barriers need the whole block.
 
@@ -442,12 +447,17 @@ __device__ __forceinline__ float amsp_shfl_xor(float v, int off) { return __shfl
 // AMSP_MAX_HD is the largest head dim the kernels take (16 lanes of 16).
 #define AMSP_MAX_HD 256
 
-// lane_sum is the sum of v over the lanes of a row, the same bits in each.
-__device__ __forceinline__ float lane_sum(float v, int lanes) {
+// lane_sums replaces each of v[0..n) by its sum over the lanes of a row,
+// the same bits in each lane; the n butterflies run side by side.
+__device__ __forceinline__ void lane_sums(float *v, int n, int lanes) {
 	for (int off = lanes >> 1; off > 0; off >>= 1) {
-		v += amsp_shfl_xor(v, off);
+#pragma unroll
+		for (int u = 0; u < 16; u++) {
+			if (u < n) {
+				v[u] += amsp_shfl_xor(v[u], off);
+			}
+		}
 	}
-	return v;
 }
 
 // row_load puts this lane's elements of row i (of seq) of x, whose rows
@@ -499,21 +509,20 @@ __device__ __forceinline__ void tile_load(float *sh, const float *x, long long b
 }
 
 // lane_dot is this lane's part of r . row (row in shared memory, 16-byte
-// aligned), groups past hdp skipped.
+// aligned), groups past hdp skipped: each group's four products, then
+// the groups' sums added pairwise (short dependency chains).
 __device__ __forceinline__ float lane_dot(const float *r, const float *row, int groups, int lanes, int l) {
-	float s = 0;
+	float part[4];
 #pragma unroll
 	for (int c = 0; c < 4; c++) {
 		int g = c * lanes + l;
+		part[c] = 0;
 		if (g < groups) {
 			float4 w = *(const float4 *)(row + 4 * g);
-			s += r[4 * c] * w.x;
-			s += r[4 * c + 1] * w.y;
-			s += r[4 * c + 2] * w.z;
-			s += r[4 * c + 3] * w.w;
+			part[c] = r[4 * c] * w.x + r[4 * c + 1] * w.y + r[4 * c + 2] * w.z + r[4 * c + 3] * w.w;
 		}
 	}
-	return s;
+	return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
 // lane_axpy adds a * row to this lane's elements r.
@@ -539,7 +548,10 @@ AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float 
 	float *ks = sh, *vs = sh + T * hdp;
 	int l = threadIdx.x % L, rows = blockDim.x / L;
 	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
-	long long i0 = (long long)blockIdx.x * rows, i = i0 + threadIdx.x / L;
+	// Causal: the last rows (the most keys) first, so the grid's tail is
+	// the short blocks.
+	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+	long long i0 = blk * rows, i = i0 + threadIdx.x / L;
 	long long qs = heads * hd, kvs = kvheads * hd;
 	float scale = (float)(1 / sqrt((double)hd));
 	float qr[16], acc[16];
@@ -562,9 +574,13 @@ AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float 
 			float s[16], mt = m;
 #pragma unroll
 			for (int jj = 0; jj < 16; jj++) {
+				s[jj] = lane_dot(qr, ks + (j0 + jj) * hdp, groups, L, l);
+			}
+			lane_sums(s, 16, L);
+#pragma unroll
+			for (int jj = 0; jj < 16; jj++) {
 				int j = j0 + jj;
-				float d = lane_sum(lane_dot(qr, ks + j * hdp, groups, L, l), L);
-				s[jj] = (j < tn && (!causal || t0 + j <= i)) ? d * scale : -INFINITY;
+				s[jj] = (j < tn && (!causal || t0 + j <= i)) ? s[jj] * scale : -INFINITY;
 				mt = fmaxf(mt, s[jj]);
 			}
 			if (mt > m) {
@@ -620,7 +636,10 @@ AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const 
 	float *ks = sh, *vs = sh + T * hdp;
 	int l = threadIdx.x % L, rows = blockDim.x / L;
 	long long b = blockIdx.z, h = blockIdx.y, g = h / (heads / kvheads);
-	long long i0 = (long long)blockIdx.x * rows, i = i0 + threadIdx.x / L;
+	// Causal: the last rows (the most keys) first, so the grid's tail is
+	// the short blocks.
+	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+	long long i0 = blk * rows, i = i0 + threadIdx.x / L;
 	long long qs = heads * hd, kvs = kvheads * hd;
 	float scale = (float)(1 / sqrt((double)hd));
 	float qr[16], dor[16], acc[16];
@@ -640,12 +659,21 @@ AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const 
 		tile_load(vs, v, b, t0, seq, kvs, g * hd, HD, hdp, T);
 		__syncthreads();
 		int tn = n - t0 < T ? (int)(n - t0) : T;
-		for (int j = 0; j < tn; j++) {
-			float s = lane_sum(lane_dot(qr, ks + j * hdp, groups, L, l), L);
-			float dp = lane_sum(lane_dot(dor, vs + j * hdp, groups, L, l), L);
-			if (i < seq && (!causal || t0 + j <= i)) {
-				float p = expf(s * scale - li);
-				lane_axpy(acc, p * (dp - di) * scale, ks + j * hdp, groups, L, l);
+		for (int j0 = 0; j0 < tn; j0 += 4) { // four keys at a time (rows past tn are in the tile)
+			float sd[8]; // scores, then dout . v
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				sd[u] = lane_dot(qr, ks + (j0 + u) * hdp, groups, L, l);
+				sd[4 + u] = lane_dot(dor, vs + (j0 + u) * hdp, groups, L, l);
+			}
+			lane_sums(sd, 8, L);
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int j = j0 + u;
+				if (j < tn && i < seq && (!causal || t0 + j <= i)) {
+					float p = expf(sd[u] * scale - li);
+					lane_axpy(acc, p * (sd[4 + u] - di) * scale, ks + j * hdp, groups, L, l);
+				}
 			}
 		}
 		__syncthreads();
@@ -688,13 +716,22 @@ AMSP_EXTERN_C __global__ void attention_dkv_f32(float *dk, float *dv, const floa
 		}
 		__syncthreads();
 		int tn = seq - t0 < T ? (int)(seq - t0) : T;
-		for (int r = 0; r < tn; r++) {
-			float s = lane_sum(lane_dot(kr, qsh + r * hdp, groups, L, l), L);
-			float dp = lane_sum(lane_dot(vr, dos + r * hdp, groups, L, l), L);
-			if (j < seq && (!causal || t0 + r >= j)) {
-				float p = expf(s * scale - lt[r]);
-				lane_axpy(av, p, dos + r * hdp, groups, L, l);
-				lane_axpy(ak, p * (dp - dt[r]) * scale, qsh + r * hdp, groups, L, l);
+		for (int r0 = 0; r0 < tn; r0 += 4) { // four query rows at a time (rows past tn are in the tile)
+			float sd[8]; // scores, then dout . v
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				sd[u] = lane_dot(kr, qsh + (r0 + u) * hdp, groups, L, l);
+				sd[4 + u] = lane_dot(vr, dos + (r0 + u) * hdp, groups, L, l);
+			}
+			lane_sums(sd, 8, L);
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int r = r0 + u;
+				if (r < tn && j < seq && (!causal || t0 + r >= j)) {
+					float p = expf(sd[u] * scale - lt[r]);
+					lane_axpy(av, p, dos + r * hdp, groups, L, l);
+					lane_axpy(ak, p * (sd[4 + u] - dt[r]) * scale, qsh + r * hdp, groups, L, l);
+				}
 			}
 		}
 		__syncthreads();
@@ -723,13 +760,13 @@ AMSP_EXTERN_C __global__ void attention_dkv_sum_f32(float *dk, float *dv, const 
 	}
 }
 
-// *first = the smallest index of a NaN or infinity in x (the host sets it
-// to n first: none).
+// *first = 4 * the smallest index of a NaN or infinity in x + what it is
+// (0 NaN, 1 +Inf, 2 -Inf); the host sets it to all ones first (none).
 AMSP_EXTERN_C __global__ void first_nonfinite_f32(const float *x, long long n, unsigned long long *first) {
 	GRID_STRIDE(i, n) {
 		float v = x[i];
 		if (!(v - v == 0)) {
-			atomicMin(first, (unsigned long long)i);
+			atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
 		}
 	}
 }

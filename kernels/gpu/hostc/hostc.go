@@ -414,12 +414,10 @@ func BF16(x []float32) (bits []uint16, back []float32) {
 // FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or
 // infinity, or -1.
 func FirstNonFinite(x []float32) int {
-	first := C.ulonglong(len(x))
+	first := ^C.ulonglong(0)
 	C.h_first_nonfinite(grid(len(x)), f(x), ll(len(x)), &first)
-	if int(first) == len(x) {
-		return -1
-	}
-	return int(first)
+	i, _ := gpu.NonFinite(uint64(first))
+	return i
 }
 
 // Device is a GPU simulated on the host for launch plans (gpu.PlanOp):
