@@ -63,6 +63,16 @@ run)
 	[ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
 	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
 	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
+	if [ -n "${NCU:-}" ]; then
+		# Nsight Compute on the 1B job's attention kernels and the norm's
+		# column sum (what limits them), where the machine has ncu.
+		ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
+		if [ -n "$ncu" ]; then
+			timeout 150 $ncu -k 'regex:^(attention_f32|attention_dq_f32|attention_dkv_f32|rmsnorm_grad_w_f32)$' -c 8 \
+				--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+				$d/amspc profile --device cuda --reps 1 -o /tmp/ncu-profile.csv $d/llama1b.amsp 2>&1 | grep -v '^==PROF==' | tail -n 400 || true
+		fi
+	fi
 	nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv || true
 	;;
 *)

@@ -23,6 +23,10 @@
 
 #define AMSP_BLOCK 256
 
+// AMSP_AHEAD is how many rows a column kernel loads before it adds them
+// (in row order): their memory latencies overlap.
+#define AMSP_AHEAD 16
+
 #define GRID_STRIDE(i, n) \
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
@@ -90,9 +94,20 @@ AMSP_EXTERN_C __global__ void mul_grad_f32(float *da, float *db, const float *a,
 AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const float *y, long long rows, long long d) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
-		// Unrolled, the loads run ahead of the sum's chain.
-#pragma unroll 16
-		for (long long r = 0; r < rows; r++) {
+		long long r = 0;
+		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) { // the loads of AMSP_AHEAD rows, then their sum in order
+			float t[AMSP_AHEAD];
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				float v = x[(r + u) * d + j];
+				t[u] = y ? v * y[(r + u) * d + j] : v;
+			}
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				acc += (double)t[u];
+			}
+		}
+		for (; r < rows; r++) {
 			float v = x[r * d + j];
 			acc += y ? (double)(v * y[r * d + j]) : (double)v;
 		}
@@ -190,8 +205,19 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, cons
 	long long d) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
-#pragma unroll 16
-		for (long long r = 0; r < rows; r++) {
+		long long r = 0;
+		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
+			float t[AMSP_AHEAD];
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				t[u] = dy[(r + u) * d + j] * (x[(r + u) * d + j] * rstd[r + u]);
+			}
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				acc += (double)t[u];
+			}
+		}
+		for (; r < rows; r++) {
 			acc += (double)(dy[r * d + j] * (x[r * d + j] * rstd[r]));
 		}
 		dw[j] = (float)acc;
@@ -265,8 +291,22 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const 
 	long long rows, long long d) {
 	GRID_STRIDE(j, d) {
 		double aw = 0, ab = 0;
-#pragma unroll 16
-		for (long long r = 0; r < rows; r++) {
+		long long r = 0;
+		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
+			float tw[AMSP_AHEAD], tb[AMSP_AHEAD];
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				float v = x[(r + u) * d + j], g = dy[(r + u) * d + j];
+				tw[u] = g * ((v - stats[2 * (r + u)]) * stats[2 * (r + u) + 1]);
+				tb[u] = g;
+			}
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				aw += (double)tw[u];
+				ab += (double)tb[u];
+			}
+		}
+		for (; r < rows; r++) {
 			float v = x[r * d + j], g = dy[r * d + j];
 			aw += (double)(g * ((v - stats[2 * r]) * stats[2 * r + 1]));
 			ab += (double)g;
@@ -492,17 +532,54 @@ __device__ __forceinline__ void row_store(float *x, const float *r, float f, lon
 
 // tile_load puts rows t0 to t0+tile-1 of x (rows stride floats apart,
 // from column col, hd wide) into sh, hdp floats a row, zeros past seq
-// and hd.
+// and hd: 16-byte groups, eight a thread loaded before any is stored, so
+// their memory latencies overlap; one float4 load each where hd, stride,
+// col and x allow (else four guarded floats).
 __device__ __forceinline__ void tile_load(float *sh, const float *x, long long b, long long t0, long long seq, long long stride,
 	long long col, int hd, int hdp, int tile) {
-	int r = threadIdx.x / hdp, e = threadIdx.x % hdp, dr = blockDim.x / hdp, de = blockDim.x % hdp;
-	for (int z = threadIdx.x; z < tile * hdp; z += blockDim.x) {
-		long long i = t0 + r;
-		sh[z] = (i < seq && e < hd) ? x[(b * seq + i) * stride + col + e] : 0.0f;
+	int G = hdp / 4, n4 = tile * G;
+	int vec = (hd & 3) == 0 && ((stride | col) & 3) == 0 && ((unsigned long long)x & 15) == 0;
+	int r = threadIdx.x / G, c = threadIdx.x % G, dr = (8 * blockDim.x) / G, dc = (8 * blockDim.x) % G;
+	int sr = blockDim.x / G, sc = blockDim.x % G;
+	float4 *dst = (float4 *)sh;
+	for (int z0 = 0; z0 < n4; z0 += 8 * blockDim.x) {
+		float4 w[8];
+		int rr = r, cc = c;
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			long long i = t0 + rr;
+			float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+			if (z0 + u * (int)blockDim.x + (int)threadIdx.x < n4 && i < seq) {
+				const float *src = x + (b * seq + i) * stride + col + 4 * cc;
+				if (vec) {
+					v = *(const float4 *)src;
+				} else {
+					int e = 4 * cc;
+					v.x = e < hd ? src[0] : 0.0f;
+					v.y = e + 1 < hd ? src[1] : 0.0f;
+					v.z = e + 2 < hd ? src[2] : 0.0f;
+					v.w = e + 3 < hd ? src[3] : 0.0f;
+				}
+			}
+			w[u] = v;
+			rr += sr;
+			cc += sc;
+			if (cc >= G) {
+				cc -= G;
+				rr++;
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			int z = z0 + u * (int)blockDim.x + (int)threadIdx.x;
+			if (z < n4) {
+				dst[z] = w[u];
+			}
+		}
 		r += dr;
-		e += de;
-		if (e >= hdp) {
-			e -= hdp;
+		c += dc;
+		while (c >= G) {
+			c -= G;
 			r++;
 		}
 	}
