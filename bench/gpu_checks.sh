@@ -10,10 +10,10 @@
 #   - cudalib.log: every GPU test (device query, NVRTC, each kernel and
 #     matmul against the CPU kernels, tiny 50 steps against the CPU and on
 #     8 ranks sharing the GPU);
-#   - tiny-cpu.jsonl, tiny-gpu.jsonl, tiny-mpi.jsonl: amspc run's
-#     per-step losses of tiny on the CPU, on the GPU (8 ranks in one
-#     process) and on 8 MPI processes sharing the GPU (where the machine
-#     has mpirun);
+#   - tiny-cpu.jsonl, tiny-gpu.jsonl: amspc run's per-step losses of
+#     tiny on the CPU and on the GPU (8 ranks in one process); where the
+#     machine has mpirun, tiny's plans on 8 MPI processes sharing the GPU
+#     against one rank on the GPU (a line each);
 #   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
 #     4 sequences a step, trained by PyTorch eager (bench/torch_llama.py)
 #     and by amspc on the same tokens: tokens/s, MFU, peak memory;
@@ -55,8 +55,25 @@ run)
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then
-		timeout 60 mpirun --allow-run-as-root --oversubscribe -n 8 $d/amspc-mpi run --steps 50 --device cuda --log $o/tiny-mpi.jsonl \
-			testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror|CUDA|MPI' || true
+		# tiny's plans on 8 MPI processes sharing the GPU against one rank
+		# on the GPU: per-step losses within 1e-5.
+		printf 'cluster one { nodes = 1 gpus_per_node = 1 gpu = "cpu" }\n' >$d/one.amsp
+		timeout 60 $d/amspc run --steps 20 --device ${DEVICE:-cuda} --cluster $d/one.amsp --shard ddp --log $d/tiny-one.jsonl testdata/models/tiny.amsp >/dev/null 2>&1 || echo "tiny on one GPU rank failed"
+		i=0
+		for plan in "{ params = 2x1, grads = 2x1, optim = 4x2 }" "{ params = 1x1, grads = 1x1, optim = 1x1 }" "{ params = 4x2, grads = 4x2, optim = 4x2 }" "{ params = 1x1, grads = 4x2, optim = 4x2 }"; do
+			i=$((i + 1))
+			rm -f $d/tiny-mpi$i.jsonl
+			timeout 90 mpirun --allow-run-as-root --oversubscribe -n 8 $d/amspc-mpi run --steps 20 --device ${DEVICE:-cuda} --shard "$plan" \
+				--log $d/tiny-mpi$i.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured)|rror|CUDA|MPI' || true
+			python3 - $d/tiny-one.jsonl $d/tiny-mpi$i.jsonl "$plan" <<'PY' || true
+import json, sys
+load = lambda p: [json.loads(l)["loss"] for l in open(p) if l.strip()]
+one, mpi = load(sys.argv[1]), load(sys.argv[2])
+worst = max(abs(a - b) / b for a, b in zip(mpi, one)) if mpi else float("nan")
+ok = len(mpi) == len(one) and worst <= 1e-5
+print(f"tiny, plan {sys.argv[3]}, 8 MPI processes vs one rank: {len(mpi)} steps, largest relative difference {worst:.2g}: {'ok' if ok else 'FAIL'}")
+PY
+		done
 	else
 		echo "no mpirun here (or no amspc-mpi): tiny on 8 MPI processes not run"
 	fi
