@@ -77,7 +77,11 @@ PY
 	else
 		echo "no mpirun here (or no amspc-mpi): tiny on 8 MPI processes not run"
 	fi
-	[ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
+	if [ -n "${SKIP_TORCH:-}" ]; then
+		python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --steps 0 || true # the tokens amspc trains on
+	else
+		PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
+	fi
 	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
 	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	if [ -n "${NCU:-}" ]; then
