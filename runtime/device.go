@@ -370,6 +370,9 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 		if err != nil {
 			return err
 		}
+		if err := b.flushChecks(); err != nil { // an earlier NaN is the first error
+			return err
+		}
 		if first < uint64(p.BadLimit) {
 			ids := make([]int32, c.Args[p.BadOperand].N)
 			if err := b.ReadInts(ids, c.Args[p.BadOperand]); err != nil {
