@@ -18,6 +18,12 @@ import (
 //go:embed ops.cu
 var Source string
 
+// MMASource is mma.cu: a warp's tensor-core product and the probe that
+// pins its fragment layout (not part of Source: nothing runs on it yet).
+//
+//go:embed mma.cu
+var MMASource string
+
 // Hash is the hex SHA-256 of Source (the compile cache's key).
 func Hash() string {
 	s := sha256.Sum256([]byte(Source))

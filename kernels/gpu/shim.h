@@ -83,4 +83,50 @@ static float __uint_as_float(unsigned u) {
 	return f;
 }
 
+// A warp's tensor-core product (mma.cu's amsp_mma_16816, the PTX ISA's
+// m16n8k16 bf16 fragments): every lane leaves its fragments, all wait,
+// each rebuilds the warp's A and B and computes its four elements of
+// D = A B + C (products of bf16 values, exact in fp32, added in k
+// order), all wait again. Every thread of the block calls it.
+static unsigned amsp_mma_a[1024][4], amsp_mma_b[1024][2];
+static float amsp_mma_c[1024][4];
+
+static float amsp_bf16_lo(unsigned r) { return __uint_as_float(r << 16); }
+static float amsp_bf16_hi(unsigned r) { return __uint_as_float(r & 0xffff0000u); }
+
+static void amsp_mma_16816(float *d, const unsigned *a, const unsigned *b, const float *c) {
+	unsigned me = threadIdx.x, w = me & ~31u, l = me & 31u;
+	memcpy(amsp_mma_a[me], a, sizeof amsp_mma_a[me]);
+	memcpy(amsp_mma_b[me], b, sizeof amsp_mma_b[me]);
+	memcpy(amsp_mma_c[me], c, sizeof amsp_mma_c[me]);
+	__syncthreads();
+	float A[16][16], B[16][8];
+	for (unsigned x = 0; x < 32; x++) {
+		unsigned g = x / 4, t = x % 4;
+		const unsigned *fa = amsp_mma_a[w + x], *fb = amsp_mma_b[w + x];
+		A[g][2 * t] = amsp_bf16_lo(fa[0]);
+		A[g][2 * t + 1] = amsp_bf16_hi(fa[0]);
+		A[g + 8][2 * t] = amsp_bf16_lo(fa[1]);
+		A[g + 8][2 * t + 1] = amsp_bf16_hi(fa[1]);
+		A[g][2 * t + 8] = amsp_bf16_lo(fa[2]);
+		A[g][2 * t + 9] = amsp_bf16_hi(fa[2]);
+		A[g + 8][2 * t + 8] = amsp_bf16_lo(fa[3]);
+		A[g + 8][2 * t + 9] = amsp_bf16_hi(fa[3]);
+		B[2 * t][g] = amsp_bf16_lo(fb[0]);
+		B[2 * t + 1][g] = amsp_bf16_hi(fb[0]);
+		B[2 * t + 8][g] = amsp_bf16_lo(fb[1]);
+		B[2 * t + 9][g] = amsp_bf16_hi(fb[1]);
+	}
+	unsigned g = l / 4, t = l % 4;
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+		float s = 0;
+		for (unsigned k = 0; k < 16; k++) {
+			s += A[row][k] * B[k][col];
+		}
+		d[i] = amsp_mma_c[me][i] + s;
+	}
+	__syncthreads();
+}
+
 #endif

@@ -15,6 +15,7 @@ package hostc
 #include <ucontext.h>
 #include "../shim.h"
 #include "../ops.cu"
+#include "../mma.cu"
 
 #define LAUNCH(grid, call) do { gridDim.x = (grid); for (unsigned amsp_blk = 0; amsp_blk < (grid); amsp_blk++) { blockIdx.x = amsp_blk; call; } } while (0)
 
@@ -151,6 +152,16 @@ static int h_attention_dq(unsigned gx, unsigned gy, unsigned gz, unsigned block,
 static int h_attention_dkv(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
 	return amsp_coop_launch(attn_dkv_body, a, gx, gy, gz, block);
 }
+struct mma_args {
+	float *d;
+	const unsigned short *a, *b;
+	const float *c;
+};
+static void mma_probe_body(const void *p) {
+	const struct mma_args *m = p;
+	mma_probe(m->d, m->a, m->b, m->c);
+}
+static int h_mma_probe(struct mma_args *m) { return amsp_coop_launch(mma_probe_body, m, 1, 1, 1, 32); }
 static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
 }
@@ -394,6 +405,29 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 	if kvHeads != heads {
 		C.h_attention_dkv_sum(grid(len(dk)), f(dk), f(dv), f(pk), f(pv), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd))
 	}
+}
+
+// MMAProbe is mma.cu's mma_probe (one warp): d = a b + c for a 16x16
+// bf16 a and a 16x8 bf16 b (row-major, bf16 as its top 16 bits) and a
+// 16x8 fp32 c.
+func MMAProbe(a, b []uint16, c []float32) []float32 {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	if len(a) != 256 || len(b) != 128 || len(c) != 128 {
+		panic("hostc: MMAProbe wants 16x16, 16x8 and 16x8")
+	}
+	d := make([]float32, 128)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(&a[0])
+	pin.Pin(&b[0])
+	pin.Pin(&c[0])
+	pin.Pin(&d[0])
+	m := C.struct_mma_args{d: (*C.float)(&d[0]), a: (*C.ushort)(&a[0]), b: (*C.ushort)(&b[0]), c: (*C.float)(&c[0])}
+	if C.h_mma_probe(&m) != 0 {
+		panic("hostc: mma_probe failed")
+	}
+	return d
 }
 
 // BF16 is bf16_round then bf16_pack then bf16_widen of x: the bf16

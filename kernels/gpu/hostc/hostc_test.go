@@ -323,3 +323,33 @@ func TestBF16(t *testing.T) {
 		}
 	}
 }
+
+// mmaOperands are a random 16x16 and 16x8 of bf16 values (their top 16
+// bits) and a 16x8 fp32 c.
+func mmaOperands(rng *rand.Rand) (a, b []uint16, c []float32) {
+	bf := func(n int) []uint16 {
+		s := make([]uint16, n)
+		for i := range s {
+			s[i] = uint16(math.Float32bits(rng.Float32()*2-1) >> 16)
+		}
+		return s
+	}
+	return bf(256), bf(128), rnd(rng, 128, 1)
+}
+
+// TestMMAProbe: mma.cu's probe on the shim's emulated tensor-core product
+// (the PTX ISA's fragment layout, which runtime/cudalib's TestGPUMMA
+// checks on a GPU) computes a b + c: a lane that loaded the wrong
+// elements would put them in the wrong places.
+func TestMMAProbe(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 8))
+	for range 3 {
+		a, b, c := mmaOperands(rng)
+		got, want := MMAProbe(a, b, c), gpu.MMAReference(a, b, c)
+		for i := range want {
+			if d := math.Abs(float64(got[i]) - want[i]); d > 1e-5 {
+				t.Fatalf("element %d (row %d, col %d): %g, want %g", i, i/8, i%8, got[i], want[i])
+			}
+		}
+	}
+}
