@@ -48,10 +48,13 @@ run)
 	fi
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUMMA:30 TestGPUTrainsTiny:120; do
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120; do
 		(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
 	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
+	# Attention forward at TinyLlama's shapes: fp32 CUDA cores against
+	# bf16 tensor cores (mma.cu).
+	(cd runtime/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then

@@ -51,3 +51,184 @@ AMSP_EXTERN_C __global__ void mma_probe(float *d, const unsigned short *a, const
 	d[(g + 8) * 8 + 2 * t] = fd[2];
 	d[(g + 8) * 8 + 2 * t + 1] = fd[3];
 }
+
+// Causal or full attention forward on tensor cores (FlashAttention-2's
+// loop), for bf16 q, k, v ([batch, seq, heads*hd] and [batch, seq,
+// kvheads*hd], bf16 as their top 16 bits) with hd a multiple of 16 up to
+// 128: out ([batch, seq, heads*hd] fp32) and lse ([batch, heads, seq]) as
+// attention_f32's, but the probabilities enter the product with v
+// rounded to bf16 (nearest even; the row sums add the rounded values),
+// as PyTorch's bf16 attention does, so out is within bf16's precision of
+// the fp32 kernel's, not its 1e-5. Not wired into the launch plans yet.
+//
+// Geometry: 128 threads (4 warps) a block, 16 query rows a warp, grid
+// (ceil(seq/64), heads, batch), 4*64*hd bytes of dynamic shared memory: a
+// tile of 64 keys (k row-major, v transposed) at a time. A warp's
+// scores for a tile are 8 products of 16x8 (k steps of 16 over hd); the
+// probabilities, in the registers the scores left them, are the A
+// fragments of the product with v, so they never leave the warp.
+
+#ifdef __CUDACC__
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#define AMSP_MMA_SHARED(name) extern __shared__ unsigned amsp_mma_dyn_##name[]; unsigned short *name = (unsigned short *)amsp_mma_dyn_##name
+__device__ __forceinline__ float mma_shfl_xor(float v, int off) { return __shfl_xor_sync(0xffffffffu, v, off); }
+__device__ __forceinline__ float mma_bits_float(unsigned u) { return __uint_as_float(u); }
+__device__ __forceinline__ unsigned mma_float_bits(float f) { return __float_as_uint(f); }
+#else
+#define AMSP_MMA_SHARED(name) static unsigned short name[32 << 10]
+#define mma_shfl_xor amsp_shfl_xor
+#define mma_bits_float __uint_as_float
+#define mma_float_bits __float_as_uint
+#endif
+
+// mma_bf16 is x rounded to bf16, nearest even (x finite), as its bits.
+__device__ __forceinline__ unsigned short mma_bf16(float x) {
+	unsigned b = mma_float_bits(x);
+	return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const unsigned short *q, const unsigned short *k,
+	const unsigned short *v, long long batch, long long seq, long long heads, long long kvheads, long long hd,
+	long long causal) {
+	AMSP_MMA_SHARED(sh);
+	int HD = (int)hd, ksteps = HD / 16, dtiles = HD / 8;
+	unsigned short *ks = sh, *vt = sh + 64 * HD; // k [64][hd], v transposed [hd][64]
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
+	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; // the longest blocks first
+	long long i0 = blk * 64, r0 = i0 + warp * 16;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	long long rows[2] = {r0 + g, r0 + g + 8};
+	float scale = (float)(1 / sqrt((double)hd));
+
+	// This warp's q rows as A fragments, one set per k step of 16.
+	unsigned qf[8][4];
+#pragma unroll
+	for (int s = 0; s < 8; s++) {
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			long long row = rows[x & 1];
+			int col = 16 * s + 2 * t + (x >= 2 ? 8 : 0);
+			qf[s][x] = 0;
+			if (s < ksteps && row < seq) {
+				const unsigned short *p = q + (b * seq + row) * qs + h * hd + col;
+				qf[s][x] = (unsigned)p[0] | (unsigned)p[1] << 16;
+			}
+		}
+	}
+	float o[16][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+	}
+	long long n = seq;
+	if (causal && i0 + 64 < seq) {
+		n = i0 + 64;
+	}
+	for (long long t0 = 0; t0 < n; t0 += 64) {
+		__syncthreads(); // the last tile's readers are done
+		for (int z = threadIdx.x; z < 64 * HD; z += blockDim.x) {
+			int key = z / HD, d = z % HD;
+			long long kk = t0 + key;
+			unsigned short kv = 0, vv = 0;
+			if (kk < seq) {
+				kv = k[(b * seq + kk) * kvs + kvh * hd + d];
+				vv = v[(b * seq + kk) * kvs + kvh * hd + d];
+			}
+			ks[key * HD + d] = kv;
+			vt[d * 64 + key] = vv;
+		}
+		__syncthreads();
+		// Scores: 8 tiles of 8 keys.
+		float s[8][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
+#pragma unroll
+			for (int st = 0; st < 8; st++) {
+				if (st < ksteps) {
+					const unsigned short *kr = ks + (8 * j + g) * HD + 16 * st + 2 * t;
+					unsigned fb[2] = {(unsigned)kr[0] | (unsigned)kr[1] << 16, (unsigned)kr[8] | (unsigned)kr[9] << 16};
+					amsp_mma_16816(s[j], qf[st], fb, s[j]);
+				}
+			}
+		}
+		// Mask and scale; each lane's two rows' maxima over the tile.
+		float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+#pragma unroll
+			for (int x = 0; x < 4; x++) {
+				long long key = t0 + 8 * j + 2 * t + (x & 1), row = rows[x >> 1];
+				s[j][x] = (key < seq && (!causal || key <= row)) ? s[j][x] * scale : -INFINITY;
+				mx[x >> 1] = fmaxf(mx[x >> 1], s[j][x]);
+			}
+		}
+		unsigned pf[4][4]; // probabilities as A fragments, one set per 16 keys
+#pragma unroll
+		for (int rr = 0; rr < 2; rr++) {
+			mx[rr] = fmaxf(mx[rr], mma_shfl_xor(mx[rr], 1));
+			mx[rr] = fmaxf(mx[rr], mma_shfl_xor(mx[rr], 2));
+			float mnew = fmaxf(m[rr], mx[rr]);
+			float c = (m[rr] == -INFINITY || mnew == -INFINITY) ? (m[rr] == -INFINITY ? 0.0f : 1.0f) : expf(m[rr] - mnew);
+			l[rr] *= c;
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				o[j][2 * rr] *= c;
+				o[j][2 * rr + 1] *= c;
+			}
+			m[rr] = mnew;
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			unsigned short pb[4];
+#pragma unroll
+			for (int x = 0; x < 4; x++) {
+				float p = s[j][x] == -INFINITY ? 0.0f : expf(s[j][x] - m[x >> 1]);
+				pb[x] = mma_bf16(p);
+				l[x >> 1] += mma_bits_float((unsigned)pb[x] << 16);
+			}
+			// Tile j holds keys 8j..8j+7: columns 0-7 (j even) or 8-15 (j
+			// odd) of the 16 keys of A fragment set j/2.
+			pf[j / 2][(j & 1) * 2] = (unsigned)pb[0] | (unsigned)pb[1] << 16;
+			pf[j / 2][(j & 1) * 2 + 1] = (unsigned)pb[2] | (unsigned)pb[3] << 16;
+		}
+		// out += p v: 16-dim tiles of 8, k steps of 16 keys.
+#pragma unroll
+		for (int dj = 0; dj < 16; dj++) {
+			if (dj < dtiles) {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++) {
+					const unsigned short *vr = vt + (8 * dj + g) * 64 + 16 * kk + 2 * t;
+					unsigned fb[2] = {(unsigned)vr[0] | (unsigned)vr[1] << 16, (unsigned)vr[8] | (unsigned)vr[9] << 16};
+					amsp_mma_16816(o[dj], pf[kk], fb, o[dj]);
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int rr = 0; rr < 2; rr++) {
+		l[rr] += mma_shfl_xor(l[rr], 1);
+		l[rr] += mma_shfl_xor(l[rr], 2);
+	}
+#pragma unroll
+	for (int dj = 0; dj < 16; dj++) {
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			long long row = rows[x >> 1];
+			if (dj < dtiles && row < seq) {
+				out[(b * seq + row) * qs + h * hd + 8 * dj + 2 * t + (x & 1)] = o[dj][x] / l[x >> 1];
+			}
+		}
+	}
+	if (t == 0) {
+#pragma unroll
+		for (int rr = 0; rr < 2; rr++) {
+			if (rows[rr] < seq) {
+				lse[(b * heads + h) * seq + rows[rr]] = m[rr] + logf(l[rr]);
+			}
+		}
+	}
+}

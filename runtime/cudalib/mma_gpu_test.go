@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
 
@@ -91,4 +92,204 @@ func TestGPUMMA(t *testing.T) {
 		}
 		t.Logf("mma_probe: largest difference from the float64 product %.2g", worst)
 	}
+}
+
+// mmaModule loads kernels/gpu's mma.cu on c.
+func mmaModule(tb testing.TB, l *Libs, c *Context) *Module {
+	d := c.Device
+	if d.Major < 8 {
+		tb.Skipf("%v has no bf16 tensor cores (sm_80 and later)", d)
+	}
+	cubin, err := l.Compile(gpu.MMASource, "mma.cu", d.Major, d.Minor)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := c.LoadModule(cubin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// attnOperands are random bf16 q, k, v (as device pairs and as their
+// float32 values) for an attention of the given shape, on c.
+type attnOperands struct {
+	q, k, v    []float32
+	pq, pk, pv Ptr
+}
+
+func newAttnOperands(tb testing.TB, c *Context, rng *rand.Rand, nq, nkv int) *attnOperands {
+	mk := func(n int, scale float32) ([]float32, Ptr) {
+		w := make([]float32, n)
+		h := make([]int32, (n+1)/2)
+		for i := range w {
+			w[i] = math.Float32frombits(math.Float32bits((rng.Float32()*2-1)*scale) &^ 0xffff)
+			h[i/2] |= int32(math.Float32bits(w[i])>>16) << (16 * (i % 2))
+		}
+		p, err := c.Alloc(int64(4 * len(h)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Free(p) })
+		if err := c.CopyInInts(p, h); err != nil {
+			tb.Fatal(err)
+		}
+		return w, p
+	}
+	a := &attnOperands{}
+	a.q, a.pq = mk(nq, 2)
+	a.k, a.pk = mk(nkv, 2)
+	a.v, a.pv = mk(nkv, 1)
+	return a
+}
+
+// TestGPUAttentionMMA: mma.cu's tensor-core attention forward on the GPU
+// against the Go kernel on the same bf16 values: out and lse within 1e-2
+// of their largest magnitude (its probabilities are rounded to bf16),
+// as on the host (kernels/gpu/hostc TestAttentionMMA).
+func TestGPUAttentionMMA(t *testing.T) {
+	l, c := openGPU(t)
+	fn, err := mmaModule(t, l, c).Function("attention_mma_fwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, sh := range [][5]int{{2, 200, 8, 2, 64}, {1, 130, 4, 4, 128}, {1, 33, 2, 1, 16}} {
+		batch, seq, heads, kvHeads, hd := sh[0], sh[1], sh[2], sh[3], sh[4]
+		nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
+		a := newAttnOperands(t, c, rng, nq, nkv)
+		po, err := c.Alloc(int64(4 * nq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free(po)
+		pl, err := c.Alloc(int64(4 * nl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free(pl)
+		for _, causal := range []bool{false, true} {
+			cf := int64(0)
+			if causal {
+				cf = 1
+			}
+			if err := fn.Launch([3]int{(seq + 63) / 64, heads, batch}, [3]int{128, 1, 1}, 256*hd,
+				po, pl, a.pq, a.pk, a.pv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), cf); err != nil {
+				t.Fatal(err)
+			}
+			got, glse := make([]float32, nq), make([]float32, nl)
+			if err := c.CopyOut(got, po); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CopyOut(glse, pl); err != nil {
+				t.Fatal(err)
+			}
+			want, wlse := make([]float32, nq), make([]float32, nl)
+			kernels.Attention(want, wlse, a.q, a.k, a.v, batch, seq, heads, kvHeads, hd, causal)
+			for _, x := range []struct {
+				what      string
+				got, want []float32
+			}{{"out", got, want}, {"lse", glse, wlse}} {
+				rel := relMax(x.got, x.want)
+				if !(rel <= 1e-2) {
+					t.Errorf("%v causal=%v %s: relative error %.3g > 1e-2", sh, causal, x.what, rel)
+				} else {
+					t.Logf("%v causal=%v %s: relative error %.3g", sh, causal, x.what, rel)
+				}
+			}
+		}
+	}
+}
+
+// relMax is the largest difference over the largest reference magnitude.
+func relMax(got, want []float32) float64 {
+	var diff, big float64
+	for i := range want {
+		diff = math.Max(diff, math.Abs(float64(got[i])-float64(want[i])))
+		big = math.Max(big, math.Abs(float64(want[i])))
+	}
+	return diff / big
+}
+
+// BenchmarkGPUAttention: the causal attention forward at TinyLlama-1.1B's
+// shapes (seq 2048, 32 heads of 64, 4 KV heads, one sequence) on fp32
+// CUDA cores (ops.cu's attention_f32 at the launch plans' geometry) and
+// on bf16 tensor cores (mma.cu's attention_mma_fwd); reports TFLOP/s of
+// the causal half's work.
+func BenchmarkGPUAttention(b *testing.B) {
+	l, err := Load()
+	if err != nil {
+		b.Skip(err)
+	}
+	c, err := l.Open(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch, seq, heads, kvHeads, hd = 1, 2048, 32, 4, 64
+	nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
+	rng := rand.New(rand.NewPCG(1, 2))
+	a := newAttnOperands(b, c, rng, nq, nkv)
+	dev := func(s []float32) Ptr {
+		p, err := c.Alloc(int64(4 * len(s)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Free(p) })
+		if err := c.CopyIn(p, s); err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	fq, fk, fv := dev(a.q), dev(a.k), dev(a.v)
+	po, pl := dev(make([]float32, nq)), dev(make([]float32, nl))
+	flops := 4.0 * seq * seq * heads * hd / 2 // QK^T and PV, causal half
+	cubin, err := l.Compile(gpu.Source, "ops.cu", c.Device.Major, c.Device.Minor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := c.LoadModule(cubin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f32, err := ops.Function("attention_f32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mma, err := mmaModule(b, l, c).Function("attention_mma_fwd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	geo := gpu.AttentionGeometry(hd)
+	run := func(b *testing.B, launch func() error) {
+		for range 3 {
+			if err := launch(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := launch(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	}
+	b.Run("fp32-cuda-cores", func(b *testing.B) {
+		run(b, func() error {
+			return f32.Launch([3]int{(seq + geo.Rows - 1) / geo.Rows, heads, batch}, [3]int{gpu.AttentionThreads, 1, 1}, geo.Smem,
+				po, pl, fq, fk, fv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1), int64(geo.Lanes), int64(geo.Tile))
+		})
+	})
+	b.Run("bf16-tensor-cores", func(b *testing.B) {
+		run(b, func() error {
+			return mma.Launch([3]int{(seq + 63) / 64, heads, batch}, [3]int{128, 1, 1}, 256*hd,
+				po, pl, a.pq, a.pk, a.pv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1))
+		})
+	})
 }

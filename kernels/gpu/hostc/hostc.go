@@ -162,6 +162,18 @@ static void mma_probe_body(const void *p) {
 	mma_probe(m->d, m->a, m->b, m->c);
 }
 static int h_mma_probe(struct mma_args *m) { return amsp_coop_launch(mma_probe_body, m, 1, 1, 1, 32); }
+struct mma_attn_args {
+	float *out, *lse;
+	const unsigned short *q, *k, *v;
+	long long b, s, h, kvh, hd, causal;
+};
+static void mma_attn_body(const void *p) {
+	const struct mma_attn_args *a = p;
+	attention_mma_fwd(a->out, a->lse, a->q, a->k, a->v, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
+}
+static int h_attention_mma_fwd(struct mma_attn_args *a) {
+	return amsp_coop_launch(mma_attn_body, a, (unsigned)((a->s + 63) / 64), (unsigned)a->h, (unsigned)a->b, 128);
+}
 static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
 }
@@ -428,6 +440,29 @@ func MMAProbe(a, b []uint16, c []float32) []float32 {
 		panic("hostc: mma_probe failed")
 	}
 	return d
+}
+
+// AttentionMMA is mma.cu's attention_mma_fwd (its geometry: 64 query
+// rows a block of 128 threads) on bf16 q, k, v (each value its top 16
+// bits); hd a multiple of 16 up to 128.
+func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHeads, hd int, causal bool) {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	if hd%16 != 0 || hd > 128 {
+		panic(fmt.Sprintf("hostc: AttentionMMA: head dim %d", hd))
+	}
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	for _, p := range []*uint16{&q[0], &k[0], &v[0]} {
+		pin.Pin(p)
+	}
+	pin.Pin(&out[0])
+	pin.Pin(&lse[0])
+	a := C.struct_mma_attn_args{out: (*C.float)(&out[0]), lse: (*C.float)(&lse[0]), q: (*C.ushort)(&q[0]), k: (*C.ushort)(&k[0]),
+		v: (*C.ushort)(&v[0]), b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal)}
+	if rc := C.h_attention_mma_fwd(&a); rc != 0 {
+		panic(fmt.Sprintf("hostc: attention_mma_fwd failed (%d)", rc))
+	}
 }
 
 // BF16 is bf16_round then bf16_pack then bf16_widen of x: the bf16

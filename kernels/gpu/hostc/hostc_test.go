@@ -353,3 +353,45 @@ func TestMMAProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionMMA: mma.cu's tensor-core attention forward on the shim's
+// emulated products, against the Go kernel on the same (bf16) values:
+// out and lse within bf16's precision (1e-2 of the largest magnitude,
+// issue 12's bf16 bound; its probabilities are rounded to bf16), over
+// head dims 16 to 128, grouped KV heads, causal or not, sequences that
+// end inside a tile and span several.
+func TestAttentionMMA(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	bf := func(x []float32) ([]uint16, []float32) {
+		h, w := make([]uint16, len(x)), make([]float32, len(x))
+		for i, v := range x {
+			w[i] = kernels.RoundBF16(v)
+			h[i] = uint16(math.Float32bits(w[i]) >> 16)
+		}
+		return h, w
+	}
+	for _, sh := range [][5]int{{1, 70, 2, 1, 64}, {2, 100, 4, 2, 64}, {1, 150, 2, 2, 128}, {1, 33, 2, 1, 16}, {1, 64, 8, 2, 32}} {
+		batch, seq, heads, kvHeads, hd := sh[0], sh[1], sh[2], sh[3], sh[4]
+		nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
+		hq, q := bf(rnd(rng, nq, 2))
+		hk, k := bf(rnd(rng, nkv, 2))
+		hv, v := bf(rnd(rng, nkv, 1))
+		for _, causal := range []bool{false, true} {
+			name := fmt.Sprintf("attention_mma_fwd %v causal=%v", sh, causal)
+			got, want := make([]float32, nq), make([]float32, nq)
+			glse, wlse := make([]float32, batch*heads*seq), make([]float32, batch*heads*seq)
+			AttentionMMA(got, glse, hq, hk, hv, batch, seq, heads, kvHeads, hd, causal)
+			kernels.Attention(want, wlse, q, k, v, batch, seq, heads, kvHeads, hd, causal)
+			for _, c := range []struct {
+				what      string
+				got, want []float32
+			}{{"out", got, want}, {"lse", glse, wlse}} {
+				if rel, _ := relErr(c.got, c.want); rel > 1e-2 {
+					t.Errorf("%s %s: relative error %.3g > 1e-2", name, c.what, rel)
+				} else {
+					t.Logf("%s %s: relative error %.3g", name, c.what, rel)
+				}
+			}
+		}
+	}
+}
