@@ -77,7 +77,9 @@ __device__ __forceinline__ float mma_shfl_xor(float v, int off) { return __shfl_
 __device__ __forceinline__ float mma_bits_float(unsigned u) { return __uint_as_float(u); }
 __device__ __forceinline__ unsigned mma_float_bits(float f) { return __float_as_uint(f); }
 #else
-#define AMSP_MMA_SHARED(name) static unsigned short name[32 << 10]
+#define AMSP_MMA_SHARED(name) \
+	static unsigned name##_words[16 << 10]; \
+	unsigned short *name = (unsigned short *)name##_words
 #define mma_shfl_xor amsp_shfl_xor
 #define mma_bits_float __uint_as_float
 #define mma_float_bits __float_as_uint
@@ -228,6 +230,259 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 		for (int rr = 0; rr < 2; rr++) {
 			if (rows[rr] < seq) {
 				lse[(b * heads + h) * seq + rows[rr]] = m[rr] + logf(l[rr]);
+			}
+		}
+	}
+}
+
+// mma_frags loads rows r0+g and r0+g+8 (of seq; zeros past it) of x
+// (rows stride elements apart, from column col) as A fragments, one set
+// per k step of 16 columns, up to hd.
+__device__ __forceinline__ void mma_frags(unsigned f[8][4], const unsigned short *x, long long b, long long r0, long long seq,
+	long long stride, long long col, int hd, int g, int t) {
+#pragma unroll
+	for (int s = 0; s < 8; s++) {
+#pragma unroll
+		for (int y = 0; y < 4; y++) {
+			long long row = r0 + g + ((y & 1) ? 8 : 0);
+			int c = 16 * s + 2 * t + (y >= 2 ? 8 : 0);
+			f[s][y] = 0;
+			if (16 * s < hd && row < seq) {
+				const unsigned short *p = x + (b * seq + row) * stride + col + c;
+				f[s][y] = (unsigned)p[0] | (unsigned)p[1] << 16;
+			}
+		}
+	}
+}
+
+// mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a [n][hd]
+// row-major tile and, when tr is not null, its [hd][n] transpose.
+__device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr, const unsigned short *x, long long b, long long t0,
+	long long seq, long long stride, long long col, int hd, int n) {
+	for (int z = threadIdx.x; z < n * hd; z += blockDim.x) {
+		int r = z / hd, d = z % hd;
+		long long i = t0 + r;
+		unsigned short e = i < seq ? x[(b * seq + i) * stride + col + d] : 0;
+		rm[r * hd + d] = e;
+		if (tr) {
+			tr[d * n + r] = e;
+		}
+	}
+}
+
+// mma_b is the B fragment of rows 2t, 2t+1, 2t+8, 2t+9 of column g as a
+// row p of a transposed tile holds them (p at column 2t of row g).
+__device__ __forceinline__ void mma_b(unsigned *fb, const unsigned short *p) {
+	fb[0] = (unsigned)p[0] | (unsigned)p[1] << 16;
+	fb[1] = (unsigned)p[8] | (unsigned)p[9] << 16;
+}
+
+// Attention's backward on tensor cores, for bf16 q, k, v and dout with hd
+// a multiple of 16 up to 128, lse and dsum (D = rowsum(out * dout)) as
+// attention_dq_f32 and attention_dkv_f32 take them, products of bf16
+// values with fp32 accumulation: the probabilities and ds = p (dout.v -
+// D) scale enter the products rounded to bf16, so the gradients are
+// within bf16's precision of the fp32 kernels', not their 1e-5. Not
+// wired into the launch plans yet.
+//
+// attention_mma_dkv: 128 threads, 16 key rows a warp (64 a block) of the
+// kv head of query head blockIdx.y, query rows in tiles of 64 (32 when hd
+// > 64) with their lse and D, q and dout row-major and transposed in
+// shared memory (8*tile*hd + 8*tile bytes); grid (ceil(seq/64), heads,
+// batch). Writes dk and dv at column h*hd of [batch, seq, heads*hd] rows,
+// as attention_dkv_f32 does (one head's part; attention_dkv_sum_f32 adds
+// a group's).
+AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsigned short *q, const unsigned short *k,
+	const unsigned short *v, const float *lse, const unsigned short *dout, const float *dsum, long long batch, long long seq,
+	long long heads, long long kvheads, long long hd, long long causal) {
+	AMSP_MMA_SHARED(sh);
+	int HD = (int)hd, TQ = HD <= 64 ? 64 : 32, dtiles = HD / 8;
+	unsigned short *qr = sh, *qt = qr + TQ * HD, *dr = qt + HD * TQ, *dt = dr + TQ * HD;
+	float *ls = (float *)(dt + HD * TQ), *Ds = ls + TQ;
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
+	long long j0 = (long long)blockIdx.x * 64, jw = j0 + warp * 16;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	long long keys[2] = {jw + g, jw + g + 8};
+	float scale = (float)(1 / sqrt((double)hd));
+	unsigned kf[8][4], vf[8][4];
+	mma_frags(kf, k, b, jw, seq, kvs, kvh * hd, HD, g, t);
+	mma_frags(vf, v, b, jw, seq, kvs, kvh * hd, HD, g, t);
+	float ak[16][4], av[16][4];
+#pragma unroll
+	for (int j = 0; j < 16; j++) {
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			ak[j][x] = av[j][x] = 0;
+		}
+	}
+	for (long long t0 = causal ? j0 - j0 % TQ : 0; t0 < seq; t0 += TQ) { // earlier queries see none of these keys
+		__syncthreads();
+		mma_tile(qr, qt, q, b, t0, seq, qs, h * hd, HD, TQ);
+		mma_tile(dr, dt, dout, b, t0, seq, qs, h * hd, HD, TQ);
+		for (int r = threadIdx.x; r < TQ; r += blockDim.x) {
+			ls[r] = t0 + r < seq ? lse[(b * heads + h) * seq + t0 + r] : 0;
+			Ds[r] = t0 + r < seq ? dsum[(b * heads + h) * seq + t0 + r] : 0;
+		}
+		__syncthreads();
+		// Scores and dout . v, transposed: this warp's 16 keys by the
+		// tile's queries, in tiles of 8 queries.
+		unsigned pf[4][4], sf[4][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			if (8 * j < TQ) {
+				float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
+#pragma unroll
+				for (int st = 0; st < 8; st++) {
+					if (16 * st < HD) {
+						unsigned fb[2];
+						mma_b(fb, qr + (8 * j + g) * HD + 16 * st + 2 * t);
+						amsp_mma_16816(s, kf[st], fb, s);
+						mma_b(fb, dr + (8 * j + g) * HD + 16 * st + 2 * t);
+						amsp_mma_16816(dp, vf[st], fb, dp);
+					}
+				}
+				unsigned short pb[4], sb[4];
+#pragma unroll
+				for (int x = 0; x < 4; x++) {
+					int r = 8 * j + 2 * t + (x & 1);
+					long long i = t0 + r, key = keys[x >> 1];
+					float p = 0, ds = 0;
+					if (i < seq && key < seq && (!causal || i >= key)) {
+						p = expf(s[x] * scale - ls[r]);
+						ds = p * (dp[x] - Ds[r]) * scale;
+					}
+					pb[x] = mma_bf16(p);
+					sb[x] = mma_bf16(ds);
+				}
+				pf[j / 2][(j & 1) * 2] = (unsigned)pb[0] | (unsigned)pb[1] << 16;
+				pf[j / 2][(j & 1) * 2 + 1] = (unsigned)pb[2] | (unsigned)pb[3] << 16;
+				sf[j / 2][(j & 1) * 2] = (unsigned)sb[0] | (unsigned)sb[1] << 16;
+				sf[j / 2][(j & 1) * 2 + 1] = (unsigned)sb[2] | (unsigned)sb[3] << 16;
+			}
+		}
+		// dv += p^T dout, dk += ds^T q: k steps of 16 queries.
+#pragma unroll
+		for (int dj = 0; dj < 16; dj++) {
+			if (dj < dtiles) {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++) {
+					if (16 * kk < TQ) {
+						unsigned fb[2];
+						mma_b(fb, dt + (8 * dj + g) * TQ + 16 * kk + 2 * t);
+						amsp_mma_16816(av[dj], pf[kk], fb, av[dj]);
+						mma_b(fb, qt + (8 * dj + g) * TQ + 16 * kk + 2 * t);
+						amsp_mma_16816(ak[dj], sf[kk], fb, ak[dj]);
+					}
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int dj = 0; dj < 16; dj++) {
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			long long key = keys[x >> 1];
+			if (dj < dtiles && key < seq) {
+				long long at = (b * seq + key) * qs + h * hd + 8 * dj + 2 * t + (x & 1);
+				dk[at] = ak[dj][x];
+				dv[at] = av[dj][x];
+			}
+		}
+	}
+}
+
+// attention_mma_dq: 128 threads, 16 query rows a warp (64 a block, the
+// causal longest first), keys in tiles of 64 (32 when hd > 64), k and v
+// row-major and k transposed in shared memory (6*tile*hd bytes); grid
+// (ceil(seq/64), heads, batch). dq = scale * sum over keys of ds k.
+AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *q, const unsigned short *k,
+	const unsigned short *v, const float *lse, const unsigned short *dout, const float *dsum, long long batch, long long seq,
+	long long heads, long long kvheads, long long hd, long long causal) {
+	AMSP_MMA_SHARED(sh);
+	int HD = (int)hd, TK = HD <= 64 ? 64 : 32, dtiles = HD / 8;
+	unsigned short *kr = sh, *kt = kr + TK * HD, *vr = kt + HD * TK;
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
+	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+	long long i0 = blk * 64, r0 = i0 + warp * 16;
+	long long qs = heads * hd, kvs = kvheads * hd;
+	long long rows[2] = {r0 + g, r0 + g + 8};
+	float scale = (float)(1 / sqrt((double)hd));
+	unsigned qf[8][4], df[8][4];
+	mma_frags(qf, q, b, r0, seq, qs, h * hd, HD, g, t);
+	mma_frags(df, dout, b, r0, seq, qs, h * hd, HD, g, t);
+	float li[2], di[2];
+#pragma unroll
+	for (int rr = 0; rr < 2; rr++) {
+		li[rr] = rows[rr] < seq ? lse[(b * heads + h) * seq + rows[rr]] : 0;
+		di[rr] = rows[rr] < seq ? dsum[(b * heads + h) * seq + rows[rr]] : 0;
+	}
+	float acc[16][4];
+#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+	}
+	long long n = seq;
+	if (causal && i0 + 64 < seq) {
+		n = i0 + 64;
+	}
+	for (long long t0 = 0; t0 < n; t0 += TK) {
+		__syncthreads();
+		mma_tile(kr, kt, k, b, t0, seq, kvs, kvh * hd, HD, TK);
+		mma_tile(vr, 0, v, b, t0, seq, kvs, kvh * hd, HD, TK);
+		__syncthreads();
+		unsigned sf[4][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			if (8 * j < TK) {
+				float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
+#pragma unroll
+				for (int st = 0; st < 8; st++) {
+					if (16 * st < HD) {
+						unsigned fb[2];
+						mma_b(fb, kr + (8 * j + g) * HD + 16 * st + 2 * t);
+						amsp_mma_16816(s, qf[st], fb, s);
+						mma_b(fb, vr + (8 * j + g) * HD + 16 * st + 2 * t);
+						amsp_mma_16816(dp, df[st], fb, dp);
+					}
+				}
+				unsigned short sb[4];
+#pragma unroll
+				for (int x = 0; x < 4; x++) {
+					long long key = t0 + 8 * j + 2 * t + (x & 1), row = rows[x >> 1];
+					float ds = 0;
+					if (key < seq && row < seq && (!causal || key <= row)) {
+						float p = expf(s[x] * scale - li[x >> 1]);
+						ds = p * (dp[x] - di[x >> 1]) * scale;
+					}
+					sb[x] = mma_bf16(ds);
+				}
+				sf[j / 2][(j & 1) * 2] = (unsigned)sb[0] | (unsigned)sb[1] << 16;
+				sf[j / 2][(j & 1) * 2 + 1] = (unsigned)sb[2] | (unsigned)sb[3] << 16;
+			}
+		}
+#pragma unroll
+		for (int dj = 0; dj < 16; dj++) {
+			if (dj < dtiles) {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++) {
+					if (16 * kk < TK) {
+						unsigned fb[2];
+						mma_b(fb, kt + (8 * dj + g) * TK + 16 * kk + 2 * t);
+						amsp_mma_16816(acc[dj], sf[kk], fb, acc[dj]);
+					}
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int dj = 0; dj < 16; dj++) {
+#pragma unroll
+		for (int x = 0; x < 4; x++) {
+			long long row = rows[x >> 1];
+			if (dj < dtiles && row < seq) {
+				dq[(b * seq + row) * qs + h * hd + 8 * dj + 2 * t + (x & 1)] = acc[dj][x];
 			}
 		}
 	}

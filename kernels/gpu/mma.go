@@ -19,3 +19,18 @@ func MMAReference(a, b []uint16, c []float32) []float64 {
 	}
 	return out
 }
+
+// MMAThreads is the block of mma.cu's attention kernels; each covers 64
+// rows (queries, or for attention_mma_dkv keys) a block.
+const MMAThreads = 128
+
+// MMASmem are the dynamic shared memory bytes of mma.cu's attention
+// kernels for head dim hd: attention_mma_fwd's, attention_mma_dq's and
+// attention_mma_dkv's.
+func MMASmem(hd int) (fwd, dq, dkv int) {
+	tile := 64
+	if hd > 64 {
+		tile = 32
+	}
+	return 256 * hd, 6 * tile * hd, 8*tile*hd + 8*tile
+}

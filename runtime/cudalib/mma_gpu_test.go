@@ -114,8 +114,8 @@ func mmaModule(tb testing.TB, l *Libs, c *Context) *Module {
 // attnOperands are random bf16 q, k, v (as device pairs and as their
 // float32 values) for an attention of the given shape, on c.
 type attnOperands struct {
-	q, k, v    []float32
-	pq, pk, pv Ptr
+	q, k, v, dout   []float32
+	pq, pk, pv, pdo Ptr
 }
 
 func newAttnOperands(tb testing.TB, c *Context, rng *rand.Rand, nq, nkv int) *attnOperands {
@@ -140,18 +140,27 @@ func newAttnOperands(tb testing.TB, c *Context, rng *rand.Rand, nq, nkv int) *at
 	a.q, a.pq = mk(nq, 2)
 	a.k, a.pk = mk(nkv, 2)
 	a.v, a.pv = mk(nkv, 1)
+	a.dout, a.pdo = mk(nq, 1)
 	return a
 }
 
-// TestGPUAttentionMMA: mma.cu's tensor-core attention forward on the GPU
-// against the Go kernel on the same bf16 values: out and lse within 1e-2
-// of their largest magnitude (its probabilities are rounded to bf16),
-// as on the host (kernels/gpu/hostc TestAttentionMMA).
+// TestGPUAttentionMMA: mma.cu's tensor-core attention, forward and
+// backward, on the GPU against the Go kernels on the same bf16 values:
+// out, lse, dq, dk and dv within 1e-2 of their largest magnitude
+// (probabilities and ds enter the products rounded to bf16), as on the
+// host (kernels/gpu/hostc TestAttentionMMA).
 func TestGPUAttentionMMA(t *testing.T) {
 	l, c := openGPU(t)
-	fn, err := mmaModule(t, l, c).Function("attention_mma_fwd")
+	m := mmaModule(t, l, c)
+	fn, err := m.Function("attention_mma_fwd")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var gradFn [2]*Function
+	for i, name := range []string{"attention_mma_dq", "attention_mma_dkv"} {
+		if gradFn[i], err = m.Function(name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
 	for _, sh := range [][5]int{{2, 200, 8, 2, 64}, {1, 130, 4, 4, 128}, {1, 33, 2, 1, 16}} {
@@ -173,7 +182,8 @@ func TestGPUAttentionMMA(t *testing.T) {
 			if causal {
 				cf = 1
 			}
-			if err := fn.Launch([3]int{(seq + 63) / 64, heads, batch}, [3]int{128, 1, 1}, 256*hd,
+			fwdSmem, _, _ := gpu.MMASmem(hd)
+			if err := fn.Launch([3]int{(seq + 63) / 64, heads, batch}, [3]int{gpu.MMAThreads, 1, 1}, fwdSmem,
 				po, pl, a.pq, a.pk, a.pv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), cf); err != nil {
 				t.Fatal(err)
 			}
@@ -186,10 +196,11 @@ func TestGPUAttentionMMA(t *testing.T) {
 			}
 			want, wlse := make([]float32, nq), make([]float32, nl)
 			kernels.Attention(want, wlse, a.q, a.k, a.v, batch, seq, heads, kvHeads, hd, causal)
+			gdq, gdk, gdv, wdq, wdk, wdv := mmaGrad(t, c, gradFn, a, want, wlse, batch, seq, heads, kvHeads, hd, causal)
 			for _, x := range []struct {
 				what      string
 				got, want []float32
-			}{{"out", got, want}, {"lse", glse, wlse}} {
+			}{{"out", got, want}, {"lse", glse, wlse}, {"dq", gdq, wdq}, {"dk", gdk, wdk}, {"dv", gdv, wdv}} {
 				rel := relMax(x.got, x.want)
 				if !(rel <= 1e-2) {
 					t.Errorf("%v causal=%v %s: relative error %.3g > 1e-2", sh, causal, x.what, rel)
@@ -199,6 +210,78 @@ func TestGPUAttentionMMA(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mmaGrad runs attention_mma_dq and attention_mma_dkv (fn) on a's bf16
+// operands with the Go forward's out and lse, adds the dk and dv parts
+// of each KV head's group, and returns them with the Go kernel's
+// gradients.
+func mmaGrad(t *testing.T, c *Context, fn [2]*Function, a *attnOperands, out, lse []float32, batch, seq, heads, kvHeads, hd int, causal bool) (gdq, gdk, gdv, wdq, wdk, wdv []float32) {
+	nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
+	dsum := make([]float32, nl)
+	for b := range batch {
+		for i := range seq {
+			for h := range heads {
+				s := 0.0
+				for e := range hd {
+					at := (b*seq+i)*heads*hd + h*hd + e
+					s += float64(out[at]) * float64(a.dout[at])
+				}
+				dsum[(b*heads+h)*seq+i] = float32(s)
+			}
+		}
+	}
+	dev := func(s []float32) Ptr {
+		p, err := c.Alloc(int64(4 * len(s)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Free(p) })
+		if err := c.CopyIn(p, s); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pl, pds := dev(lse), dev(dsum)
+	pdq, pk, pv := dev(make([]float32, nq)), dev(make([]float32, nq)), dev(make([]float32, nq))
+	cf := int64(0)
+	if causal {
+		cf = 1
+	}
+	_, dqSmem, dkvSmem := gpu.MMASmem(hd)
+	grid, block := [3]int{(seq + 63) / 64, heads, batch}, [3]int{gpu.MMAThreads, 1, 1}
+	dims := []any{int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), cf}
+	if err := fn[0].Launch(grid, block, dqSmem, append([]any{pdq, a.pq, a.pk, a.pv, pl, a.pdo, pds}, dims...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn[1].Launch(grid, block, dkvSmem, append([]any{pk, pv, a.pq, a.pk, a.pv, pl, a.pdo, pds}, dims...)...); err != nil {
+		t.Fatal(err)
+	}
+	gdq, parts := make([]float32, nq), [2][]float32{make([]float32, nq), make([]float32, nq)}
+	for i, p := range []Ptr{pdq, pk, pv} {
+		dst := gdq
+		if i > 0 {
+			dst = parts[i-1]
+		}
+		if err := c.CopyOut(dst, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gdk, gdv = make([]float32, nkv), make([]float32, nkv)
+	group := heads / kvHeads
+	for row := range batch * seq {
+		for g := range kvHeads {
+			for x := range group {
+				for e := range hd {
+					gdk[row*kvHeads*hd+g*hd+e] += parts[0][row*heads*hd+(g*group+x)*hd+e]
+					gdv[row*kvHeads*hd+g*hd+e] += parts[1][row*heads*hd+(g*group+x)*hd+e]
+				}
+			}
+		}
+	}
+	wdq, wdk, wdv = make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
+	kernels.AttentionGrad(wdq, wdk, wdv, a.q, a.k, a.v, out, lse, a.dout, batch, seq, heads, kvHeads, hd, causal)
+	return gdq, gdk, gdv, wdq, wdk, wdv
 }
 
 // relMax is the largest difference over the largest reference magnitude.
@@ -286,10 +369,53 @@ func BenchmarkGPUAttention(b *testing.B) {
 				po, pl, fq, fk, fv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1), int64(geo.Lanes), int64(geo.Tile))
 		})
 	})
+	fwdSmem, dqSmem, dkvSmem := gpu.MMASmem(hd)
+	mgrid, mblock := [3]int{(seq + 63) / 64, heads, batch}, [3]int{gpu.MMAThreads, 1, 1}
+	dims := []any{int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1)}
 	b.Run("bf16-tensor-cores", func(b *testing.B) {
 		run(b, func() error {
-			return mma.Launch([3]int{(seq + 63) / 64, heads, batch}, [3]int{128, 1, 1}, 256*hd,
-				po, pl, a.pq, a.pk, a.pv, int64(batch), int64(seq), int64(heads), int64(kvHeads), int64(hd), int64(1))
+			return mma.Launch(mgrid, mblock, fwdSmem, append([]any{po, pl, a.pq, a.pk, a.pv}, dims...)...)
+		})
+	})
+	// The backward's dq and dk/dv kernels (the forward it recomputes,
+	// dsum and the group sum are left out of both): 2.5 times the
+	// forward's work.
+	flops *= 2.5
+	fdo, pds := dev(a.dout), dev(make([]float32, nl))
+	pdq, pk, pv := dev(make([]float32, nq)), dev(make([]float32, nq)), dev(make([]float32, nq))
+	fdq, err := ops.Function("attention_dq_f32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fdkv, err := ops.Function("attention_dkv_f32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mm := mmaModule(b, l, c)
+	mdq, err := mm.Function("attention_mma_dq")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mdkv, err := mm.Function("attention_mma_dkv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fdims := append(append([]any(nil), dims...), int64(geo.Lanes), int64(geo.Tile))
+	fgrid := [3]int{(seq + geo.Rows - 1) / geo.Rows, heads, batch}
+	b.Run("backward-fp32-cuda-cores", func(b *testing.B) {
+		run(b, func() error {
+			if err := fdq.Launch(fgrid, [3]int{gpu.AttentionThreads, 1, 1}, geo.Smem, append([]any{pdq, fq, fk, fv, pl, fdo, pds}, fdims...)...); err != nil {
+				return err
+			}
+			return fdkv.Launch(fgrid, [3]int{gpu.AttentionThreads, 1, 1}, geo.Smem, append([]any{pk, pv, fq, fk, fv, pl, fdo, pds}, fdims...)...)
+		})
+	})
+	b.Run("backward-bf16-tensor-cores", func(b *testing.B) {
+		run(b, func() error {
+			if err := mdq.Launch(mgrid, mblock, dqSmem, append([]any{pdq, a.pq, a.pk, a.pv, pl, a.pdo, pds}, dims...)...); err != nil {
+				return err
+			}
+			return mdkv.Launch(mgrid, mblock, dkvSmem, append([]any{pk, pv, a.pq, a.pk, a.pv, pl, a.pdo, pds}, dims...)...)
 		})
 	})
 }

@@ -174,6 +174,25 @@ static void mma_attn_body(const void *p) {
 static int h_attention_mma_fwd(struct mma_attn_args *a) {
 	return amsp_coop_launch(mma_attn_body, a, (unsigned)((a->s + 63) / 64), (unsigned)a->h, (unsigned)a->b, 128);
 }
+struct mma_grad_args {
+	float *dq, *dk, *dv;
+	const unsigned short *q, *k, *v, *dout;
+	const float *lse, *dsum;
+	long long b, s, h, kvh, hd, causal;
+};
+static void mma_dkv_body(const void *p) {
+	const struct mma_grad_args *a = p;
+	attention_mma_dkv(a->dk, a->dv, a->q, a->k, a->v, a->lse, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
+}
+static void mma_dq_body(const void *p) {
+	const struct mma_grad_args *a = p;
+	attention_mma_dq(a->dq, a->q, a->k, a->v, a->lse, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
+}
+static int h_attention_mma_grad(struct mma_grad_args *a) {
+	unsigned gx = (unsigned)((a->s + 63) / 64);
+	int rc = amsp_coop_launch(mma_dq_body, a, gx, (unsigned)a->h, (unsigned)a->b, 128);
+	return rc ? rc : amsp_coop_launch(mma_dkv_body, a, gx, (unsigned)a->h, (unsigned)a->b, 128);
+}
 static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
 }
@@ -462,6 +481,33 @@ func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHea
 		v: (*C.ushort)(&v[0]), b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal)}
 	if rc := C.h_attention_mma_fwd(&a); rc != 0 {
 		panic(fmt.Sprintf("hostc: attention_mma_fwd failed (%d)", rc))
+	}
+}
+
+// AttentionMMAGrad is mma.cu's attention_mma_dq and attention_mma_dkv
+// on bf16 q, k, v, dout (each value its top 16 bits) with fp32 lse and
+// dsum ([batch, heads, seq]): dq, and dk and dv per query head ([batch,
+// seq, heads*hd], a group's parts to be added).
+func AttentionMMAGrad(dq, dkParts, dvParts []float32, q, k, v, dout []uint16, lse, dsum []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	if hd%16 != 0 || hd > 128 {
+		panic(fmt.Sprintf("hostc: AttentionMMAGrad: head dim %d", hd))
+	}
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	for _, p := range []*uint16{&q[0], &k[0], &v[0], &dout[0]} {
+		pin.Pin(p)
+	}
+	for _, p := range []*float32{&dq[0], &dkParts[0], &dvParts[0], &lse[0], &dsum[0]} {
+		pin.Pin(p)
+	}
+	a := C.struct_mma_grad_args{dq: (*C.float)(&dq[0]), dk: (*C.float)(&dkParts[0]), dv: (*C.float)(&dvParts[0]),
+		q: (*C.ushort)(&q[0]), k: (*C.ushort)(&k[0]), v: (*C.ushort)(&v[0]), dout: (*C.ushort)(&dout[0]),
+		lse: (*C.float)(&lse[0]), dsum: (*C.float)(&dsum[0]),
+		b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal)}
+	if rc := C.h_attention_mma_grad(&a); rc != 0 {
+		panic(fmt.Sprintf("hostc: attention_mma_dq/dkv failed (%d)", rc))
 	}
 }
 

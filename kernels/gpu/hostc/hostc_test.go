@@ -354,10 +354,11 @@ func TestMMAProbe(t *testing.T) {
 	}
 }
 
-// TestAttentionMMA: mma.cu's tensor-core attention forward on the shim's
-// emulated products, against the Go kernel on the same (bf16) values:
-// out and lse within bf16's precision (1e-2 of the largest magnitude,
-// issue 12's bf16 bound; its probabilities are rounded to bf16), over
+// TestAttentionMMA: mma.cu's tensor-core attention, forward and backward,
+// on the shim's emulated products, against the Go kernels on the same
+// (bf16) values: out, lse, dq, dk and dv within bf16's precision (1e-2
+// of the largest magnitude, issue 12's bf16 bound; probabilities and ds
+// enter the products rounded to bf16), over
 // head dims 16 to 128, grouped KV heads, causal or not, sequences that
 // end inside a tile and span several.
 func TestAttentionMMA(t *testing.T) {
@@ -376,6 +377,7 @@ func TestAttentionMMA(t *testing.T) {
 		hq, q := bf(rnd(rng, nq, 2))
 		hk, k := bf(rnd(rng, nkv, 2))
 		hv, v := bf(rnd(rng, nkv, 1))
+		hd16, dout := bf(rnd(rng, nq, 1))
 		for _, causal := range []bool{false, true} {
 			name := fmt.Sprintf("attention_mma_fwd %v causal=%v", sh, causal)
 			got, want := make([]float32, nq), make([]float32, nq)
@@ -386,6 +388,46 @@ func TestAttentionMMA(t *testing.T) {
 				what      string
 				got, want []float32
 			}{{"out", got, want}, {"lse", glse, wlse}} {
+				if rel, _ := relErr(c.got, c.want); rel > 1e-2 {
+					t.Errorf("%s %s: relative error %.3g > 1e-2", name, c.what, rel)
+				} else {
+					t.Logf("%s %s: relative error %.3g", name, c.what, rel)
+				}
+			}
+			// The backward from the Go forward's out and lse.
+			dsum := make([]float32, batch*heads*seq)
+			for bb := range batch {
+				for i := range seq {
+					for h := range heads {
+						s := 0.0
+						for e := range hd {
+							at := (bb*seq+i)*heads*hd + h*hd + e
+							s += float64(want[at]) * float64(dout[at])
+						}
+						dsum[(bb*heads+h)*seq+i] = float32(s)
+					}
+				}
+			}
+			gdq, pk, pv := make([]float32, nq), make([]float32, nq), make([]float32, nq)
+			AttentionMMAGrad(gdq, pk, pv, hq, hk, hv, hd16, wlse, dsum, batch, seq, heads, kvHeads, hd, causal)
+			gdk, gdv := make([]float32, nkv), make([]float32, nkv)
+			group := heads / kvHeads
+			for row := range batch * seq {
+				for g := range kvHeads {
+					for x := range group {
+						for e := range hd {
+							gdk[row*kvHeads*hd+g*hd+e] += pk[row*heads*hd+(g*group+x)*hd+e]
+							gdv[row*kvHeads*hd+g*hd+e] += pv[row*heads*hd+(g*group+x)*hd+e]
+						}
+					}
+				}
+			}
+			wdq, wdk, wdv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
+			kernels.AttentionGrad(wdq, wdk, wdv, q, k, v, want, wlse, dout, batch, seq, heads, kvHeads, hd, causal)
+			for _, c := range []struct {
+				what      string
+				got, want []float32
+			}{{"dq", gdq, wdq}, {"dk", gdk, wdk}, {"dv", gdv, wdv}} {
 				if rel, _ := relErr(c.got, c.want); rel > 1e-2 {
 					t.Errorf("%s %s: relative error %.3g > 1e-2", name, c.what, rel)
 				} else {
