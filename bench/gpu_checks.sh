@@ -16,7 +16,8 @@
 #     against one rank on the GPU (a line each);
 #   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
 #     4 sequences a step, trained by PyTorch eager (bench/torch_llama.py)
-#     and by amspc on the same tokens: tokens/s, MFU, peak memory;
+#     and by amspc on the same tokens (amspc1b-tc.txt: --tensor-cores):
+#     tokens/s, MFU, peak memory;
 #     profile-1b.csv: amspc profile --device cuda of that job (each
 #     kernel timed alone on the GPU).
 set -eu
@@ -86,6 +87,8 @@ PY
 		PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
 	fi
 	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
+	# The same with attention on bf16 tensor cores (mma.cu).
+	timeout 150 $d/amspc run --device cuda --tensor-cores --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b-tc.txt || true
 	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	if [ -n "${NCU:-}" ]; then
 		# Nsight Compute on the 1B job's attention kernels and the norm's

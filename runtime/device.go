@@ -45,7 +45,8 @@ type Device interface {
 // NaN and Inf on the device (first_nonfinite_f32, after rounding) before
 // the next instruction.
 type deviceBackend struct {
-	dev Device
+	dev  Device
+	opts DeviceOptions
 
 	// Results' non-finite checks in flight: each flags a slot of a
 	// device array, read back in one copy when the host next waits for
@@ -67,7 +68,21 @@ type deviceBackend struct {
 
 // NewDeviceBackend is the backend that runs a rank on dev.
 func NewDeviceBackend(dev Device) Backend {
-	return &deviceBackend{dev: dev, sizes: map[uint64]int64{}, free: map[int64][]uint64{}}
+	return NewDeviceBackendWith(dev, DeviceOptions{})
+}
+
+// DeviceOptions choose among a device backend's kernels.
+type DeviceOptions struct {
+	// TensorCoreAttention runs attention and its gradient on bf16
+	// operands with mma.cu's tensor-core kernels (head dims a multiple
+	// of 16 up to 128): the probabilities and ds enter the products
+	// rounded to bf16, within bf16's precision of the fp32 kernels.
+	TensorCoreAttention bool
+}
+
+// NewDeviceBackendWith is NewDeviceBackend with options.
+func NewDeviceBackendWith(dev Device, o DeviceOptions) Backend {
+	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int64][]uint64{}}
 }
 
 // alloc is bytes of device memory, from the free lists when they have
@@ -254,13 +269,20 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 	fc := *c
 	fc.Args, fc.Outs = make([]Mem, len(c.Args)), make([]Mem, len(c.Outs))
 	// A matmul of two bf16 operands reads them as they are (cuBLASLt's
-	// bf16 inputs); every other bf16 operand is widened.
-	k := c.Instr.Kern
-	bf16Gemm := (k == ir.MatMul || k == ir.MatMulGradA || k == ir.MatMulGradB) && len(c.Args) == 2 &&
-		c.Args[0].DType == ir.BF16 && c.Args[1].DType == ir.BF16
+	// bf16 inputs), and so does attention on tensor cores (gpu.RawBF16);
+	// every other bf16 operand is widened.
+	types := make([]ir.DType, len(c.Args))
+	for i, m := range c.Args {
+		types[i] = m.DType
+	}
+	var heads int64
+	if k := c.Instr.Kern; k == ir.Attention || k == ir.AttentionGrad {
+		heads = c.attr("heads").Int
+	}
+	raw := gpu.RawBF16(c.Instr.Kern, types, c.ArgShapes, heads, b.opts.TensorCoreAttention)
 	var err error
 	for i, m := range c.Args {
-		if bf16Gemm {
+		if raw {
 			fc.Args[i] = m
 		} else if fc.Args[i], err = f32(m, true); err != nil {
 			return err
@@ -299,7 +321,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 // (an id out of range, the loss).
 func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	in := c.Instr
-	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step,
+	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
 		Ints: func(i int) ([]int32, error) {
 			ids := make([]int32, c.Args[i].N)
 			return ids, b.ReadInts(ids, c.Args[i])

@@ -18,7 +18,7 @@ import (
 // node as GPUs, its local GPU; ranks beyond the GPUs share them, their
 // collectives staged through the host). Its error is one sentence: the
 // missing library, or no GPU.
-func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
+func openCUDA(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), func() int64, error) {
 	l, err := cudalib.Load()
 	if err != nil {
 		return nil, nil, err
@@ -46,10 +46,15 @@ func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", r%len(devs), err)
 		}
+		if o.TensorCoreAttention {
+			if err := g.LoadTensorCoreKernels(l); err != nil {
+				return nil, fmt.Errorf("GPU %d: --tensor-cores: %w", r%len(devs), err)
+			}
+		}
 		mu.Lock()
 		gpus = append(gpus, g)
 		mu.Unlock()
-		return runtime.NewDeviceBackend(g), nil
+		return runtime.NewDeviceBackendWith(g, o), nil
 	}, peak, nil
 }
 
@@ -58,6 +63,6 @@ func openCUDA() (func(int) (runtime.Backend, error), func() int64, error) {
 // host) on a GPU simulated on the CPU, ops.cu compiled as C
 // (kernels/gpu/hostc), one per rank. It checks the GPU path, under
 // mpirun too, where there is no GPU; it is slow.
-func openSim() (func(int) (runtime.Backend, error), error) {
-	return func(int) (runtime.Backend, error) { return runtime.NewDeviceBackend(hostc.NewDevice()), nil }, nil
+func openSim(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), error) {
+	return func(int) (runtime.Backend, error) { return runtime.NewDeviceBackendWith(hostc.NewDevice(), o), nil }, nil
 }

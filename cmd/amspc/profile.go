@@ -46,7 +46,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, _, err = openCUDA(); err != nil {
+		if newBackend, _, err = openCUDA(runtime.DeviceOptions{}); err != nil {
 			fmt.Fprintf(stderr, "amspc profile: --device cuda: %v\n", err)
 			return exitUser
 		}

@@ -24,7 +24,7 @@ import (
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
 func runRun(args []string, stdout, stderr io.Writer) (status int) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -35,6 +35,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
+	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
 	file, ok := oneFile(fs, args)
 	if !ok {
@@ -46,18 +47,22 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, gpuPeak, err = openCUDA(); err != nil {
+		if newBackend, gpuPeak, err = openCUDA(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", err)
 			return exitUser
 		}
 	case "sim":
 		var err error
-		if newBackend, err = openSim(); err != nil {
+		if newBackend, err = openSim(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --device sim: %v\n", err)
 			return exitUser
 		}
 	default:
 		fmt.Fprintf(stderr, "amspc run: --device must be cpu, cuda or sim, not %q\n", *device)
+		return exitUser
+	}
+	if *tensorCores && *device == "cpu" {
+		fmt.Fprintln(stderr, "amspc run: --tensor-cores needs --device cuda or sim")
 		return exitUser
 	}
 	set := map[string]bool{}

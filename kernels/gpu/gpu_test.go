@@ -6,38 +6,43 @@ import (
 	"testing"
 )
 
-// TestKernelTable: Kernels names every extern "C" kernel of ops.cu, in
-// order, with its parameters' kinds.
+// TestKernelTable: Kernels names every extern "C" kernel of ops.cu, and
+// MMAKernels every one of mma.cu, in order, with its parameters' kinds.
 func TestKernelTable(t *testing.T) {
-	re := regexp.MustCompile(`AMSP_EXTERN_C __global__ void (\w+)\(([^)]*)\)`)
-	defs := re.FindAllStringSubmatch(Source, -1)
-	if len(defs) != len(Kernels) {
-		t.Fatalf("ops.cu defines %d kernels, the table lists %d", len(defs), len(Kernels))
-	}
-	for i, d := range defs {
-		k := Kernels[i]
-		if d[1] != k.Name {
-			t.Errorf("kernel %d: ops.cu has %s, the table %s", i, d[1], k.Name)
-			continue
+	for _, c := range []struct {
+		file, src string
+		table     []Kernel
+	}{{"ops.cu", Source, Kernels}, {"mma.cu", MMASource, MMAKernels}} {
+		re := regexp.MustCompile(`AMSP_EXTERN_C __global__ void (\w+)\(([^)]*)\)`)
+		defs := re.FindAllStringSubmatch(c.src, -1)
+		if len(defs) != len(c.table) {
+			t.Fatalf("%s defines %d kernels, the table lists %d", c.file, len(defs), len(c.table))
 		}
-		var got []Param
-		for _, p := range strings.Split(strings.Join(strings.Fields(d[2]), " "), ",") {
-			p = strings.TrimSpace(p)
-			switch {
-			case strings.Contains(p, "*"):
-				got = append(got, Ptr)
-			case strings.HasPrefix(p, "long long "):
-				got = append(got, I64)
-			case strings.HasPrefix(p, "float "):
-				got = append(got, F32)
-			case strings.HasPrefix(p, "double "):
-				got = append(got, F64)
-			default:
-				t.Errorf("%s: parameter %q of a kind the table has no name for", k.Name, p)
+		for i, d := range defs {
+			k := c.table[i]
+			if d[1] != k.Name {
+				t.Errorf("kernel %d: %s has %s, the table %s", i, c.file, d[1], k.Name)
+				continue
 			}
-		}
-		if string(got) != string(k.Params) {
-			t.Errorf("%s: ops.cu's parameters are %q, the table says %q", k.Name, got, k.Params)
+			var got []Param
+			for _, p := range strings.Split(strings.Join(strings.Fields(d[2]), " "), ",") {
+				p = strings.TrimSpace(p)
+				switch {
+				case strings.Contains(p, "*"):
+					got = append(got, Ptr)
+				case strings.HasPrefix(p, "long long "):
+					got = append(got, I64)
+				case strings.HasPrefix(p, "float "):
+					got = append(got, F32)
+				case strings.HasPrefix(p, "double "):
+					got = append(got, F64)
+				default:
+					t.Errorf("%s: parameter %q of a kind the table has no name for", k.Name, p)
+				}
+			}
+			if string(got) != string(k.Params) {
+				t.Errorf("%s: %s's parameters are %q, the table says %q", k.Name, c.file, got, k.Params)
+			}
 		}
 	}
 }

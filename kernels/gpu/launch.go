@@ -158,6 +158,31 @@ type OpCall struct {
 	Step               int
 	Decayed            [][2]int
 	Ints               func(operand int) ([]int32, error)
+	// TensorCores lets bf16 attention run on tensor cores (mma.cu).
+	TensorCores bool
+}
+
+// RawBF16 says whether an instruction's launch plan takes its bf16
+// operands as they are (else a backend widens them to fp32 first): a
+// matmul of two bf16 operands (cuBLASLt's bf16 inputs), and, with
+// tensorCores, attention and its gradient on bf16 operands with a head
+// dim mma.cu's kernels take (a multiple of 16 up to 128).
+func RawBF16(op ir.OpKind, argTypes []ir.DType, argShapes [][]int64, heads int64, tensorCores bool) bool {
+	all := len(argTypes) > 0
+	for _, dt := range argTypes {
+		all = all && dt == ir.BF16
+	}
+	switch op {
+	case ir.MatMul, ir.MatMulGradA, ir.MatMulGradB:
+		return len(argTypes) == 2 && all
+	case ir.Attention, ir.AttentionGrad:
+		if !tensorCores || !all || heads <= 0 || len(argShapes[0]) != 3 {
+			return false
+		}
+		hd := argShapes[0][2] / heads
+		return hd%16 == 0 && hd <= 128
+	}
+	return false
 }
 
 // ErrUnsupported wraps what the GPU kernels cannot do yet.
@@ -204,10 +229,16 @@ func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
 // with bf16 storage widens other bf16 operands and rounds bf16 results
 // around it (BF16Widen, BF16Round, BF16Pack).
 func PlanOp(c *OpCall) (*Plan, error) {
-	gemm := c.Op == ir.MatMul || c.Op == ir.MatMulGradA || c.Op == ir.MatMulGradB
-	bf16In := gemm && len(c.ArgTypes) == 2 && c.ArgTypes[0] == ir.BF16 && c.ArgTypes[1] == ir.BF16
+	var heads int64
+	if c.Op == ir.Attention || c.Op == ir.AttentionGrad {
+		heads = c.Attr("heads").Int
+	}
+	raw := RawBF16(c.Op, c.ArgTypes, c.ArgShapes, heads, c.TensorCores)
+	if raw && (c.Op == ir.Attention || c.Op == ir.AttentionGrad) {
+		return planAttentionMMA(c)
+	}
 	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
-		if bf16In && i < 2 {
+		if raw && i < len(c.ArgTypes) {
 			continue
 		}
 		if dt != ir.F32 && dt != ir.I32 {
@@ -240,13 +271,13 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		p.Launches = []Launch{elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d))}
 	case ir.MatMul:
 		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn), bf16In}
+		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn), raw}
 	case ir.MatMulGradA:
 		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn), bf16In}
+		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn), raw}
 	case ir.MatMulGradB:
 		k, nn := os[0][0], os[0][1]
-		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn), bf16In}
+		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn), raw}
 	case ir.RMSNorm:
 		d := n(1)
 		rows := n(0) / d
@@ -378,7 +409,7 @@ func PlanOp(c *OpCall) (*Plan, error) {
 // CheckArgs checks a launch's arguments against its kernel's parameter
 // list in Kernels.
 func (l *Launch) CheckArgs() error {
-	for _, k := range Kernels {
+	for _, k := range append(Kernels[:len(Kernels):len(Kernels)], MMAKernels...) {
 		if k.Name != l.Kernel {
 			continue
 		}
@@ -392,7 +423,7 @@ func (l *Launch) CheckArgs() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("no kernel %s in ops.cu", l.Kernel)
+	return fmt.Errorf("no kernel %s in ops.cu or mma.cu", l.Kernel)
 }
 
 // Content is a scratch buffer's initial bytes: Init, or Fill repeated.

@@ -96,3 +96,67 @@ func TestPlanEveryOp(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanTensorCoreAttention: with TensorCores, attention and its
+// gradient on bf16 operands with a head dim of a multiple of 16 (up to
+// 128) plan mma.cu's kernels, whose launches match their parameters;
+// fp32 operands, other head dims or no TensorCores plan the fp32
+// kernels (a bf16 operand then refused: the backend widens it first).
+func TestPlanTensorCoreAttention(t *testing.T) {
+	attrs := map[string]ir.AttrVal{"heads": {Int: 4}, "kv_heads": {Int: 2}, "causal": {Bool: true}}
+	plan := func(op ir.OpKind, hd int64, dt ir.DType, tc bool) (*Plan, error) {
+		q, kv := []int64{2, 5, 4 * hd}, []int64{2, 5, 2 * hd}
+		args, outs := [][]int64{q, kv, kv}, [][]int64{q}
+		if op == ir.AttentionGrad {
+			args, outs = [][]int64{q, kv, kv, q, q}, [][]int64{q, kv, kv}
+		}
+		oc := &OpCall{Op: op, ArgShapes: args, OutShapes: outs, TensorCores: tc, Attr: func(name string) ir.AttrVal { return attrs[name] }}
+		for _, s := range args {
+			oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, dt), append(oc.ArgElems, elems(s))
+		}
+		for _, s := range outs {
+			oc.OutTypes, oc.OutElems = append(oc.OutTypes, ir.F32), append(oc.OutElems, elems(s))
+		}
+		return PlanOp(oc)
+	}
+	kernelsOf := func(p *Plan) []string {
+		var ks []string
+		for _, l := range p.Launches {
+			if err := l.CheckArgs(); err != nil {
+				t.Error(err)
+			}
+			ks = append(ks, l.Kernel)
+		}
+		return ks
+	}
+	for _, c := range []struct {
+		op    ir.OpKind
+		hd    int64
+		dt    ir.DType
+		tc    bool
+		first string
+	}{
+		{ir.Attention, 64, ir.BF16, true, "attention_mma_fwd"},
+		{ir.AttentionGrad, 64, ir.BF16, true, "attention_mma_fwd"},
+		{ir.AttentionGrad, 128, ir.BF16, true, "attention_mma_fwd"},
+		{ir.Attention, 64, ir.F32, true, "attention_f32"},
+		{ir.AttentionGrad, 24, ir.F32, true, "attention_f32"},
+		{ir.Attention, 64, ir.F32, false, "attention_f32"},
+	} {
+		p, err := plan(c.op, c.hd, c.dt, c.tc)
+		if err != nil {
+			t.Fatalf("%v hd %d %v tensor cores %v: %v", c.op, c.hd, c.dt, c.tc, err)
+		}
+		if ks := kernelsOf(p); ks[0] != c.first {
+			t.Errorf("%v hd %d %v tensor cores %v: kernels %v, want %s first", c.op, c.hd, c.dt, c.tc, ks, c.first)
+		}
+	}
+	for _, c := range []struct {
+		hd int64
+		tc bool
+	}{{24, true}, {64, false}, {144, true}} {
+		if _, err := plan(ir.Attention, c.hd, ir.BF16, c.tc); !errors.As(err, new(*ErrUnsupported)) {
+			t.Errorf("bf16 attention hd %d tensor cores %v: %v, want not supported (widened by the backend)", c.hd, c.tc, err)
+		}
+	}
+}

@@ -487,3 +487,19 @@ AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *
 		}
 	}
 }
+
+// dsum[b, h, i] = dout . out over the row, for bf16 out and dout (as
+// attention_dsum_f32, in double).
+AMSP_EXTERN_C __global__ void attention_dsum_bf16(float *dsum, const unsigned short *out, const unsigned short *dout,
+	long long batch, long long seq, long long heads, long long hd) {
+	for (long long z = (long long)blockIdx.x * blockDim.x + threadIdx.x; z < batch * heads * seq;
+		z += (long long)gridDim.x * blockDim.x) {
+		long long i = z % seq, h = z / seq % heads, b = z / (seq * heads);
+		const unsigned short *o = out + (b * seq + i) * heads * hd + h * hd, *d = dout + (b * seq + i) * heads * hd + h * hd;
+		double s = 0;
+		for (long long e = 0; e < hd; e++) {
+			s += (double)mma_bits_float((unsigned)o[e] << 16) * (double)mma_bits_float((unsigned)d[e] << 16);
+		}
+		dsum[z] = (float)s;
+	}
+}

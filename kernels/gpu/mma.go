@@ -1,6 +1,11 @@
 package gpu
 
-import "math"
+import (
+	"fmt"
+	"math"
+
+	"amspc/ir"
+)
 
 // MMAReference is what mma.cu's mma_probe computes, in float64: a b + c
 // for a 16x16 a and a 16x8 b of bf16 values (row-major, each its top 16
@@ -33,4 +38,66 @@ func MMASmem(hd int) (fwd, dq, dkv int) {
 		tile = 32
 	}
 	return 256 * hd, 6 * tile * hd, 8*tile*hd + 8*tile
+}
+
+// MMAKernels lists mma.cu's kernels in source order (TestKernelTable
+// checks them against the source).
+var MMAKernels = []Kernel{
+	{"mma_probe", []Param("pppp"), Elementwise},
+	{"attention_mma_fwd", []Param("pppppllllll"), Attention},
+	{"attention_mma_dkv", []Param("ppppppppllllll"), Attention},
+	{"attention_mma_dq", []Param("pppppppllllll"), Attention},
+	{"attention_dsum_bf16", []Param("pppllll"), Elementwise},
+}
+
+// planAttentionMMA is attention's plan (forward, or backward with the
+// forward again for its log-sum-exp) on tensor cores: bf16 q, k, v, out
+// and dout as they are (RawBF16), fp32 results.
+func planAttentionMMA(c *OpCall) (*Plan, error) {
+	for _, dt := range c.OutTypes {
+		if dt != ir.F32 {
+			return nil, &ErrUnsupported{fmt.Sprintf("%v with a %v result on tensor cores", c.Op, dt)}
+		}
+	}
+	q := c.ArgShapes[0]
+	heads := c.Attr("heads").Int
+	kvh := c.Attr("kv_heads").Int
+	if kvh == 0 {
+		kvh = heads
+	}
+	b, s, hd := q[0], q[1], q[2]/heads
+	causal := boolArg(c.Attr("causal").Bool)
+	dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
+	fwdSmem, dqSmem, dkvSmem := MMASmem(int(hd))
+	launch := func(kernel string, smem int, args ...Arg) Launch {
+		return Launch{Kernel: kernel, Grid: [3]int{int((s + 63) / 64), int(heads), int(b)}, Block: MMAThreads, Smem: smem,
+			Args: append(args, dims...)}
+	}
+	rows := b * heads * s
+	p := &Plan{Bad: -1, Loss: -1}
+	if c.Op == ir.Attention {
+		p.Scratch = []ScratchBuf{f32Scratch(rows)}
+		p.Launches = []Launch{launch("attention_mma_fwd", fwdSmem, res(0), scr(0), opnd(0), opnd(1), opnd(2))}
+		return p, nil
+	}
+	// As attention_f32's plan: the forward again for lse (its out into
+	// scratch), D = rowsum(out * dout) of the given out, dq, and dk, dv
+	// a block per query head (grouped heads' parts added in order).
+	p.Scratch = []ScratchBuf{f32Scratch(rows), f32Scratch(c.ArgElems[3]), f32Scratch(rows)}
+	dk, dv := res(1), res(2)
+	if kvh != heads {
+		p.Scratch = append(p.Scratch, f32Scratch(c.ArgElems[3]), f32Scratch(c.ArgElems[3]))
+		dk, dv = scr(3), scr(4)
+	}
+	p.Launches = []Launch{
+		launch("attention_mma_fwd", fwdSmem, scr(1), scr(0), opnd(0), opnd(1), opnd(2)),
+		elementwise("attention_dsum_bf16", rows, scr(2), opnd(3), opnd(4), i64(b), i64(s), i64(heads), i64(hd)),
+		launch("attention_mma_dq", dqSmem, res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)),
+		launch("attention_mma_dkv", dkvSmem, dk, dv, opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)),
+	}
+	if kvh != heads {
+		p.Launches = append(p.Launches, elementwise("attention_dkv_sum_f32", c.OutElems[1], res(1), res(2), scr(3), scr(4),
+			i64(b), i64(s), i64(heads), i64(kvh), i64(hd)))
+	}
+	return p, nil
 }

@@ -63,6 +63,30 @@ func (l *Libs) NewGPU(ordinal int) (*GPU, error) {
 	return g, nil
 }
 
+// LoadTensorCoreKernels compiles and loads mma.cu (attention on bf16
+// tensor cores, for runtime.DeviceOptions.TensorCoreAttention): sm_80 and
+// later.
+func (g *GPU) LoadTensorCoreKernels(l *Libs) error {
+	d := g.ctx.Device
+	if d.Major < 8 {
+		return fmt.Errorf("%v has no bf16 tensor cores (sm_80 and later)", d)
+	}
+	cubin, err := l.Compile(gpu.MMASource, "mma.cu", d.Major, d.Minor)
+	if err != nil {
+		return fmt.Errorf("compiling mma.cu for %v: %w", d, err)
+	}
+	m, err := g.ctx.LoadModule(cubin)
+	if err != nil {
+		return err
+	}
+	for _, k := range gpu.MMAKernels {
+		if g.fns[k.Name], err = m.Function(k.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (g *GPU) Name() string { return g.ctx.Device.String() }
 
 func (g *GPU) Alloc(bytes int64) (uint64, error) {

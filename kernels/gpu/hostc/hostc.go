@@ -188,6 +188,18 @@ static void mma_dq_body(const void *p) {
 	const struct mma_grad_args *a = p;
 	attention_mma_dq(a->dq, a->q, a->k, a->v, a->lse, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
 }
+static int h_mma_fwd_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_attn_args *a) {
+	return amsp_coop_launch(mma_attn_body, a, gx, gy, gz, block);
+}
+static int h_mma_dq_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_grad_args *a) {
+	return amsp_coop_launch(mma_dq_body, a, gx, gy, gz, block);
+}
+static int h_mma_dkv_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_grad_args *a) {
+	return amsp_coop_launch(mma_dkv_body, a, gx, gy, gz, block);
+}
+static void h_attention_dsum_bf16(unsigned g, float *dsum, const unsigned short *o, const unsigned short *dout, long long b, long long s, long long h, long long hd) {
+	LAUNCH(g, attention_dsum_bf16(dsum, o, dout, b, s, h, hd));
+}
 static int h_attention_mma_grad(struct mma_grad_args *a) {
 	unsigned gx = (unsigned)((a->s + 63) / 64);
 	int rc = amsp_coop_launch(mma_dq_body, a, gx, (unsigned)a->h, (unsigned)a->b, 128);
@@ -663,6 +675,7 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 	defer launchMu.Unlock()
 	a := l.Args
 	fp := func(i int) *C.float { return (*C.float)(ptr(addrs[i])) }
+	up := func(i int) *C.ushort { return (*C.ushort)(ptr(addrs[i])) }
 	ip := func(i int) *C.int { return (*C.int)(ptr(addrs[i])) }
 	n := func(i int) C.longlong { return C.longlong(a[i].I) }
 	fl := func(i int) C.float { return C.float(a[i].F) }
@@ -740,6 +753,34 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 		case -2:
 			return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
 		}
+	case "attention_mma_fwd":
+		x := &C.struct_mma_attn_args{out: fp(0), lse: fp(1), q: up(2), k: up(3), v: up(4),
+			b: n(5), s: n(6), h: n(7), kvh: n(8), hd: n(9), causal: n(10)}
+		if rc := C.h_mma_fwd_launch(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), x); rc != 0 {
+			return fmt.Errorf("hostc: %s failed (%d)", l.Kernel, rc)
+		}
+	case "attention_mma_dq", "attention_mma_dkv":
+		x := &C.struct_mma_grad_args{}
+		o := 1
+		if l.Kernel == "attention_mma_dq" {
+			o, x.dq = 0, fp(0)
+		} else {
+			x.dk, x.dv = fp(0), fp(1)
+		}
+		x.q, x.k, x.v, x.lse, x.dout, x.dsum = up(o+1), up(o+2), up(o+3), fp(o+4), up(o+5), fp(o+6)
+		x.b, x.s, x.h, x.kvh, x.hd, x.causal = n(o+7), n(o+8), n(o+9), n(o+10), n(o+11), n(o+12)
+		gx, gy, gz, bl := C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block)
+		var rc C.int
+		if o == 0 {
+			rc = C.h_mma_dq_launch(gx, gy, gz, bl, x)
+		} else {
+			rc = C.h_mma_dkv_launch(gx, gy, gz, bl, x)
+		}
+		if rc != 0 {
+			return fmt.Errorf("hostc: %s failed (%d)", l.Kernel, rc)
+		}
+	case "attention_dsum_bf16":
+		C.h_attention_dsum_bf16(g, fp(0), up(1), up(2), n(3), n(4), n(5), n(6))
 	case "attention_dsum_f32":
 		C.h_attention_dsum(g, fp(0), fp(1), fp(2), n(3), n(4), n(5), n(6))
 	case "attention_dkv_sum_f32":
