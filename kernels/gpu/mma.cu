@@ -91,11 +91,117 @@ __device__ __forceinline__ unsigned short mma_bf16(float x) {
 	return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
 }
 
+// mma_frags loads rows r0+g and r0+g+8 (of seq; zeros past it) of x
+// (rows stride elements apart, from column col) as A fragments, one set
+// per k step of 16 columns, up to hd.
+__device__ __forceinline__ void mma_frags(unsigned f[8][4], const unsigned short *x, long long b, long long r0, long long seq,
+	long long stride, long long col, int hd, int g, int t) {
+#pragma unroll
+	for (int s = 0; s < 8; s++) {
+#pragma unroll
+		for (int y = 0; y < 4; y++) {
+			long long row = r0 + g + ((y & 1) ? 8 : 0);
+			int c = 16 * s + 2 * t + (y >= 2 ? 8 : 0);
+			f[s][y] = 0;
+			if (16 * s < hd && row < seq) {
+				const unsigned short *p = x + (b * seq + row) * stride + col + c;
+				f[s][y] = (unsigned)p[0] | (unsigned)p[1] << 16;
+			}
+		}
+	}
+}
+
+// mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a [n][hd]
+// row-major tile rm and a [hd][n] transposed one tr (either may be
+// null).
+__device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr, const unsigned short *x, long long b, long long t0,
+	long long seq, long long stride, long long col, int hd, int n) {
+	for (int z = threadIdx.x; z < n * hd; z += blockDim.x) {
+		int r = z / hd, d = z % hd;
+		long long i = t0 + r;
+		unsigned short e = i < seq ? x[(b * seq + i) * stride + col + d] : 0;
+		if (rm) {
+			rm[r * hd + d] = e;
+		}
+		if (tr) {
+			tr[d * n + r] = e;
+		}
+	}
+}
+
+// mma_b is the B fragment of rows 2t, 2t+1, 2t+8, 2t+9 of column g as a
+// row p of a transposed tile holds them (p at column 2t of row g).
+__device__ __forceinline__ void mma_b(unsigned *fb, const unsigned short *p) {
+	fb[0] = (unsigned)p[0] | (unsigned)p[1] << 16;
+	fb[1] = (unsigned)p[8] | (unsigned)p[9] << 16;
+}
+
+// mma_scores is one 16x8 tile of a product A B with A as fragments f
+// (one set per k step of 16, hd wide) and B's 8 columns the rows 8j..8j+7
+// of a row-major tile of hd-wide rows: a warp's 16 rows by 8 of the
+// tile's (scores q.k, or dout.v).
+__device__ __forceinline__ void mma_scores(float *s, const unsigned f[8][4], const unsigned short *tile, int j, int hd, int g, int t) {
+	s[0] = s[1] = s[2] = s[3] = 0;
+#pragma unroll
+	for (int st = 0; st < 8; st++) {
+		if (16 * st < hd) {
+			unsigned fb[2];
+			mma_b(fb, tile + (8 * j + g) * hd + 16 * st + 2 * t);
+			amsp_mma_16816(s, f[st], fb, s);
+		}
+	}
+}
+
+// mma_to_a puts tile j's four values (bf16, as an accumulator tile holds
+// them: rows g and g+8, columns 2t and 2t+1) into the A fragments f of
+// the 16 columns it is half of.
+__device__ __forceinline__ void mma_to_a(unsigned f[4][4], int j, const unsigned short *v) {
+	f[j / 2][(j & 1) * 2] = (unsigned)v[0] | (unsigned)v[1] << 16;
+	f[j / 2][(j & 1) * 2 + 1] = (unsigned)v[2] | (unsigned)v[3] << 16;
+}
+
+// mma_accumulate adds A B to acc's dtiles tiles of 8 columns: A as
+// fragments f over n columns (k steps of 16), B from a transposed tile of
+// n-long rows (row c holds B's column c).
+__device__ __forceinline__ void mma_accumulate(float acc[16][4], const unsigned f[4][4], const unsigned short *tr, int n, int dtiles,
+	int g, int t) {
+#pragma unroll
+	for (int dj = 0; dj < 16; dj++) {
+		if (dj < dtiles) {
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				if (16 * kk < n) {
+					unsigned fb[2];
+					mma_b(fb, tr + (8 * dj + g) * n + 16 * kk + 2 * t);
+					amsp_mma_16816(acc[dj], f[kk], fb, acc[dj]);
+				}
+			}
+		}
+	}
+}
+
+// mma_store writes acc's dtiles tiles of 8 columns, rows[0] and rows[1]
+// (those before seq) scaled by f[0] and f[1], to x's rows (stride apart)
+// from column col.
+__device__ __forceinline__ void mma_store(float *x, const float acc[16][4], const float *f, long long b, const long long *rows,
+	long long seq, long long stride, long long col, int dtiles, int t) {
+#pragma unroll
+	for (int dj = 0; dj < 16; dj++) {
+#pragma unroll
+		for (int y = 0; y < 4; y++) {
+			long long row = rows[y >> 1];
+			if (dj < dtiles && row < seq) {
+				x[(b * seq + row) * stride + col + 8 * dj + 2 * t + (y & 1)] = acc[dj][y] * f[y >> 1];
+			}
+		}
+	}
+}
+
 AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const unsigned short *q, const unsigned short *k,
 	const unsigned short *v, long long batch, long long seq, long long heads, long long kvheads, long long hd,
 	long long causal) {
 	AMSP_MMA_SHARED(sh);
-	int HD = (int)hd, ksteps = HD / 16, dtiles = HD / 8;
+	int HD = (int)hd, dtiles = HD / 8;
 	unsigned short *ks = sh, *vt = sh + 64 * HD; // k [64][hd], v transposed [hd][64]
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
@@ -105,21 +211,8 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 	long long rows[2] = {r0 + g, r0 + g + 8};
 	float scale = (float)(1 / sqrt((double)hd));
 
-	// This warp's q rows as A fragments, one set per k step of 16.
-	unsigned qf[8][4];
-#pragma unroll
-	for (int s = 0; s < 8; s++) {
-#pragma unroll
-		for (int x = 0; x < 4; x++) {
-			long long row = rows[x & 1];
-			int col = 16 * s + 2 * t + (x >= 2 ? 8 : 0);
-			qf[s][x] = 0;
-			if (s < ksteps && row < seq) {
-				const unsigned short *p = q + (b * seq + row) * qs + h * hd + col;
-				qf[s][x] = (unsigned)p[0] | (unsigned)p[1] << 16;
-			}
-		}
-	}
+	unsigned qf[8][4]; // this warp's q rows as A fragments
+	mma_frags(qf, q, b, r0, seq, qs, h * hd, HD, g, t);
 	float o[16][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
 	for (int j = 0; j < 16; j++) {
@@ -131,31 +224,14 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 	}
 	for (long long t0 = 0; t0 < n; t0 += 64) {
 		__syncthreads(); // the last tile's readers are done
-		for (int z = threadIdx.x; z < 64 * HD; z += blockDim.x) {
-			int key = z / HD, d = z % HD;
-			long long kk = t0 + key;
-			unsigned short kv = 0, vv = 0;
-			if (kk < seq) {
-				kv = k[(b * seq + kk) * kvs + kvh * hd + d];
-				vv = v[(b * seq + kk) * kvs + kvh * hd + d];
-			}
-			ks[key * HD + d] = kv;
-			vt[d * 64 + key] = vv;
-		}
+		mma_tile(ks, 0, k, b, t0, seq, kvs, kvh * hd, HD, 64);
+		mma_tile(0, vt, v, b, t0, seq, kvs, kvh * hd, HD, 64);
 		__syncthreads();
 		// Scores: 8 tiles of 8 keys.
 		float s[8][4];
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
-			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
-#pragma unroll
-			for (int st = 0; st < 8; st++) {
-				if (st < ksteps) {
-					const unsigned short *kr = ks + (8 * j + g) * HD + 16 * st + 2 * t;
-					unsigned fb[2] = {(unsigned)kr[0] | (unsigned)kr[1] << 16, (unsigned)kr[8] | (unsigned)kr[9] << 16};
-					amsp_mma_16816(s[j], qf[st], fb, s[j]);
-				}
-			}
+			mma_scores(s[j], qf, ks, j, HD, g, t);
 		}
 		// Mask and scale; each lane's two rows' maxima over the tile.
 		float mx[2] = {-INFINITY, -INFINITY};
@@ -192,39 +268,17 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 				pb[x] = mma_bf16(p);
 				l[x >> 1] += mma_bits_float((unsigned)pb[x] << 16);
 			}
-			// Tile j holds keys 8j..8j+7: columns 0-7 (j even) or 8-15 (j
-			// odd) of the 16 keys of A fragment set j/2.
-			pf[j / 2][(j & 1) * 2] = (unsigned)pb[0] | (unsigned)pb[1] << 16;
-			pf[j / 2][(j & 1) * 2 + 1] = (unsigned)pb[2] | (unsigned)pb[3] << 16;
+			mma_to_a(pf, j, pb);
 		}
-		// out += p v: 16-dim tiles of 8, k steps of 16 keys.
-#pragma unroll
-		for (int dj = 0; dj < 16; dj++) {
-			if (dj < dtiles) {
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++) {
-					const unsigned short *vr = vt + (8 * dj + g) * 64 + 16 * kk + 2 * t;
-					unsigned fb[2] = {(unsigned)vr[0] | (unsigned)vr[1] << 16, (unsigned)vr[8] | (unsigned)vr[9] << 16};
-					amsp_mma_16816(o[dj], pf[kk], fb, o[dj]);
-				}
-			}
-		}
+		mma_accumulate(o, pf, vt, 64, dtiles, g, t); // out += p v
 	}
 #pragma unroll
 	for (int rr = 0; rr < 2; rr++) {
 		l[rr] += mma_shfl_xor(l[rr], 1);
 		l[rr] += mma_shfl_xor(l[rr], 2);
 	}
-#pragma unroll
-	for (int dj = 0; dj < 16; dj++) {
-#pragma unroll
-		for (int x = 0; x < 4; x++) {
-			long long row = rows[x >> 1];
-			if (dj < dtiles && row < seq) {
-				out[(b * seq + row) * qs + h * hd + 8 * dj + 2 * t + (x & 1)] = o[dj][x] / l[x >> 1];
-			}
-		}
-	}
+	float inv[2] = {1 / l[0], 1 / l[1]};
+	mma_store(out, o, inv, b, rows, seq, qs, h * hd, dtiles, t);
 	if (t == 0) {
 #pragma unroll
 		for (int rr = 0; rr < 2; rr++) {
@@ -233,48 +287,6 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 			}
 		}
 	}
-}
-
-// mma_frags loads rows r0+g and r0+g+8 (of seq; zeros past it) of x
-// (rows stride elements apart, from column col) as A fragments, one set
-// per k step of 16 columns, up to hd.
-__device__ __forceinline__ void mma_frags(unsigned f[8][4], const unsigned short *x, long long b, long long r0, long long seq,
-	long long stride, long long col, int hd, int g, int t) {
-#pragma unroll
-	for (int s = 0; s < 8; s++) {
-#pragma unroll
-		for (int y = 0; y < 4; y++) {
-			long long row = r0 + g + ((y & 1) ? 8 : 0);
-			int c = 16 * s + 2 * t + (y >= 2 ? 8 : 0);
-			f[s][y] = 0;
-			if (16 * s < hd && row < seq) {
-				const unsigned short *p = x + (b * seq + row) * stride + col + c;
-				f[s][y] = (unsigned)p[0] | (unsigned)p[1] << 16;
-			}
-		}
-	}
-}
-
-// mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a [n][hd]
-// row-major tile and, when tr is not null, its [hd][n] transpose.
-__device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr, const unsigned short *x, long long b, long long t0,
-	long long seq, long long stride, long long col, int hd, int n) {
-	for (int z = threadIdx.x; z < n * hd; z += blockDim.x) {
-		int r = z / hd, d = z % hd;
-		long long i = t0 + r;
-		unsigned short e = i < seq ? x[(b * seq + i) * stride + col + d] : 0;
-		rm[r * hd + d] = e;
-		if (tr) {
-			tr[d * n + r] = e;
-		}
-	}
-}
-
-// mma_b is the B fragment of rows 2t, 2t+1, 2t+8, 2t+9 of column g as a
-// row p of a transposed tile holds them (p at column 2t of row g).
-__device__ __forceinline__ void mma_b(unsigned *fb, const unsigned short *p) {
-	fb[0] = (unsigned)p[0] | (unsigned)p[1] << 16;
-	fb[1] = (unsigned)p[8] | (unsigned)p[9] << 16;
 }
 
 // Attention's backward on tensor cores, for bf16 q, k, v and dout with hd
@@ -331,17 +343,9 @@ AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsi
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			if (8 * j < TQ) {
-				float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
-#pragma unroll
-				for (int st = 0; st < 8; st++) {
-					if (16 * st < HD) {
-						unsigned fb[2];
-						mma_b(fb, qr + (8 * j + g) * HD + 16 * st + 2 * t);
-						amsp_mma_16816(s, kf[st], fb, s);
-						mma_b(fb, dr + (8 * j + g) * HD + 16 * st + 2 * t);
-						amsp_mma_16816(dp, vf[st], fb, dp);
-					}
-				}
+				float s[4], dp[4];
+				mma_scores(s, kf, qr, j, HD, g, t);
+				mma_scores(dp, vf, dr, j, HD, g, t);
 				unsigned short pb[4], sb[4];
 #pragma unroll
 				for (int x = 0; x < 4; x++) {
@@ -355,41 +359,16 @@ AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsi
 					pb[x] = mma_bf16(p);
 					sb[x] = mma_bf16(ds);
 				}
-				pf[j / 2][(j & 1) * 2] = (unsigned)pb[0] | (unsigned)pb[1] << 16;
-				pf[j / 2][(j & 1) * 2 + 1] = (unsigned)pb[2] | (unsigned)pb[3] << 16;
-				sf[j / 2][(j & 1) * 2] = (unsigned)sb[0] | (unsigned)sb[1] << 16;
-				sf[j / 2][(j & 1) * 2 + 1] = (unsigned)sb[2] | (unsigned)sb[3] << 16;
+				mma_to_a(pf, j, pb);
+				mma_to_a(sf, j, sb);
 			}
 		}
-		// dv += p^T dout, dk += ds^T q: k steps of 16 queries.
-#pragma unroll
-		for (int dj = 0; dj < 16; dj++) {
-			if (dj < dtiles) {
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++) {
-					if (16 * kk < TQ) {
-						unsigned fb[2];
-						mma_b(fb, dt + (8 * dj + g) * TQ + 16 * kk + 2 * t);
-						amsp_mma_16816(av[dj], pf[kk], fb, av[dj]);
-						mma_b(fb, qt + (8 * dj + g) * TQ + 16 * kk + 2 * t);
-						amsp_mma_16816(ak[dj], sf[kk], fb, ak[dj]);
-					}
-				}
-			}
-		}
+		mma_accumulate(av, pf, dt, TQ, dtiles, g, t); // dv += p^T dout
+		mma_accumulate(ak, sf, qt, TQ, dtiles, g, t); // dk += ds^T q
 	}
-#pragma unroll
-	for (int dj = 0; dj < 16; dj++) {
-#pragma unroll
-		for (int x = 0; x < 4; x++) {
-			long long key = keys[x >> 1];
-			if (dj < dtiles && key < seq) {
-				long long at = (b * seq + key) * qs + h * hd + 8 * dj + 2 * t + (x & 1);
-				dk[at] = ak[dj][x];
-				dv[at] = av[dj][x];
-			}
-		}
-	}
+	float one[2] = {1, 1};
+	mma_store(dk, ak, one, b, keys, seq, qs, h * hd, dtiles, t);
+	mma_store(dv, av, one, b, keys, seq, qs, h * hd, dtiles, t);
 }
 
 // attention_mma_dq: 128 threads, 16 query rows a warp (64 a block, the
@@ -436,17 +415,9 @@ AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			if (8 * j < TK) {
-				float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
-#pragma unroll
-				for (int st = 0; st < 8; st++) {
-					if (16 * st < HD) {
-						unsigned fb[2];
-						mma_b(fb, kr + (8 * j + g) * HD + 16 * st + 2 * t);
-						amsp_mma_16816(s, qf[st], fb, s);
-						mma_b(fb, vr + (8 * j + g) * HD + 16 * st + 2 * t);
-						amsp_mma_16816(dp, df[st], fb, dp);
-					}
-				}
+				float s[4], dp[4];
+				mma_scores(s, qf, kr, j, HD, g, t);
+				mma_scores(dp, df, vr, j, HD, g, t);
 				unsigned short sb[4];
 #pragma unroll
 				for (int x = 0; x < 4; x++) {
@@ -458,34 +429,13 @@ AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *
 					}
 					sb[x] = mma_bf16(ds);
 				}
-				sf[j / 2][(j & 1) * 2] = (unsigned)sb[0] | (unsigned)sb[1] << 16;
-				sf[j / 2][(j & 1) * 2 + 1] = (unsigned)sb[2] | (unsigned)sb[3] << 16;
+				mma_to_a(sf, j, sb);
 			}
 		}
-#pragma unroll
-		for (int dj = 0; dj < 16; dj++) {
-			if (dj < dtiles) {
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++) {
-					if (16 * kk < TK) {
-						unsigned fb[2];
-						mma_b(fb, kt + (8 * dj + g) * TK + 16 * kk + 2 * t);
-						amsp_mma_16816(acc[dj], sf[kk], fb, acc[dj]);
-					}
-				}
-			}
-		}
+		mma_accumulate(acc, sf, kt, TK, dtiles, g, t); // dq += ds k
 	}
-#pragma unroll
-	for (int dj = 0; dj < 16; dj++) {
-#pragma unroll
-		for (int x = 0; x < 4; x++) {
-			long long row = rows[x >> 1];
-			if (dj < dtiles && row < seq) {
-				dq[(b * seq + row) * qs + h * hd + 8 * dj + 2 * t + (x & 1)] = acc[dj][x];
-			}
-		}
-	}
+	float one[2] = {1, 1};
+	mma_store(dq, acc, one, b, rows, seq, qs, h * hd, dtiles, t);
 }
 
 // dsum[b, h, i] = dout . out over the row, for bf16 out and dout (as

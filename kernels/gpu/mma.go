@@ -101,3 +101,42 @@ func planAttentionMMA(c *OpCall) (*Plan, error) {
 	}
 	return p, nil
 }
+
+// AttentionDsum is attention's D = rowsum(out * dout) per query head
+// ([batch, heads, seq], in float64 rounded once), as attention_dsum_f32
+// and attention_dsum_bf16 compute it; out and dout are [batch, seq,
+// heads*hd].
+func AttentionDsum(out, dout []float32, batch, seq, heads, hd int) []float32 {
+	d := make([]float32, batch*heads*seq)
+	for b := range batch {
+		for i := range seq {
+			for h := range heads {
+				s := 0.0
+				for e := range hd {
+					at := (b*seq+i)*heads*hd + h*hd + e
+					s += float64(out[at]) * float64(dout[at])
+				}
+				d[(b*heads+h)*seq+i] = float32(s)
+			}
+		}
+	}
+	return d
+}
+
+// SumGroupParts adds the per-query-head parts of dk or dv ([batch, seq,
+// heads*hd], as attention_dkv_f32 and attention_mma_dkv write them) over
+// each KV head's group, in head order: [batch, seq, kvHeads*hd].
+func SumGroupParts(parts []float32, batch, seq, heads, kvHeads, hd int) []float32 {
+	out := make([]float32, batch*seq*kvHeads*hd)
+	group := heads / kvHeads
+	for row := range batch * seq {
+		for g := range kvHeads {
+			for x := range group {
+				for e := range hd {
+					out[row*kvHeads*hd+g*hd+e] += parts[row*heads*hd+(g*group+x)*hd+e]
+				}
+			}
+		}
+	}
+	return out
+}

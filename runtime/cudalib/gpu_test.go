@@ -28,6 +28,19 @@ func openGPU(t *testing.T) (*Libs, *Context) {
 	return l, c
 }
 
+// devFloats is device memory holding s, freed when the test ends.
+func devFloats(tb testing.TB, c *Context, s []float32) Ptr {
+	p, err := c.Alloc(int64(4 * max(len(s), 1)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Free(p) })
+	if err := c.CopyIn(p, s); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 // TestNoDriverSentence: without the driver, Load says so in one sentence
 // naming libcuda.so.1 (this machine kind and CI have no GPU).
 func TestNoDriverSentence(t *testing.T) {

@@ -26,17 +26,7 @@ func TestGPUMatMul(t *testing.T) {
 			return s
 		}
 		a, b, dy := rnd(m*k), rnd(k*n), rnd(m*n)
-		dev := func(s []float32) Ptr {
-			p, err := c.Alloc(int64(4 * len(s)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Free(p) })
-			if err := c.CopyIn(p, s); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
+		dev := func(s []float32) Ptr { return devFloats(t, c, s) }
 		pa, pb, pdy := dev(a), dev(b), dev(dy)
 		pout, pda, pdb := dev(make([]float32, m*n)), dev(make([]float32, m*k)), dev(make([]float32, k*n))
 		if err := c.MatMul(pout, pa, pb, m, k, n, F32); err != nil {

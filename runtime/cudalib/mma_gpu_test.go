@@ -217,31 +217,9 @@ func TestGPUAttentionMMA(t *testing.T) {
 // of each KV head's group, and returns them with the Go kernel's
 // gradients.
 func mmaGrad(t *testing.T, c *Context, fn [2]*Function, a *attnOperands, out, lse []float32, batch, seq, heads, kvHeads, hd int, causal bool) (gdq, gdk, gdv, wdq, wdk, wdv []float32) {
-	nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
-	dsum := make([]float32, nl)
-	for b := range batch {
-		for i := range seq {
-			for h := range heads {
-				s := 0.0
-				for e := range hd {
-					at := (b*seq+i)*heads*hd + h*hd + e
-					s += float64(out[at]) * float64(a.dout[at])
-				}
-				dsum[(b*heads+h)*seq+i] = float32(s)
-			}
-		}
-	}
-	dev := func(s []float32) Ptr {
-		p, err := c.Alloc(int64(4 * len(s)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Free(p) })
-		if err := c.CopyIn(p, s); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	nq, nkv := batch*seq*heads*hd, batch*seq*kvHeads*hd
+	dsum := gpu.AttentionDsum(out, a.dout, batch, seq, heads, hd)
+	dev := func(s []float32) Ptr { return devFloats(t, c, s) }
 	pl, pds := dev(lse), dev(dsum)
 	pdq, pk, pv := dev(make([]float32, nq)), dev(make([]float32, nq)), dev(make([]float32, nq))
 	cf := int64(0)
@@ -267,18 +245,7 @@ func mmaGrad(t *testing.T, c *Context, fn [2]*Function, a *attnOperands, out, ls
 			t.Fatal(err)
 		}
 	}
-	gdk, gdv = make([]float32, nkv), make([]float32, nkv)
-	group := heads / kvHeads
-	for row := range batch * seq {
-		for g := range kvHeads {
-			for x := range group {
-				for e := range hd {
-					gdk[row*kvHeads*hd+g*hd+e] += parts[0][row*heads*hd+(g*group+x)*hd+e]
-					gdv[row*kvHeads*hd+g*hd+e] += parts[1][row*heads*hd+(g*group+x)*hd+e]
-				}
-			}
-		}
-	}
+	gdk, gdv = gpu.SumGroupParts(parts[0], batch, seq, heads, kvHeads, hd), gpu.SumGroupParts(parts[1], batch, seq, heads, kvHeads, hd)
 	wdq, wdk, wdv = make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
 	kernels.AttentionGrad(wdq, wdk, wdv, a.q, a.k, a.v, out, lse, a.dout, batch, seq, heads, kvHeads, hd, causal)
 	return gdq, gdk, gdv, wdq, wdk, wdv
@@ -312,17 +279,7 @@ func BenchmarkGPUAttention(b *testing.B) {
 	nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
 	rng := rand.New(rand.NewPCG(1, 2))
 	a := newAttnOperands(b, c, rng, nq, nkv)
-	dev := func(s []float32) Ptr {
-		p, err := c.Alloc(int64(4 * len(s)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Free(p) })
-		if err := c.CopyIn(p, s); err != nil {
-			b.Fatal(err)
-		}
-		return p
-	}
+	dev := func(s []float32) Ptr { return devFloats(b, c, s) }
 	fq, fk, fv := dev(a.q), dev(a.k), dev(a.v)
 	po, pl := dev(make([]float32, nq)), dev(make([]float32, nl))
 	flops := 4.0 * seq * seq * heads * hd / 2 // QK^T and PV, causal half

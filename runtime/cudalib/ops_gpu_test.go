@@ -41,17 +41,7 @@ func TestGPUOps(t *testing.T) {
 		}
 		return s
 	}
-	dev := func(s []float32) Ptr {
-		p, err := c.Alloc(int64(4 * max(len(s), 1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Free(p) })
-		if err := c.CopyIn(p, s); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dev := func(s []float32) Ptr { return devFloats(t, c, s) }
 	back := func(p Ptr, n int) []float32 {
 		out := make([]float32, n)
 		if err := c.CopyOut(out, p); err != nil {

@@ -395,33 +395,10 @@ func TestAttentionMMA(t *testing.T) {
 				}
 			}
 			// The backward from the Go forward's out and lse.
-			dsum := make([]float32, batch*heads*seq)
-			for bb := range batch {
-				for i := range seq {
-					for h := range heads {
-						s := 0.0
-						for e := range hd {
-							at := (bb*seq+i)*heads*hd + h*hd + e
-							s += float64(want[at]) * float64(dout[at])
-						}
-						dsum[(bb*heads+h)*seq+i] = float32(s)
-					}
-				}
-			}
+			dsum := gpu.AttentionDsum(want, dout, batch, seq, heads, hd)
 			gdq, pk, pv := make([]float32, nq), make([]float32, nq), make([]float32, nq)
 			AttentionMMAGrad(gdq, pk, pv, hq, hk, hv, hd16, wlse, dsum, batch, seq, heads, kvHeads, hd, causal)
-			gdk, gdv := make([]float32, nkv), make([]float32, nkv)
-			group := heads / kvHeads
-			for row := range batch * seq {
-				for g := range kvHeads {
-					for x := range group {
-						for e := range hd {
-							gdk[row*kvHeads*hd+g*hd+e] += pk[row*heads*hd+(g*group+x)*hd+e]
-							gdv[row*kvHeads*hd+g*hd+e] += pv[row*heads*hd+(g*group+x)*hd+e]
-						}
-					}
-				}
-			}
+			gdk, gdv := gpu.SumGroupParts(pk, batch, seq, heads, kvHeads, hd), gpu.SumGroupParts(pv, batch, seq, heads, kvHeads, hd)
 			wdq, wdk, wdv := make([]float32, nq), make([]float32, nkv), make([]float32, nkv)
 			kernels.AttentionGrad(wdq, wdk, wdv, q, k, v, want, wlse, dout, batch, seq, heads, kvHeads, hd, causal)
 			for _, c := range []struct {
