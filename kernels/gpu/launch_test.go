@@ -160,3 +160,14 @@ func TestPlanTensorCoreAttention(t *testing.T) {
 		}
 	}
 }
+
+// TestMMASmem: every head dim mma.cu's kernels take fits the 48 KiB of
+// shared memory a launch gets without asking (and the host shim's 64 KiB).
+func TestMMASmem(t *testing.T) {
+	for hd := 16; hd <= 128; hd += 16 {
+		fwd, dq, dkv := MMASmem(hd)
+		if m := max(fwd, dq, dkv); m > 48<<10 {
+			t.Errorf("head dim %d: %d, %d, %d bytes, more than 48 KiB", hd, fwd, dq, dkv)
+		}
+	}
+}

@@ -62,8 +62,8 @@ AMSP_EXTERN_C __global__ void mma_probe(float *d, const unsigned short *a, const
 // the fp32 kernel's, not its 1e-5. Not wired into the launch plans yet.
 //
 // Geometry: 128 threads (4 warps) a block, 16 query rows a warp, grid
-// (ceil(seq/64), heads, batch), 4*64*hd bytes of dynamic shared memory: a
-// tile of 64 keys (k row-major, v transposed) at a time. A warp's
+// (ceil(seq/64), heads, batch), the dynamic shared memory of
+// gpu.MMASmem: a tile of 64 keys (k row-major, v transposed) at a time. A warp's
 // scores for a tile are 8 products of 16x8 (k steps of 16 over hd); the
 // probabilities, in the registers the scores left them, are the A
 // fragments of the product with v, so they never leave the warp.
@@ -111,9 +111,14 @@ __device__ __forceinline__ void mma_frags(unsigned f[8][4], const unsigned short
 	}
 }
 
-// mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a [n][hd]
-// row-major tile rm and a [hd][n] transposed one tr (either may be
-// null).
+// Shared-memory tiles' rows are AMSP_MMA_PAD halves longer than their
+// data: a warp's fragment loads (8 rows, 4 words each) then fall in 32
+// different banks, and a transposed tile's stores spread over them.
+#define AMSP_MMA_PAD 8
+
+// mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a row-major
+// tile rm of n rows of hd (rows hd+AMSP_MMA_PAD apart) and a transposed
+// one tr of hd rows of n (n+AMSP_MMA_PAD apart); either may be null.
 __device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr, const unsigned short *x, long long b, long long t0,
 	long long seq, long long stride, long long col, int hd, int n) {
 	for (int z = threadIdx.x; z < n * hd; z += blockDim.x) {
@@ -121,10 +126,10 @@ __device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr,
 		long long i = t0 + r;
 		unsigned short e = i < seq ? x[(b * seq + i) * stride + col + d] : 0;
 		if (rm) {
-			rm[r * hd + d] = e;
+			rm[r * (hd + AMSP_MMA_PAD) + d] = e;
 		}
 		if (tr) {
-			tr[d * n + r] = e;
+			tr[d * (n + AMSP_MMA_PAD) + r] = e;
 		}
 	}
 }
@@ -146,7 +151,7 @@ __device__ __forceinline__ void mma_scores(float *s, const unsigned f[8][4], con
 	for (int st = 0; st < 8; st++) {
 		if (16 * st < hd) {
 			unsigned fb[2];
-			mma_b(fb, tile + (8 * j + g) * hd + 16 * st + 2 * t);
+			mma_b(fb, tile + (8 * j + g) * (hd + AMSP_MMA_PAD) + 16 * st + 2 * t);
 			amsp_mma_16816(s, f[st], fb, s);
 		}
 	}
@@ -172,7 +177,7 @@ __device__ __forceinline__ void mma_accumulate(float acc[16][4], const unsigned 
 			for (int kk = 0; kk < 4; kk++) {
 				if (16 * kk < n) {
 					unsigned fb[2];
-					mma_b(fb, tr + (8 * dj + g) * n + 16 * kk + 2 * t);
+					mma_b(fb, tr + (8 * dj + g) * (n + AMSP_MMA_PAD) + 16 * kk + 2 * t);
 					amsp_mma_16816(acc[dj], f[kk], fb, acc[dj]);
 				}
 			}
@@ -202,7 +207,7 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 	long long causal) {
 	AMSP_MMA_SHARED(sh);
 	int HD = (int)hd, dtiles = HD / 8;
-	unsigned short *ks = sh, *vt = sh + 64 * HD; // k [64][hd], v transposed [hd][64]
+	unsigned short *ks = sh, *vt = sh + 64 * (HD + AMSP_MMA_PAD); // k [64][hd], v transposed [hd][64]
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
 	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; // the longest blocks first
@@ -300,8 +305,7 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 // attention_mma_dkv: 128 threads, 16 key rows a warp (64 a block) of the
 // kv head of query head blockIdx.y, query rows in tiles of 64 (32 when hd
 // > 64) with their lse and D, q and dout row-major and transposed in
-// shared memory (8*tile*hd + 8*tile bytes); grid (ceil(seq/64), heads,
-// batch). Writes dk and dv at column h*hd of [batch, seq, heads*hd] rows,
+// shared memory (gpu.MMASmem); grid (ceil(seq/64), heads, batch). Writes dk and dv at column h*hd of [batch, seq, heads*hd] rows,
 // as attention_dkv_f32 does (one head's part; attention_dkv_sum_f32 adds
 // a group's).
 AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsigned short *q, const unsigned short *k,
@@ -309,8 +313,9 @@ AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsi
 	long long heads, long long kvheads, long long hd, long long causal) {
 	AMSP_MMA_SHARED(sh);
 	int HD = (int)hd, TQ = HD <= 64 ? 64 : 32, dtiles = HD / 8;
-	unsigned short *qr = sh, *qt = qr + TQ * HD, *dr = qt + HD * TQ, *dt = dr + TQ * HD;
-	float *ls = (float *)(dt + HD * TQ), *Ds = ls + TQ;
+	int rl = TQ * (HD + AMSP_MMA_PAD), tl = HD * (TQ + AMSP_MMA_PAD); // a row-major and a transposed tile
+	unsigned short *qr = sh, *qt = qr + rl, *dr = qt + tl, *dt = dr + rl;
+	float *ls = (float *)(dt + tl), *Ds = ls + TQ;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
 	long long j0 = (long long)blockIdx.x * 64, jw = j0 + warp * 16;
@@ -373,14 +378,14 @@ AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsi
 
 // attention_mma_dq: 128 threads, 16 query rows a warp (64 a block, the
 // causal longest first), keys in tiles of 64 (32 when hd > 64), k and v
-// row-major and k transposed in shared memory (6*tile*hd bytes); grid
+// row-major and k transposed in shared memory (gpu.MMASmem); grid
 // (ceil(seq/64), heads, batch). dq = scale * sum over keys of ds k.
 AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *q, const unsigned short *k,
 	const unsigned short *v, const float *lse, const unsigned short *dout, const float *dsum, long long batch, long long seq,
 	long long heads, long long kvheads, long long hd, long long causal) {
 	AMSP_MMA_SHARED(sh);
 	int HD = (int)hd, TK = HD <= 64 ? 64 : 32, dtiles = HD / 8;
-	unsigned short *kr = sh, *kt = kr + TK * HD, *vr = kt + HD * TK;
+	unsigned short *kr = sh, *kt = kr + TK * (HD + AMSP_MMA_PAD), *vr = kt + HD * (TK + AMSP_MMA_PAD);
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 	long long b = blockIdx.z, h = blockIdx.y, kvh = h / (heads / kvheads);
 	long long blk = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;

@@ -33,11 +33,14 @@ const MMAThreads = 128
 // kernels for head dim hd: attention_mma_fwd's, attention_mma_dq's and
 // attention_mma_dkv's.
 func MMASmem(hd int) (fwd, dq, dkv int) {
+	const pad = 8 // AMSP_MMA_PAD: halves a tile row is longer than its data
 	tile := 64
 	if hd > 64 {
 		tile = 32
 	}
-	return 256 * hd, 6 * tile * hd, 8*tile*hd + 8*tile
+	rows := func(n int) int { return n * (hd + pad) } // n rows of hd, two bytes each
+	cols := func(n int) int { return hd * (n + pad) } // hd rows of n, transposed
+	return 2 * (rows(64) + cols(64)), 2 * (2*rows(tile) + cols(tile)), 2*(2*rows(tile)+2*cols(tile)) + 8*tile
 }
 
 // MMAKernels lists mma.cu's kernels in source order (TestKernelTable
