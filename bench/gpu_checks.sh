@@ -90,6 +90,7 @@ PY
 	# The same with attention on bf16 tensor cores (mma.cu).
 	timeout 150 $d/amspc run --device cuda --tensor-cores --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b-tc.txt || true
 	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
+	timeout 120 $d/amspc profile --device cuda --tensor-cores --reps 3 -o $d/profile-1b-tc.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	if [ -n "${NCU:-}" ]; then
 		# Nsight Compute on the 1B job's attention kernels and the norm's
 		# column sum (what limits them), where the machine has ncu.

@@ -28,7 +28,7 @@ import (
 // (docs/profile.md). Every measurement runs on all the cluster's ranks at
 // once, as a step does.
 func runProfile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	lf.registerShard(fs, "measure the kernels of")
@@ -37,16 +37,21 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	minBytes := fs.Int64("min-bytes", 4<<10, "smallest collective size in `bytes`")
 	maxBytes := fs.Int64("max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
 	device := fs.String("device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
+	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
 	}
 	var newBackend func(int) (runtime.Backend, error)
+	if *tensorCores && *device != "cuda" {
+		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")
+		return exitUser
+	}
 	switch *device {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, _, err = openCUDA(runtime.DeviceOptions{}); err != nil {
+		if newBackend, _, err = openCUDA(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc profile: --device cuda: %v\n", err)
 			return exitUser
 		}
