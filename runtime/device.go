@@ -297,20 +297,19 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 		return err
 	}
 	for i, o := range fc.Outs {
+		// A bf16 result is rounded, checked and packed in one pass
+		// (bf16_finish), an fp32 one checked.
+		var l gpu.Launch
+		var addrs []uint64
 		if c.Outs[i].DType == ir.BF16 {
-			l := gpu.BF16Round(o.N)
-			if err := b.dev.Launch(s, &l, []uint64{o.Addr, 0}); err != nil {
-				return err
-			}
+			l, addrs = gpu.BF16Finish(o.N), []uint64{c.Outs[i].Addr, o.Addr, 0, 0}
+		} else if o.DType != ir.I32 && o.N > 0 {
+			l, addrs = gpu.CheckFinite(o.N), []uint64{o.Addr, 0, 0}
+		} else {
+			continue
 		}
-		if err := b.checkFinite(s, c.Instr, o); err != nil {
+		if err := b.checkFinite(s, c.Instr, o.N, &l, addrs); err != nil {
 			return err
-		}
-		if c.Outs[i].DType == ir.BF16 {
-			l := gpu.BF16Pack(o.N)
-			if err := b.dev.Launch(s, &l, []uint64{c.Outs[i].Addr, o.Addr, 0}); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -434,13 +433,11 @@ type pendingCheck struct {
 	n  int64
 }
 
-// checkFinite enqueues first_nonfinite_f32 on m, result of instruction
-// in, into the next free slot; flushChecks reports what it finds. With
-// every slot in flight it flushes first.
-func (b *deviceBackend) checkFinite(s int, in *codegen.Instr, m Mem) error {
-	if m.DType == ir.I32 || m.N == 0 {
-		return nil
-	}
+// checkFinite launches l (first_nonfinite_f32, or bf16_finish) on the
+// result of n elements of instruction in, its flag (the last of addrs)
+// the next free slot; flushChecks reports what it finds. With every slot
+// in flight it flushes first.
+func (b *deviceBackend) checkFinite(s int, in *codegen.Instr, n int64, l *gpu.Launch, addrs []uint64) error {
 	for {
 		b.checks.Lock()
 		if len(b.checks.pending) < maxChecks {
@@ -463,12 +460,11 @@ func (b *deviceBackend) checkFinite(s int, in *codegen.Instr, m Mem) error {
 		}
 		b.checks.slots = a
 	}
-	slot := b.checks.slots + 8*uint64(len(b.checks.pending))
-	l := gpu.CheckFinite(m.N)
-	if err := b.dev.Launch(s, &l, []uint64{m.Addr, 0, slot}); err != nil {
+	addrs[len(addrs)-1] = b.checks.slots + 8*uint64(len(b.checks.pending))
+	if err := b.dev.Launch(s, l, addrs); err != nil {
 		return err
 	}
-	b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: m.N})
+	b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: n})
 	return nil
 }
 

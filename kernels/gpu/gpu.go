@@ -141,6 +141,7 @@ var Kernels = []Kernel{
 	{"bf16_widen", []Param("ppl"), Elementwise},
 	{"bf16_round", []Param("pl"), Elementwise},
 	{"bf16_pack", []Param("ppl"), Elementwise},
+	{"bf16_finish", []Param("pplp"), Elementwise},
 }
 
 // Grid1D is an elementwise launch over n elements: blocks of block

@@ -110,12 +110,17 @@ type Plan struct {
 	Loss, LossRows int
 }
 
-// BF16Widen, BF16Round and BF16Pack are bf16 storage's conversions of n
-// elements: operand 0 (bf16) widened into scratch 0 (fp32); scratch 0
-// rounded in place; scratch 0 packed into result 0 (bf16).
+// BF16Widen is bf16 storage's widening of n elements: operand 0 (bf16)
+// into scratch 0 (fp32).
 func BF16Widen(n int64) Launch { return elementwise("bf16_widen", n, scr(0), opnd(0), i64(n)) }
-func BF16Round(n int64) Launch { return elementwise("bf16_round", n, scr(0), i64(n)) }
-func BF16Pack(n int64) Launch  { return elementwise("bf16_pack", n, res(0), scr(0), i64(n)) }
+
+// BF16Finish is bf16_finish over n floats (scratch 0) into bf16 result 0,
+// the non-finite flag (scratch 1) as CheckFinite's: bf16_round,
+// first_nonfinite_f32 and bf16_pack in one pass (the three stay in ops.cu
+// as its definition, checked against it on the host).
+func BF16Finish(n int64) Launch {
+	return elementwise("bf16_finish", n, res(0), scr(0), i64(n), scr(1))
+}
 
 // CheckFinite is first_nonfinite_f32 over n floats (operand 0) into a
 // uint64 flag (scratch 0) that holds NoneNonFinite before: NonFinite
@@ -227,7 +232,7 @@ func f32Scratch(n int64) ScratchBuf { return ScratchBuf{Bytes: 4 * n} }
 // PlanOp is the launch plan of one instruction on fp32 operands and
 // results (and i32 ids), but for a matmul of two bf16 operands: a backend
 // with bf16 storage widens other bf16 operands and rounds bf16 results
-// around it (BF16Widen, BF16Round, BF16Pack).
+// around it (BF16Widen, BF16Finish).
 func PlanOp(c *OpCall) (*Plan, error) {
 	var heads int64
 	if c.Op == ir.Attention || c.Op == ir.AttentionGrad {

@@ -872,3 +872,22 @@ AMSP_EXTERN_C __global__ void bf16_round(float *x, long long n) {
 AMSP_EXTERN_C __global__ void bf16_pack(unsigned short *out, const float *x, long long n) {
 	GRID_STRIDE(i, n) { out[i] = (unsigned short)(__float_as_uint(x[i]) >> 16); }
 }
+
+// bf16_finish is bf16_round, first_nonfinite_f32 and bf16_pack in one
+// pass: out = x rounded to bf16 (x is left as it was), *first flagged as
+// first_nonfinite_f32 flags it for the rounded values.
+AMSP_EXTERN_C __global__ void bf16_finish(unsigned short *out, const float *x, long long n, unsigned long long *first) {
+	GRID_STRIDE(i, n) {
+		unsigned b = __float_as_uint(x[i]);
+		if ((b & 0x7f800000u) != 0x7f800000u) {
+			b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+		} else if (b & 0x007fffffu) {
+			b |= 0x00400000u;
+		}
+		float v = __uint_as_float(b);
+		if (!(v - v == 0)) {
+			atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
+		}
+		out[i] = (unsigned short)(b >> 16);
+	}
+}

@@ -215,6 +215,7 @@ static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned 
 static void h_bf16_widen(unsigned g, float *o, const unsigned short *x, long long n) { LAUNCH(g, bf16_widen(o, x, n)); }
 static void h_bf16_round(unsigned g, float *x, long long n) { LAUNCH(g, bf16_round(x, n)); }
 static void h_bf16_pack(unsigned g, unsigned short *o, const float *x, long long n) { LAUNCH(g, bf16_pack(o, x, n)); }
+static void h_bf16_finish(unsigned g, unsigned short *o, const float *x, long long n, unsigned long long *first) { LAUNCH(g, bf16_finish(o, x, n, first)); }
 */
 import "C"
 
@@ -538,6 +539,19 @@ func BF16(x []float32) (bits []uint16, back []float32) {
 	return bits, back
 }
 
+// BF16Finish is bf16_finish of x: its bf16 bits and the first NaN's or
+// infinity's index after rounding (-1: none).
+func BF16Finish(x []float32) (bits []uint16, first int) {
+	bits = make([]uint16, len(x))
+	if len(x) == 0 {
+		return bits, -1
+	}
+	flag := ^C.ulonglong(0)
+	C.h_bf16_finish(grid(len(x)), (*C.ushort)(unsafe.Pointer(&bits[0])), f(x), ll(len(x)), &flag)
+	first, _ = gpu.NonFinite(uint64(flag))
+	return bits, first
+}
+
 // FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or
 // infinity, or -1.
 func FirstNonFinite(x []float32) int {
@@ -793,6 +807,8 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 		C.h_bf16_round(g, fp(0), n(1))
 	case "bf16_pack":
 		C.h_bf16_pack(g, (*C.ushort)(ptr(addrs[0])), fp(1), n(2))
+	case "bf16_finish":
+		C.h_bf16_finish(g, (*C.ushort)(ptr(addrs[0])), fp(1), n(2), (*C.ulonglong)(ptr(addrs[3])))
 	default:
 		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
 	}

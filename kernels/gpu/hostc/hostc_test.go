@@ -322,6 +322,21 @@ func TestBF16(t *testing.T) {
 			t.Errorf("%#08x: stored %#04x, widened %#08x; RoundBF16 gives %#08x", math.Float32bits(v), bits[i], math.Float32bits(back[i]), math.Float32bits(want))
 		}
 	}
+	// bf16_finish in one pass stores the same bits, and flags what
+	// first_nonfinite_f32 flags in the rounded values.
+	fin, first := BF16Finish(x)
+	for i := range x {
+		if fin[i] != bits[i] {
+			t.Fatalf("%#08x: bf16_finish stored %#04x, round and pack %#04x", math.Float32bits(x[i]), fin[i], bits[i])
+		}
+	}
+	if want := FirstNonFinite(back); first != want || first < 0 {
+		t.Errorf("bf16_finish flags element %d, first_nonfinite_f32 of the rounded values %d", first, want)
+	}
+	clean := []float32{1, -2.5, math.MaxFloat32, 1e-40}
+	if _, first := BF16Finish(clean); first != 2 { // rounds past bf16's largest finite value
+		t.Errorf("bf16_finish of %v flags %d, want 2", clean, first)
+	}
 }
 
 // mmaOperands are a random 16x16 and 16x8 of bf16 values (their top 16
