@@ -563,7 +563,8 @@ func FirstNonFinite(x []float32) int {
 
 // Device is a GPU simulated on the host for launch plans (gpu.PlanOp):
 // memory from C's malloc, addressed by its address as a GPU's is, each
-// launch run to its end by this package's shim (one thread per block),
+// launch run to its end by this package's shim (one thread per block, or
+// the plan's block of coroutine threads for the attention kernels),
 // matmuls by package kernels. A backend that drives it (the runtime's
 // device backend) drives a CUDA device the same way, so its tests run the
 // CUDA backend's logic (plans, scratch, copies, checks) without a GPU.
@@ -678,7 +679,8 @@ func (d *Device) Gemm(_ int, g *gpu.Gemm, a, b, out uint64) error {
 // Launch runs l with its pointer arguments at addrs (addrs[i] for
 // l.Args[i] of a pointer kind; 0 for Null). Elementwise kernels get a
 // grid of at most 61 one-thread blocks (their loops stride), row kernels
-// a block per row, attention kernels a block per query row.
+// a block per row, attention kernels (ops.cu's and mma.cu's) the plan's
+// grid and block, their threads coroutines.
 func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 	if err := l.CheckArgs(); err != nil {
 		return err
