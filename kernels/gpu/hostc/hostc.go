@@ -1,10 +1,13 @@
 //go:build cgo
 
-// Package hostc runs kernels/gpu's CUDA C kernels on the CPU: ops.cu
-// compiled as C with shim.h, each block run by one thread, one block
-// after another, with the launch geometry package gpu gives a GPU launch
-// (an elementwise grid capped low, so the grid-stride loops run more
-// than once). Tests compare every kernel with package kernels.
+// Package hostc runs kernels/gpu's CUDA C kernels on the CPU: ops.cu and
+// mma.cu compiled as C with shim.h, one block after another, most blocks
+// run by one thread with the launch geometry package gpu gives a GPU
+// launch (an elementwise grid capped low, so the grid-stride loops run
+// more than once); the attention kernels' blocks run all their threads,
+// as coroutines (glibc's ucontext), with barriers, warp shuffles and
+// tensor-core products emulated. Tests compare every kernel with
+// package kernels.
 package hostc
 
 /*
