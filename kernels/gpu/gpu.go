@@ -18,8 +18,9 @@ import (
 //go:embed ops.cu
 var Source string
 
-// MMASource is mma.cu: a warp's tensor-core product and the probe that
-// pins its fragment layout (not part of Source: nothing runs on it yet).
+// MMASource is mma.cu: attention on bf16 tensor cores and the probe that
+// pins their fragment layout (not part of Source: compiled only for
+// tensor-core attention, runtime.DeviceOptions.TensorCoreAttention).
 //
 //go:embed mma.cu
 var MMASource string

@@ -1,11 +1,12 @@
-// Tensor-core groundwork: one warp's 16x8x16 bf16 matrix product with
-// fp32 accumulation (PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16),
-// and a probe kernel that loads its operands into the fragments the PTX
-// ISA documents, so a GPU test checks that layout against a plain
-// product. Not part of ops.cu: nothing runs on it yet; the attention
-// kernels that will (FlashAttention-2 on tensor cores) are developed
-// against shim.h's emulation of amsp_mma_16816, which this probe pins to
-// the hardware's.
+// Attention on bf16 tensor cores: one warp's 16x8x16 bf16 matrix product
+// with fp32 accumulation (PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16),
+// a probe kernel that loads its operands into the fragments the PTX ISA
+// documents (so a GPU test checks that layout against a plain product),
+// and FlashAttention-2's forward and backward on it. Not part of ops.cu:
+// NVRTC compiles this file only for `--tensor-cores`
+// (runtime.DeviceOptions.TensorCoreAttention) and its tests. The
+// kernels are developed against shim.h's emulation of amsp_mma_16816,
+// which the probe pins to the hardware's.
 //
 // Fragments of lane l (g = l / 4, t = l % 4; a register's low half holds
 // the lower-indexed element):
@@ -59,12 +60,13 @@ AMSP_EXTERN_C __global__ void mma_probe(float *d, const unsigned short *a, const
 // attention_f32's, but the probabilities enter the product with v
 // rounded to bf16 (nearest even; the row sums add the rounded values),
 // as PyTorch's bf16 attention does, so out is within bf16's precision of
-// the fp32 kernel's, not its 1e-5. Not wired into the launch plans yet.
+// the fp32 kernel's, not its 1e-5.
 //
 // Geometry: 128 threads (4 warps) a block, 16 query rows a warp, grid
 // (ceil(seq/64), heads, batch), the dynamic shared memory of
-// gpu.MMASmem: a tile of 64 keys (k row-major, v transposed) at a time. A warp's
-// scores for a tile are 8 products of 16x8 (k steps of 16 over hd); the
+// gpu.MMASmem: a tile of 64 keys (k row-major, v transposed) at a time.
+// A warp's scores for a tile are 8 products of 16x8 (k steps of 16 over
+// hd); the
 // probabilities, in the registers the scores left them, are the A
 // fragments of the product with v, so they never leave the warp.
 
@@ -299,8 +301,7 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 // attention_dq_f32 and attention_dkv_f32 take them, products of bf16
 // values with fp32 accumulation: the probabilities and ds = p (dout.v -
 // D) scale enter the products rounded to bf16, so the gradients are
-// within bf16's precision of the fp32 kernels', not their 1e-5. Not
-// wired into the launch plans yet.
+// within bf16's precision of the fp32 kernels', not their 1e-5.
 //
 // attention_mma_dkv: 128 threads, 16 key rows a warp (64 a block) of the
 // kv head of query head blockIdx.y, query rows in tiles of 64 (32 when hd
