@@ -29,6 +29,12 @@ func MMAReference(a, b []uint16, c []float32) []float64 {
 // rows (queries, or for attention_mma_dkv keys) a block.
 const MMAThreads = 128
 
+// MMALaunch is a launch of one of mma.cu's attention kernels over seq
+// rows (queries, or keys), heads and batch: 64 rows a block.
+func MMALaunch(kernel string, seq, heads, batch int64, smem int, args ...Arg) Launch {
+	return Launch{Kernel: kernel, Grid: [3]int{int((seq + 63) / 64), int(heads), int(batch)}, Block: MMAThreads, Smem: smem, Args: args}
+}
+
 // MMASmem are the dynamic shared memory bytes of mma.cu's attention
 // kernels for head dim hd: attention_mma_fwd's, attention_mma_dq's and
 // attention_mma_dkv's.
@@ -73,8 +79,7 @@ func planAttentionMMA(c *OpCall) (*Plan, error) {
 	dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
 	fwdSmem, dqSmem, dkvSmem := MMASmem(int(hd))
 	launch := func(kernel string, smem int, args ...Arg) Launch {
-		return Launch{Kernel: kernel, Grid: [3]int{int((s + 63) / 64), int(heads), int(b)}, Block: MMAThreads, Smem: smem,
-			Args: append(args, dims...)}
+		return MMALaunch(kernel, s, heads, b, smem, append(args, dims...)...)
 	}
 	rows := b * heads * s
 	p := &Plan{Bad: -1, Loss: -1}

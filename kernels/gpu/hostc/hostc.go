@@ -14,6 +14,7 @@ package hostc
 #cgo CFLAGS: -O2 -std=gnu11
 #cgo LDFLAGS: -lm
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <ucontext.h>
 #include "../shim.h"
@@ -129,84 +130,53 @@ static int amsp_coop_launch(amsp_body fn, const void *args, unsigned gx, unsigne
 	return rc;
 }
 
-struct attn_args {
-	float *o, *lse, *dq, *dk, *dv;
-	const float *q, *k, *v, *lse_in, *dout, *dsum;
-	long long b, s, h, kvh, hd, causal, lanes, tile;
-};
-static void attn_fwd_body(const void *p) {
-	const struct attn_args *a = p;
-	attention_f32(a->o, a->lse, a->q, a->k, a->v, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+// The kernels whose blocks run as coroutines, in coopKernels' order,
+// each called with its arguments as 64-bit words (a pointer's address or
+// a long long) in its parameter order.
+#define W(i, T) ((T)(uintptr_t)w[i])
+#define L(i) ((long long)w[i])
+static void coop_attention_f32(const void *p) {
+	const unsigned long long *w = p;
+	attention_f32(W(0, float *), W(1, float *), W(2, const float *), W(3, const float *), W(4, const float *), L(5), L(6), L(7), L(8), L(9), L(10), L(11), L(12));
 }
-static void attn_dq_body(const void *p) {
-	const struct attn_args *a = p;
-	attention_dq_f32(a->dq, a->q, a->k, a->v, a->lse_in, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+static void coop_attention_dq_f32(const void *p) {
+	const unsigned long long *w = p;
+	attention_dq_f32(W(0, float *), W(1, const float *), W(2, const float *), W(3, const float *), W(4, const float *), W(5, const float *),
+		W(6, const float *), L(7), L(8), L(9), L(10), L(11), L(12), L(13), L(14));
 }
-static void attn_dkv_body(const void *p) {
-	const struct attn_args *a = p;
-	attention_dkv_f32(a->dk, a->dv, a->q, a->k, a->v, a->lse_in, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal, a->lanes, a->tile);
+static void coop_attention_dkv_f32(const void *p) {
+	const unsigned long long *w = p;
+	attention_dkv_f32(W(0, float *), W(1, float *), W(2, const float *), W(3, const float *), W(4, const float *), W(5, const float *),
+		W(6, const float *), W(7, const float *), L(8), L(9), L(10), L(11), L(12), L(13), L(14), L(15));
 }
-static int h_attention(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
-	return amsp_coop_launch(attn_fwd_body, a, gx, gy, gz, block);
+static void coop_mma_probe(const void *p) {
+	const unsigned long long *w = p;
+	mma_probe(W(0, float *), W(1, const unsigned short *), W(2, const unsigned short *), W(3, const float *));
 }
-static int h_attention_dq(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
-	return amsp_coop_launch(attn_dq_body, a, gx, gy, gz, block);
+static void coop_attention_mma_fwd(const void *p) {
+	const unsigned long long *w = p;
+	attention_mma_fwd(W(0, float *), W(1, float *), W(2, const unsigned short *), W(3, const unsigned short *), W(4, const unsigned short *),
+		L(5), L(6), L(7), L(8), L(9), L(10));
 }
-static int h_attention_dkv(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct attn_args *a) {
-	return amsp_coop_launch(attn_dkv_body, a, gx, gy, gz, block);
+static void coop_attention_mma_dkv(const void *p) {
+	const unsigned long long *w = p;
+	attention_mma_dkv(W(0, float *), W(1, float *), W(2, const unsigned short *), W(3, const unsigned short *), W(4, const unsigned short *),
+		W(5, const float *), W(6, const unsigned short *), W(7, const float *), L(8), L(9), L(10), L(11), L(12), L(13));
 }
-struct mma_args {
-	float *d;
-	const unsigned short *a, *b;
-	const float *c;
-};
-static void mma_probe_body(const void *p) {
-	const struct mma_args *m = p;
-	mma_probe(m->d, m->a, m->b, m->c);
+static void coop_attention_mma_dq(const void *p) {
+	const unsigned long long *w = p;
+	attention_mma_dq(W(0, float *), W(1, const unsigned short *), W(2, const unsigned short *), W(3, const unsigned short *),
+		W(4, const float *), W(5, const unsigned short *), W(6, const float *), L(7), L(8), L(9), L(10), L(11), L(12));
 }
-static int h_mma_probe(struct mma_args *m) { return amsp_coop_launch(mma_probe_body, m, 1, 1, 1, 32); }
-struct mma_attn_args {
-	float *out, *lse;
-	const unsigned short *q, *k, *v;
-	long long b, s, h, kvh, hd, causal;
-};
-static void mma_attn_body(const void *p) {
-	const struct mma_attn_args *a = p;
-	attention_mma_fwd(a->out, a->lse, a->q, a->k, a->v, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
-}
-static int h_attention_mma_fwd(struct mma_attn_args *a) {
-	return amsp_coop_launch(mma_attn_body, a, (unsigned)((a->s + 63) / 64), (unsigned)a->h, (unsigned)a->b, 128);
-}
-struct mma_grad_args {
-	float *dq, *dk, *dv;
-	const unsigned short *q, *k, *v, *dout;
-	const float *lse, *dsum;
-	long long b, s, h, kvh, hd, causal;
-};
-static void mma_dkv_body(const void *p) {
-	const struct mma_grad_args *a = p;
-	attention_mma_dkv(a->dk, a->dv, a->q, a->k, a->v, a->lse, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
-}
-static void mma_dq_body(const void *p) {
-	const struct mma_grad_args *a = p;
-	attention_mma_dq(a->dq, a->q, a->k, a->v, a->lse, a->dout, a->dsum, a->b, a->s, a->h, a->kvh, a->hd, a->causal);
-}
-static int h_mma_fwd_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_attn_args *a) {
-	return amsp_coop_launch(mma_attn_body, a, gx, gy, gz, block);
-}
-static int h_mma_dq_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_grad_args *a) {
-	return amsp_coop_launch(mma_dq_body, a, gx, gy, gz, block);
-}
-static int h_mma_dkv_launch(unsigned gx, unsigned gy, unsigned gz, unsigned block, struct mma_grad_args *a) {
-	return amsp_coop_launch(mma_dkv_body, a, gx, gy, gz, block);
+#undef W
+#undef L
+static const amsp_body coop_bodies[] = {coop_attention_f32, coop_attention_dq_f32, coop_attention_dkv_f32, coop_mma_probe,
+	coop_attention_mma_fwd, coop_attention_mma_dkv, coop_attention_mma_dq};
+static int h_coop(int k, const unsigned long long *w, unsigned gx, unsigned gy, unsigned gz, unsigned block) {
+	return amsp_coop_launch(coop_bodies[k], w, gx, gy, gz, block);
 }
 static void h_attention_dsum_bf16(unsigned g, float *dsum, const unsigned short *o, const unsigned short *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_bf16(dsum, o, dout, b, s, h, hd));
-}
-static int h_attention_mma_grad(struct mma_grad_args *a) {
-	unsigned gx = (unsigned)((a->s + 63) / 64);
-	int rc = amsp_coop_launch(mma_dq_body, a, gx, (unsigned)a->h, (unsigned)a->b, 128);
-	return rc ? rc : amsp_coop_launch(mma_dkv_body, a, gx, (unsigned)a->h, (unsigned)a->b, 128);
 }
 static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
 	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
@@ -226,6 +196,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -375,58 +346,90 @@ func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay fl
 	C.h_adamw(grid(len(p)), f(p), f(m), f(v), f(g), ll(len(p)), pd, ll(len(decayed)), (*C.double)(&k[0]))
 }
 
-func flag(b bool) C.longlong {
+// coopKernels are the kernels whose blocks run all their threads (as
+// coroutines), in the order of hostc's C table coop_bodies.
+var coopKernels = []string{"attention_f32", "attention_dq_f32", "attention_dkv_f32", "mma_probe", "attention_mma_fwd",
+	"attention_mma_dkv", "attention_mma_dq"}
+
+// runCoop runs l, one of coopKernels, with its pointer arguments at
+// addrs (addrs[i] for l.Args[i]) and its grid and block.
+func runCoop(l *gpu.Launch, addrs []uint64) error {
+	k := slices.Index(coopKernels, l.Kernel)
+	if k < 0 || len(l.Args) == 0 {
+		return fmt.Errorf("hostc: %s does not run as coroutines", l.Kernel)
+	}
+	w := make([]C.ulonglong, len(l.Args))
+	for i, a := range l.Args {
+		if a.Kind == gpu.Int {
+			w[i] = C.ulonglong(a.I)
+		} else {
+			w[i] = C.ulonglong(addrs[i])
+		}
+	}
+	switch C.h_coop(C.int(k), &w[0], C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block)) {
+	case -1:
+		return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
+	case -2:
+		return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
+	}
+	return nil
+}
+
+// hostCall is a launch's arguments in Go memory: pointers to pinned
+// slices, then integers.
+type hostCall struct {
+	args  []gpu.Arg
+	addrs []uint64
+	pin   runtime.Pinner
+}
+
+func (c *hostCall) ptr(p unsafe.Pointer) {
+	c.pin.Pin(p)
+	c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Operand}), append(c.addrs, uint64(uintptr(p)))
+}
+func (c *hostCall) f32(xs ...[]float32) {
+	for _, x := range xs {
+		c.ptr(unsafe.Pointer(&x[0]))
+	}
+}
+func (c *hostCall) u16(xs ...[]uint16) {
+	for _, x := range xs {
+		c.ptr(unsafe.Pointer(&x[0]))
+	}
+}
+func (c *hostCall) ints(vs ...int) {
+	for _, v := range vs {
+		c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Int, I: int64(v)}), append(c.addrs, 0)
+	}
+}
+
+// run runs kernel k of coopKernels at l's geometry with c's arguments;
+// a failure panics (these are the tests' helpers).
+func (c *hostCall) run(l gpu.Launch) {
+	defer c.pin.Unpin()
+	for len(c.addrs) < len(l.Args) {
+		c.addrs = append(c.addrs, 0) // the geometry's own integers
+	}
+	if err := runCoop(&l, c.addrs); err != nil {
+		panic(err)
+	}
+}
+
+func boolInt(b bool) int {
 	if b {
 		return 1
 	}
 	return 0
 }
 
-// pinned is f that also pins x, whose address a C struct will hold.
-func pinned(pin *runtime.Pinner) func(x []float32) *C.float {
-	return func(x []float32) *C.float {
-		if len(x) > 0 {
-			pin.Pin(&x[0])
-		}
-		return f(x)
-	}
-}
-
-// attnArgs are the attention kernels' arguments.
-func attnArgs(batch, seq, heads, kvHeads, hd int, causal bool) (C.struct_attn_args, gpu.AttentionGeom) {
-	geo := gpu.AttentionGeometry(hd)
-	return C.struct_attn_args{b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal),
-		lanes: ll(geo.Lanes), tile: ll(geo.Tile)}, geo
-}
-
-// coop runs an attention kernel's launch over seq rows, y heads, batch.
-func coop(launch func(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int, a *C.struct_attn_args, geo gpu.AttentionGeom, seq, y, batch int) {
-	l := geo.Launch("", int64(seq), int64(y), int64(batch))
-	if rc := launch(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), a); rc != 0 {
-		panic(fmt.Sprintf("hostc: an attention launch failed (%d: -1 no stacks, -2 a divergent barrier)", rc))
-	}
-}
-
-func hAttention(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
-	return C.h_attention(gx, gy, gz, block, a)
-}
-func hAttentionDQ(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
-	return C.h_attention_dq(gx, gy, gz, block, a)
-}
-func hAttentionDKV(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int {
-	return C.h_attention_dkv(gx, gy, gz, block, a)
-}
-
 // Attention is attention_f32 with the GPU's geometry.
 func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
 	launchMu.Lock()
 	defer launchMu.Unlock()
-	var pin runtime.Pinner // the pointers travel inside a struct
-	defer pin.Unpin()
-	f := pinned(&pin)
-	a, geo := attnArgs(batch, seq, heads, kvHeads, hd, causal)
-	a.o, a.lse, a.q, a.k, a.v = f(out), f(lse), f(q), f(k), f(v)
-	coop(hAttention, &a, geo, seq, heads, batch)
+	var c hostCall
+	c.f32(out, lse, q, k, v)
+	c.ints(batch, seq, heads, kvHeads, hd, boolInt(causal))
+	c.run(gpu.AttentionGeometry(hd).Launch("attention_f32", int64(seq), int64(heads), int64(batch), c.args...))
 }
 
 // AttentionGrad is attention_dsum_f32, attention_dq_f32,
@@ -435,20 +438,22 @@ func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, 
 func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
 	launchMu.Lock()
 	defer launchMu.Unlock()
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	f := pinned(&pin)
 	dsum := make([]float32, batch*heads*seq)
 	C.h_attention_dsum(grid(len(dsum)), f(dsum), f(out), f(dout), ll(batch), ll(seq), ll(heads), ll(hd))
-	a, geo := attnArgs(batch, seq, heads, kvHeads, hd, causal)
-	a.dq, a.q, a.k, a.v, a.lse_in, a.dout, a.dsum = f(dq), f(q), f(k), f(v), f(lse), f(dout), f(dsum)
-	coop(hAttentionDQ, &a, geo, seq, heads, batch)
+	geo := gpu.AttentionGeometry(hd)
+	dims := []int{batch, seq, heads, kvHeads, hd, boolInt(causal)}
 	pk, pv := dk, dv
 	if kvHeads != heads {
 		pk, pv = make([]float32, len(dq)), make([]float32, len(dq))
 	}
-	a.dk, a.dv = f(pk), f(pv)
-	coop(hAttentionDKV, &a, geo, seq, heads, batch)
+	var c hostCall
+	c.f32(dq, q, k, v, lse, dout, dsum)
+	c.ints(dims...)
+	c.run(geo.Launch("attention_dq_f32", int64(seq), int64(heads), int64(batch), c.args...))
+	var d hostCall
+	d.f32(pk, pv, q, k, v, lse, dout, dsum)
+	d.ints(dims...)
+	d.run(geo.Launch("attention_dkv_f32", int64(seq), int64(heads), int64(batch), d.args...))
 	if kvHeads != heads {
 		C.h_attention_dkv_sum(grid(len(dk)), f(dk), f(dv), f(pk), f(pv), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd))
 	}
@@ -464,16 +469,11 @@ func MMAProbe(a, b []uint16, c []float32) []float32 {
 		panic("hostc: MMAProbe wants 16x16, 16x8 and 16x8")
 	}
 	d := make([]float32, 128)
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	pin.Pin(&a[0])
-	pin.Pin(&b[0])
-	pin.Pin(&c[0])
-	pin.Pin(&d[0])
-	m := C.struct_mma_args{d: (*C.float)(&d[0]), a: (*C.ushort)(&a[0]), b: (*C.ushort)(&b[0]), c: (*C.float)(&c[0])}
-	if C.h_mma_probe(&m) != 0 {
-		panic("hostc: mma_probe failed")
-	}
+	var h hostCall
+	h.f32(d)
+	h.u16(a, b)
+	h.f32(c)
+	h.run(gpu.Launch{Kernel: "mma_probe", Grid: [3]int{1, 1, 1}, Block: 32, Args: h.args})
 	return d
 }
 
@@ -483,21 +483,11 @@ func MMAProbe(a, b []uint16, c []float32) []float32 {
 func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHeads, hd int, causal bool) {
 	launchMu.Lock()
 	defer launchMu.Unlock()
-	if hd%16 != 0 || hd > 128 {
-		panic(fmt.Sprintf("hostc: AttentionMMA: head dim %d", hd))
-	}
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	for _, p := range []*uint16{&q[0], &k[0], &v[0]} {
-		pin.Pin(p)
-	}
-	pin.Pin(&out[0])
-	pin.Pin(&lse[0])
-	a := C.struct_mma_attn_args{out: (*C.float)(&out[0]), lse: (*C.float)(&lse[0]), q: (*C.ushort)(&q[0]), k: (*C.ushort)(&k[0]),
-		v: (*C.ushort)(&v[0]), b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal)}
-	if rc := C.h_attention_mma_fwd(&a); rc != 0 {
-		panic(fmt.Sprintf("hostc: attention_mma_fwd failed (%d)", rc))
-	}
+	var c hostCall
+	c.f32(out, lse)
+	c.u16(q, k, v)
+	c.ints(batch, seq, heads, kvHeads, hd, boolInt(causal))
+	c.run(gpu.MMALaunch("attention_mma_fwd", int64(seq), int64(heads), int64(batch), 0, c.args...))
 }
 
 // AttentionMMAGrad is mma.cu's attention_mma_dq and attention_mma_dkv
@@ -507,24 +497,23 @@ func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHea
 func AttentionMMAGrad(dq, dkParts, dvParts []float32, q, k, v, dout []uint16, lse, dsum []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
 	launchMu.Lock()
 	defer launchMu.Unlock()
-	if hd%16 != 0 || hd > 128 {
-		panic(fmt.Sprintf("hostc: AttentionMMAGrad: head dim %d", hd))
-	}
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	for _, p := range []*uint16{&q[0], &k[0], &v[0], &dout[0]} {
-		pin.Pin(p)
-	}
-	for _, p := range []*float32{&dq[0], &dkParts[0], &dvParts[0], &lse[0], &dsum[0]} {
-		pin.Pin(p)
-	}
-	a := C.struct_mma_grad_args{dq: (*C.float)(&dq[0]), dk: (*C.float)(&dkParts[0]), dv: (*C.float)(&dvParts[0]),
-		q: (*C.ushort)(&q[0]), k: (*C.ushort)(&k[0]), v: (*C.ushort)(&v[0]), dout: (*C.ushort)(&dout[0]),
-		lse: (*C.float)(&lse[0]), dsum: (*C.float)(&dsum[0]),
-		b: ll(batch), s: ll(seq), h: ll(heads), kvh: ll(kvHeads), hd: ll(hd), causal: flag(causal)}
-	if rc := C.h_attention_mma_grad(&a); rc != 0 {
-		panic(fmt.Sprintf("hostc: attention_mma_dq/dkv failed (%d)", rc))
-	}
+	dims := []int{batch, seq, heads, kvHeads, hd, boolInt(causal)}
+	var c hostCall
+	c.f32(dq)
+	c.u16(q, k, v)
+	c.f32(lse)
+	c.u16(dout)
+	c.f32(dsum)
+	c.ints(dims...)
+	c.run(gpu.MMALaunch("attention_mma_dq", int64(seq), int64(heads), int64(batch), 0, c.args...))
+	var d hostCall
+	d.f32(dkParts, dvParts)
+	d.u16(q, k, v)
+	d.f32(lse)
+	d.u16(dout)
+	d.f32(dsum)
+	d.ints(dims...)
+	d.run(gpu.MMALaunch("attention_mma_dkv", int64(seq), int64(heads), int64(batch), 0, d.args...))
 }
 
 // BF16 is bf16_round then bf16_pack then bf16_widen of x: the bf16
@@ -748,56 +737,8 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 			k[i] = db(7 + i)
 		}
 		C.h_adamw(g, fp(0), fp(1), fp(2), fp(3), n(4), (*C.longlong)(ptr(addrs[5])), n(6), &k[0])
-	case "attention_f32", "attention_dq_f32", "attention_dkv_f32":
-		// The plan's own grid, block and geometry (its last two
-		// arguments).
-		var run func(gx, gy, gz, block C.uint, a *C.struct_attn_args) C.int
-		x := &C.struct_attn_args{}
-		var dims int
-		switch l.Kernel {
-		case "attention_f32":
-			run, dims = hAttention, 5
-			x.o, x.lse, x.q, x.k, x.v = fp(0), fp(1), fp(2), fp(3), fp(4)
-		case "attention_dq_f32":
-			run, dims = hAttentionDQ, 7
-			x.dq, x.q, x.k, x.v, x.lse_in, x.dout, x.dsum = fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6)
-		default:
-			run, dims = hAttentionDKV, 8
-			x.dk, x.dv, x.q, x.k, x.v, x.lse_in, x.dout, x.dsum = fp(0), fp(1), fp(2), fp(3), fp(4), fp(5), fp(6), fp(7)
-		}
-		x.b, x.s, x.h, x.kvh, x.hd, x.causal, x.lanes, x.tile = n(dims), n(dims+1), n(dims+2), n(dims+3), n(dims+4), n(dims+5), n(dims+6), n(dims+7)
-		switch run(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), x) {
-		case -1:
-			return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
-		case -2:
-			return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
-		}
-	case "attention_mma_fwd":
-		x := &C.struct_mma_attn_args{out: fp(0), lse: fp(1), q: up(2), k: up(3), v: up(4),
-			b: n(5), s: n(6), h: n(7), kvh: n(8), hd: n(9), causal: n(10)}
-		if rc := C.h_mma_fwd_launch(C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block), x); rc != 0 {
-			return fmt.Errorf("hostc: %s failed (%d)", l.Kernel, rc)
-		}
-	case "attention_mma_dq", "attention_mma_dkv":
-		x := &C.struct_mma_grad_args{}
-		o := 1
-		if l.Kernel == "attention_mma_dq" {
-			o, x.dq = 0, fp(0)
-		} else {
-			x.dk, x.dv = fp(0), fp(1)
-		}
-		x.q, x.k, x.v, x.lse, x.dout, x.dsum = up(o+1), up(o+2), up(o+3), fp(o+4), up(o+5), fp(o+6)
-		x.b, x.s, x.h, x.kvh, x.hd, x.causal = n(o+7), n(o+8), n(o+9), n(o+10), n(o+11), n(o+12)
-		gx, gy, gz, bl := C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block)
-		var rc C.int
-		if o == 0 {
-			rc = C.h_mma_dq_launch(gx, gy, gz, bl, x)
-		} else {
-			rc = C.h_mma_dkv_launch(gx, gy, gz, bl, x)
-		}
-		if rc != 0 {
-			return fmt.Errorf("hostc: %s failed (%d)", l.Kernel, rc)
-		}
+	case "attention_f32", "attention_dq_f32", "attention_dkv_f32", "attention_mma_fwd", "attention_mma_dq", "attention_mma_dkv":
+		return runCoop(l, addrs) // the plan's own grid and block
 	case "attention_dsum_bf16":
 		C.h_attention_dsum_bf16(g, fp(0), up(1), up(2), n(3), n(4), n(5), n(6))
 	case "attention_dsum_f32":
