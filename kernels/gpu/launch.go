@@ -414,7 +414,7 @@ func PlanOp(c *OpCall) (*Plan, error) {
 // CheckArgs checks a launch's arguments against its kernel's parameter
 // list in Kernels.
 func (l *Launch) CheckArgs() error {
-	for _, k := range append(Kernels[:len(Kernels):len(Kernels)], MMAKernels...) {
+	for _, k := range allKernels {
 		if k.Name != l.Kernel {
 			continue
 		}
@@ -430,6 +430,9 @@ func (l *Launch) CheckArgs() error {
 	}
 	return fmt.Errorf("no kernel %s in ops.cu or mma.cu", l.Kernel)
 }
+
+// allKernels are ops.cu's and mma.cu's kernels.
+var allKernels = append(append([]Kernel(nil), Kernels...), MMAKernels...)
 
 // Content is a scratch buffer's initial bytes: Init, or Fill repeated.
 func (s ScratchBuf) Content() []byte {
