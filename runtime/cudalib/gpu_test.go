@@ -41,6 +41,24 @@ func devFloats(tb testing.TB, c *Context, s []float32) Ptr {
 	return p
 }
 
+// devBF16 is device memory holding the bf16 values h (each its top 16
+// bits, two bytes apiece), freed when the test ends.
+func devBF16(tb testing.TB, c *Context, h []uint16) Ptr {
+	pairs := make([]int32, (len(h)+1)/2) // little-endian: the even one low
+	for i, v := range h {
+		pairs[i/2] |= int32(v) << (16 * (i % 2))
+	}
+	p, err := c.Alloc(int64(4 * max(len(pairs), 1)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Free(p) })
+	if err := c.CopyInInts(p, pairs); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 // TestNoDriverSentence: without the driver, Load says so in one sentence
 // naming libcuda.so.1 (this machine kind and CI have no GPU).
 func TestNoDriverSentence(t *testing.T) {

@@ -18,40 +18,11 @@ import (
 // developed against on the host is the hardware's.
 func TestGPUMMA(t *testing.T) {
 	l, c := openGPU(t)
-	d := c.Device
-	if d.Major < 8 {
-		t.Skipf("%v has no bf16 tensor cores (sm_80 and later)", d)
-	}
-	cubin, err := l.Compile(gpu.MMASource, "mma.cu", d.Major, d.Minor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := c.LoadModule(cubin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn, err := m.Function("mma_probe")
+	fn, err := mmaModule(t, l, c).Function("mma_probe")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(16, 8))
-	// bf16 values as pairs in int32s (little-endian: the even one low).
-	pairs := func(h []uint16) []int32 {
-		out := make([]int32, len(h)/2)
-		for i := range out {
-			out[i] = int32(uint32(h[2*i]) | uint32(h[2*i+1])<<16)
-		}
-		return out
-	}
-	alloc := func(bytes int64) Ptr {
-		p, err := c.Alloc(bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Free(p) })
-		return p
-	}
-	pa, pb, pc, pd := alloc(512), alloc(256), alloc(512), alloc(512)
 	for range 3 {
 		bf := func(n int) []uint16 {
 			s := make([]uint16, n)
@@ -65,15 +36,7 @@ func TestGPUMMA(t *testing.T) {
 		for i := range cc {
 			cc[i] = rng.Float32()*2 - 1
 		}
-		if err := c.CopyInInts(pa, pairs(a)); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CopyInInts(pb, pairs(b)); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CopyIn(pc, cc); err != nil {
-			t.Fatal(err)
-		}
+		pa, pb, pc, pd := devBF16(t, c, a), devBF16(t, c, b), devFloats(t, c, cc), devFloats(t, c, make([]float32, 128))
 		if err := fn.Launch([3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, pd, pa, pb, pc); err != nil {
 			t.Fatal(err)
 		}
@@ -120,21 +83,12 @@ type attnOperands struct {
 
 func newAttnOperands(tb testing.TB, c *Context, rng *rand.Rand, nq, nkv int) *attnOperands {
 	mk := func(n int, scale float32) ([]float32, Ptr) {
-		w := make([]float32, n)
-		h := make([]int32, (n+1)/2)
+		w, h := make([]float32, n), make([]uint16, n)
 		for i := range w {
 			w[i] = math.Float32frombits(math.Float32bits((rng.Float32()*2-1)*scale) &^ 0xffff)
-			h[i/2] |= int32(math.Float32bits(w[i])>>16) << (16 * (i % 2))
+			h[i] = uint16(math.Float32bits(w[i]) >> 16)
 		}
-		p, err := c.Alloc(int64(4 * len(h)))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { c.Free(p) })
-		if err := c.CopyInInts(p, h); err != nil {
-			tb.Fatal(err)
-		}
-		return w, p
+		return w, devBF16(tb, c, h)
 	}
 	a := &attnOperands{}
 	a.q, a.pq = mk(nq, 2)
@@ -167,16 +121,7 @@ func TestGPUAttentionMMA(t *testing.T) {
 		batch, seq, heads, kvHeads, hd := sh[0], sh[1], sh[2], sh[3], sh[4]
 		nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
 		a := newAttnOperands(t, c, rng, nq, nkv)
-		po, err := c.Alloc(int64(4 * nq))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Free(po)
-		pl, err := c.Alloc(int64(4 * nl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Free(pl)
+		po, pl := devFloats(t, c, make([]float32, nq)), devFloats(t, c, make([]float32, nl))
 		for _, causal := range []bool{false, true} {
 			cf := int64(0)
 			if causal {
