@@ -1,6 +1,9 @@
 package kernels
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Elementwise kernels. Their transcendental parts are evaluated in float64
 // and rounded once; all of them split work by contiguous index ranges.
@@ -114,6 +117,36 @@ func Add(out, a, b []float32) {
 // AddTo sets dst[i] += src[i] (equal lengths) on the calling goroutine:
 // the step of a left-fold reduction.
 func AddTo(dst, src []float32) { addVec(dst, dst, src[:len(dst)]) }
+
+// Fold sets dst[i] to the left fold of parts[j][i] in part order,
+// ((p0[i] + p1[i]) + p2[i]) + ..., one rounded float32 add per part (the
+// collectives' reduction order), on the calling goroutine: every part is
+// read once and dst written once, with no pass over a partial sum. Every
+// part has dst's length (at least one part); dst may be one of the parts
+// (the same slice), never a partial overlap of one.
+func Fold(dst []float32, parts [][]float32) {
+	for _, p := range parts {
+		if len(p) != len(dst) {
+			panic(fmt.Sprintf("kernels: Fold of a part of %d elements into %d", len(p), len(dst)))
+		}
+	}
+	foldVec(dst, parts)
+}
+
+// foldGo is Fold's scalar loop from element lo on (the SIMD path's tail
+// and the fallback), a block at a time through a buffer so that dst may be
+// a part.
+func foldGo(dst []float32, parts [][]float32, lo int) {
+	var buf [256]float32
+	for ; lo < len(dst); lo += len(buf) {
+		s := buf[:min(len(buf), len(dst)-lo)]
+		copy(s, parts[0][lo:])
+		for _, p := range parts[1:] {
+			addGo(s, s, p[lo:lo+len(s)])
+		}
+		copy(dst[lo:], s)
+	}
+}
 
 // addGo and mulGo are the scalar loops (and the SIMD paths' tails).
 func addGo(out, a, b []float32) {

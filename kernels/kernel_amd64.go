@@ -255,6 +255,29 @@ func addVec(out, a, b []float32) {
 	addGo(out, a, b)
 }
 
+//go:noescape
+func foldAVX2(dst *float32, parts **float32, np, n int)
+
+// foldParts bounds the parts foldVec passes to the assembly from a table
+// on the stack (a group of more ranks than that folds in Go).
+const foldParts = 64
+
+// foldVec is Fold: eight elements at a time with AVX2, each summed in
+// part order in one register, as the scalar loop.
+func foldVec(dst []float32, parts [][]float32) {
+	n := len(dst) &^ 7
+	if !simd || n == 0 || len(parts) > foldParts {
+		foldGo(dst, parts, 0)
+		return
+	}
+	var ptrs [foldParts]*float32
+	for j, p := range parts {
+		ptrs[j] = &p[:n][0]
+	}
+	foldAVX2(&dst[:n][0], &ptrs[0], len(parts), n)
+	foldGo(dst, parts, n)
+}
+
 // mulVec sets out[i] = a[i] * b[i], as addVec.
 func mulVec(out, a, b []float32) {
 	if simd && len(a) >= 8 {

@@ -862,3 +862,65 @@ mul8:
 muldone:
 	VZEROUPPER
 	RET
+
+// func foldAVX2(dst *float32, parts **float32, np, n int)
+//
+// dst[i] = ((p0[i] + p1[i]) + p2[i]) + ... + p_{np-1}[i] for n elements (a
+// multiple of 8), np >= 1 parts whose base addresses are parts[0..np): the
+// left fold of elementwise.go's Fold, one rounded add per part in part
+// order, as the scalar loop. Every part's values at an offset are read
+// before dst's are written there, so dst may be one of the parts.
+TEXT ·foldAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ parts+8(FP), SI
+	MOVQ np+16(FP), R8
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+fold32:
+	CMPQ CX, $32
+	JLT fold8
+	MOVQ 0(SI), DX
+	VMOVUPS 0(DX)(AX*1), Y0
+	VMOVUPS 32(DX)(AX*1), Y1
+	VMOVUPS 64(DX)(AX*1), Y2
+	VMOVUPS 96(DX)(AX*1), Y3
+	MOVQ $1, BX
+fold32p:
+	CMPQ BX, R8
+	JGE fold32s
+	MOVQ (SI)(BX*8), DX
+	VADDPS 0(DX)(AX*1), Y0, Y0
+	VADDPS 32(DX)(AX*1), Y1, Y1
+	VADDPS 64(DX)(AX*1), Y2, Y2
+	VADDPS 96(DX)(AX*1), Y3, Y3
+	INCQ BX
+	JMP fold32p
+fold32s:
+	VMOVUPS Y0, 0(DI)(AX*1)
+	VMOVUPS Y1, 32(DI)(AX*1)
+	VMOVUPS Y2, 64(DI)(AX*1)
+	VMOVUPS Y3, 96(DI)(AX*1)
+	ADDQ $128, AX
+	SUBQ $32, CX
+	JMP fold32
+fold8:
+	TESTQ CX, CX
+	JEQ folddone
+	MOVQ 0(SI), DX
+	VMOVUPS 0(DX)(AX*1), Y0
+	MOVQ $1, BX
+fold8p:
+	CMPQ BX, R8
+	JGE fold8s
+	MOVQ (SI)(BX*8), DX
+	VADDPS 0(DX)(AX*1), Y0, Y0
+	INCQ BX
+	JMP fold8p
+fold8s:
+	VMOVUPS Y0, 0(DI)(AX*1)
+	ADDQ $32, AX
+	SUBQ $8, CX
+	JMP fold8
+folddone:
+	VZEROUPPER
+	RET

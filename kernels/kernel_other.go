@@ -48,5 +48,6 @@ func expInPlace(x []float64) {
 // packBT: no assembly in this build.
 func packBT(dst, src []float32, cs, k int) bool { return false }
 
-func addVec(out, a, b []float32) { addGo(out, a, b) }
-func mulVec(out, a, b []float32) { mulGo(out, a, b) }
+func addVec(out, a, b []float32)               { addGo(out, a, b) }
+func foldVec(dst []float32, parts [][]float32) { foldGo(dst, parts, 0) }
+func mulVec(out, a, b []float32)               { mulGo(out, a, b) }

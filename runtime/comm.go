@@ -278,25 +278,29 @@ func commSame(a, b []float32) bool {
 	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
 }
 
-// commChunk bounds the scratch of a fold: small enough to stay in cache
-// while every member's slice streams through it.
+// commChunk bounds a fold's chunk when it goes to more than one
+// destination: small enough to stay in cache while it is copied on.
 const commChunk = 4096
 
 // commFold sets every dst[k] to the left fold in order of parts[i][k]
-// (the documented reduction order). All slices have the same length; a
-// dst may be one of the parts, since a chunk is read in full before it is
-// written.
+// (the documented reduction order: kernels.Fold). All slices have the
+// same length; a dst may be one of the parts, since every part of a chunk
+// is read before any dst of it is written.
 func commFold(dsts, parts [][]float32) {
+	if len(dsts) == 1 {
+		kernels.Fold(dsts[0], parts)
+		return
+	}
 	n := len(parts[0])
-	sum := make([]float32, min(n, commChunk))
+	chunk := make([][]float32, len(parts))
 	for lo := 0; lo < n; lo += commChunk {
-		s := sum[:min(n-lo, commChunk)]
-		copy(s, parts[0][lo:])
-		for _, p := range parts[1:] {
-			kernels.AddTo(s, p[lo:lo+len(s)])
+		hi := min(n, lo+commChunk)
+		for i, p := range parts {
+			chunk[i] = p[lo:hi]
 		}
-		for _, d := range dsts {
-			copy(d[lo:lo+len(s)], s)
+		kernels.Fold(dsts[0][lo:hi], chunk)
+		for _, d := range dsts[1:] {
+			copy(d[lo:hi], dsts[0][lo:hi])
 		}
 	}
 }
