@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,4 +100,107 @@ func BenchmarkTrain(b *testing.B) {
 	for _, p := range plans {
 		b.Run(fmt.Sprintf("wide/%s", p.name), func(b *testing.B) { benchTrain(b, "wide", []byte(wide), p.f) })
 	}
+}
+
+// BenchmarkRanks: a model's step on 8 local ranks against 2, in one
+// process, with the steps of the runs taken in turn. On a shared 2-vCPU
+// machine the speed of one configuration drifts by 15-25 % between runs
+// of `amspc run` minutes apart, more than what is compared; here every
+// round steps each run once (ZeRO-1, -2 and -3 on 2 and on 8 ranks, in
+// alternation), so a slow minute weighs on all of them alike. Each run is
+// compiled as `amspc run --cluster 1xN --shard PLAN` compiles it, the
+// micro-batch the global batch over the ranks (one micro-batch a step,
+// as bench/vs_torch.sh runs it), and steps once before it is timed. It
+// reports every run's median tokens/s and the median over rounds of the
+// round's best plan on 8 ranks over its best on 2 ("8/2").
+//
+//	go test ./runtime -run '^$' -bench Ranks -benchtime 9x
+func BenchmarkRanks(b *testing.B) {
+	for _, m := range []struct{ name, file string }{
+		{"tiny", "../testdata/models/tiny.amsp"},
+		{"d512x8", "../bench/models/d512x8.amsp"},
+	} {
+		b.Run(m.name, func(b *testing.B) { benchRanks(b, m.file) })
+	}
+}
+
+func benchRanks(b *testing.B, file string) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type run struct {
+		name  string
+		ranks int
+		r     *runtime.Run
+		tps   []float64 // tokens/s of each timed step
+	}
+	var runs []*run
+	var tokens float64
+	for _, plan := range []string{"zero1", "zero2", "zero3"} {
+		for _, n := range []int{2, 8} {
+			cluster := fmt.Sprintf("cluster cpu_1x%d { nodes = 1 gpus_per_node = %d gpu = \"cpu\" intra_node_bw = 10 GB/s inter_node_bw = 1 GB/s }", n, n)
+			job, err := frontend.Load(frontend.Source{Name: file, Text: src})
+			if err != nil {
+				b.Fatal(err)
+			}
+			micro := fmt.Appendf(nil, "micro_batch = %d", job.Train.GlobalBatch/int64(n))
+			job, err = frontend.Load(frontend.Source{Name: file, Text: microBatch.ReplaceAll(src, micro)},
+				frontend.Source{Name: "cluster", Text: []byte(cluster)},
+				frontend.Source{Name: "shard", Text: []byte("shard " + plan)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, _, err := compiler.Choose(job, cost.DefaultConfig)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := compiler.Compile(job, p, compiler.Options{Config: cost.DefaultConfig})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := job.Train
+			r := &runtime.Run{Bundle: c.Bundle, Seed: 1,
+				Data: &runtime.Data{Tokens: corpus(b), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+			if err := r.Start(); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Step(); err != nil {
+				b.Fatal(err)
+			}
+			tokens = float64(tr.TokensPerStep())
+			runs = append(runs, &run{name: fmt.Sprintf("%d-%s", n, plan), ranks: n, r: r})
+		}
+	}
+	var ratios []float64
+	for b.Loop() {
+		best := map[int]float64{}
+		for _, u := range runs {
+			t0 := time.Now()
+			if _, err := u.r.Step(); err != nil {
+				b.Fatal(err)
+			}
+			tps := tokens / time.Since(t0).Seconds()
+			u.tps = append(u.tps, tps)
+			best[u.ranks] = max(best[u.ranks], tps)
+		}
+		ratios = append(ratios, best[8]/best[2])
+	}
+	for _, u := range runs {
+		b.ReportMetric(medianOf(u.tps), "tokens/s:"+u.name)
+	}
+	b.ReportMetric(medianOf(ratios), "8/2")
+}
+
+// microBatch is the train section's micro-batch setting.
+var microBatch = regexp.MustCompile(`micro_batch *= *[0-9]+`)
+
+// medianOf is the median of xs (which it sorts).
+func medianOf(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
