@@ -1,10 +1,13 @@
 package runtime_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +57,7 @@ train { seq_len = 64 micro_batch = 1 global_batch = 16 precision = fp32 }
 // benchTrain measures tokens/s of training a model on 8 local ranks
 // under a plan, and the ratio of measured to predicted step time.
 func benchTrain(b *testing.B, name string, src []byte, f cost.Factors) {
+	defer runtime.NoReplicaChecks()()
 	job, err := frontend.Load(frontend.Source{Name: name, Text: src}, frontend.Source{Name: "s.amsp", Text: []byte("shard auto")})
 	if err != nil {
 		b.Fatal(err)
@@ -110,9 +114,14 @@ func BenchmarkTrain(b *testing.B) {
 // alternation), so a slow minute weighs on all of them alike. Each run is
 // compiled as `amspc run --cluster 1xN --shard PLAN` compiles it, the
 // micro-batch the global batch over the ranks (one micro-batch a step,
-// as bench/vs_torch.sh runs it), and steps once before it is timed. It
-// reports every run's median tokens/s and the median over rounds of the
-// round's best plan on 8 ranks over its best on 2 ("8/2").
+// as bench/vs_torch.sh runs it), and steps once before it is timed (the
+// other runs' steps in between leave it colder caches than a run alone
+// has, so its figures are below `amspc run`'s, alike for all). It
+// reports every run's median tokens/s and CPU seconds a step (the
+// process's, user and system: the work, apart from how well the cores
+// were kept busy), the best plan's on 8 ranks over the best's on 2
+// ("best8/best2", of those medians), and the median over rounds of the
+// round's best step on 8 ranks over its best on 2 ("8/2-by-round").
 //
 //	go test ./runtime -run '^$' -bench Ranks -benchtime 9x
 func BenchmarkRanks(b *testing.B) {
@@ -125,6 +134,7 @@ func BenchmarkRanks(b *testing.B) {
 }
 
 func benchRanks(b *testing.B, file string) {
+	defer runtime.NoReplicaChecks()()
 	src, err := os.ReadFile(file)
 	if err != nil {
 		b.Fatal(err)
@@ -134,6 +144,7 @@ func benchRanks(b *testing.B, file string) {
 		ranks int
 		r     *runtime.Run
 		tps   []float64 // tokens/s of each timed step
+		cpu   []float64 // CPU seconds of each timed step (user and system, the process's)
 	}
 	var runs []*run
 	var tokens float64
@@ -176,24 +187,43 @@ func benchRanks(b *testing.B, file string) {
 	for b.Loop() {
 		best := map[int]float64{}
 		for _, u := range runs {
-			t0 := time.Now()
-			if _, err := u.r.Step(); err != nil {
+			c0, t0 := cpuTime(), time.Now()
+			var err error
+			// The run's name labels its samples in a CPU profile
+			// (-cpuprofile; pprof -tagfocus run=8-zero3).
+			pprof.Do(context.Background(), pprof.Labels("run", u.name), func(context.Context) { _, err = u.r.Step() })
+			if err != nil {
 				b.Fatal(err)
 			}
 			tps := tokens / time.Since(t0).Seconds()
 			u.tps = append(u.tps, tps)
+			u.cpu = append(u.cpu, cpuTime()-c0)
 			best[u.ranks] = max(best[u.ranks], tps)
 		}
 		ratios = append(ratios, best[8]/best[2])
 	}
+	best := map[int]float64{}
 	for _, u := range runs {
-		b.ReportMetric(medianOf(u.tps), "tokens/s:"+u.name)
+		tps := medianOf(u.tps)
+		best[u.ranks] = max(best[u.ranks], tps)
+		b.ReportMetric(tps, "tokens/s:"+u.name)
+		b.ReportMetric(medianOf(u.cpu), "cpu-s/step:"+u.name)
 	}
-	b.ReportMetric(medianOf(ratios), "8/2")
+	b.ReportMetric(best[8]/best[2], "best8/best2")
+	b.ReportMetric(medianOf(ratios), "8/2-by-round")
 }
 
 // microBatch is the train section's micro-batch setting.
 var microBatch = regexp.MustCompile(`micro_batch *= *[0-9]+`)
+
+// cpuTime is the CPU time the process has used, in seconds.
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
 
 // medianOf is the median of xs (which it sorts).
 func medianOf(xs []float64) float64 {

@@ -29,3 +29,10 @@ func ReplicaPackings(r *Run) (reused, early int64, live int) {
 // Every test that trains local ranks checks that the replicas sharing a
 // weight's packing hold the same bits (replica.go).
 func init() { verifyReplicas = true }
+
+// NoReplicaChecks turns that check off until the returned func, for the
+// benchmarks, which time what `amspc run` runs.
+func NoReplicaChecks() (restore func()) {
+	verifyReplicas = false
+	return func() { verifyReplicas = true }
+}
