@@ -114,10 +114,6 @@ func Add(out, a, b []float32) {
 	})
 }
 
-// AddTo sets dst[i] += src[i] (equal lengths) on the calling goroutine:
-// the step of a left-fold reduction.
-func AddTo(dst, src []float32) { addVec(dst, dst, src[:len(dst)]) }
-
 // Fold sets dst[i] to the left fold of parts[j][i] in part order,
 // ((p0[i] + p1[i]) + p2[i]) + ..., one rounded float32 add per part (the
 // collectives' reduction order), on the calling goroutine: every part is

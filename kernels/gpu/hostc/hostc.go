@@ -498,21 +498,21 @@ func AttentionMMAGrad(dq, dkParts, dvParts []float32, q, k, v, dout []uint16, ls
 	launchMu.Lock()
 	defer launchMu.Unlock()
 	dims := []int{batch, seq, heads, kvHeads, hd, boolInt(causal)}
+	// Both kernels take the same operands after their outputs.
+	inputs := func(c *hostCall) {
+		c.u16(q, k, v)
+		c.f32(lse)
+		c.u16(dout)
+		c.f32(dsum)
+		c.ints(dims...)
+	}
 	var c hostCall
 	c.f32(dq)
-	c.u16(q, k, v)
-	c.f32(lse)
-	c.u16(dout)
-	c.f32(dsum)
-	c.ints(dims...)
+	inputs(&c)
 	c.run(gpu.MMALaunch("attention_mma_dq", int64(seq), int64(heads), int64(batch), 0, c.args...))
 	var d hostCall
 	d.f32(dkParts, dvParts)
-	d.u16(q, k, v)
-	d.f32(lse)
-	d.u16(dout)
-	d.f32(dsum)
-	d.ints(dims...)
+	inputs(&d)
 	d.run(gpu.MMALaunch("attention_mma_dkv", int64(seq), int64(heads), int64(batch), 0, d.args...))
 }
 
