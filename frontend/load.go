@@ -12,6 +12,14 @@ import (
 type Source struct {
 	Name string
 	Text []byte
+	// Section, for a file named by a flag for one section (--cluster
+	// FILE, --train FILE), is that section's kind: Load refuses the
+	// file when it holds none, rather than keep the main file's.
+	Section string
+	// Prefix is how many bytes at the start of Text the caller wrote
+	// rather than the user (the "shard " before --shard's value): errors
+	// on the first line count columns from after them.
+	Prefix int
 }
 
 // Parse parses one file into its syntax tree.
@@ -90,6 +98,39 @@ type sections struct {
 	shard   *ShardSection
 }
 
+// has reports whether s holds a section of kind ("" is always held).
+func (s sections) has(kind string) bool {
+	switch kind {
+	case "":
+		return true
+	case "model":
+		return s.model != nil
+	case "cluster":
+		return s.cluster != nil
+	case "train":
+		return s.train != nil
+	case "shard":
+		return s.shard != nil
+	}
+	return false
+}
+
+// only is s with the sections of other kinds than kind left out.
+func (s sections) only(kind string) sections {
+	var out sections
+	switch kind {
+	case "model":
+		out.model = s.model
+	case "cluster":
+		out.cluster = s.cluster
+	case "train":
+		out.train = s.train
+	case "shard":
+		out.shard = s.shard
+	}
+	return out
+}
+
 // collect takes the sections of one file, reporting a kind given twice.
 func collect(d *diag, f *File) sections {
 	var s sections
@@ -127,12 +168,12 @@ func collect(d *diag, f *File) sections {
 
 // Load parses and lowers a job. The model comes from main; each file in
 // extra (given with --cluster, --train or --shard) replaces main's
-// sections of the kinds it holds, so one model can be checked against
-// several clusters. The graph is verified before it is returned; errors are
-// an ErrorList of user errors, or an internal error when verification of a
-// lowered graph fails.
+// sections of the kinds it holds, or only its Section when that is set,
+// so one model can be checked against several clusters. The graph is
+// verified before it is returned; errors are an ErrorList of user errors,
+// or an internal error when verification of a lowered graph fails.
 func Load(main Source, extra ...Source) (*ir.Job, error) {
-	return load(Options{}, main, extra, 0)
+	return LoadWith(Options{}, main, extra...)
 }
 
 // Options change what Load takes from the files.
@@ -145,7 +186,17 @@ type Options struct {
 
 // LoadWith is Load with options.
 func LoadWith(opts Options, main Source, extra ...Source) (*ir.Job, error) {
-	return load(opts, main, extra, 0)
+	job, err := load(opts, main, extra, 0)
+	if list, ok := err.(ErrorList); ok {
+		for _, e := range list {
+			for _, src := range append([]Source{main}, extra...) {
+				if src.Prefix > 0 && e.Pos.File == src.Name && e.Pos.Line == 1 {
+					e.Pos.Col = max(e.Pos.Col-src.Prefix, 1)
+				}
+			}
+		}
+	}
+	return job, err
 }
 
 // load is Load with the train section's micro_batch replaced by
@@ -163,8 +214,17 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 			return nil, err
 		}
 		es := collect(d, ef)
+		if !es.has(src.Section) {
+			d.errorf(ir.Pos{File: src.Name}, "--%s names a file with no %s section", src.Section, src.Section)
+		}
 		if es.model != nil {
 			d.errorf(pos(es.model.Pos), "a model section belongs in the main file, not in %s", src.Name)
+		}
+		if src.Section != "" {
+			// --train FILE takes the train section, whatever else
+			// the file holds: a cluster beside it would otherwise
+			// replace the main file's, or --cluster's, unasked.
+			es = es.only(src.Section)
 		}
 		if es.cluster != nil {
 			s.cluster = es.cluster

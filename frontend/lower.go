@@ -641,6 +641,13 @@ func (l *modelLowerer) call(c *Call) operand {
 			bad = true
 			continue
 		}
+		if v, isNum := op.number(); isNum && positiveAttrs[a.Key] {
+			if msg := attrRange(a.Key, v); msg != "" {
+				l.d.errorf(op.pos, "attribute %s of %s %s", a.Key, c.Name, msg)
+				bad = true
+				continue
+			}
+		}
 		attrs = append(attrs, ir.Attr{Name: a.Key, Val: op.c.attr()})
 		attrPos = append(attrPos, pos(a.Pos))
 	}
@@ -648,6 +655,28 @@ func (l *modelLowerer) call(c *Call) operand {
 		return operand{bad: true}
 	}
 	return l.apply(kind, p, args, attrs, attrPos)
+}
+
+// positiveAttrs are the float attributes of source ops, each meaningless
+// at zero or below: a norm's eps keeps it from dividing by zero, rope's
+// theta is a base wavelength. (Integer ones, heads and kv_heads, are
+// checked by the ops' shape rules.) TestFloatAttrsHaveRanges keeps the
+// list in step with the op table.
+var positiveAttrs = map[string]bool{"eps": true, "theta": true}
+
+// attrRange says what is wrong with the value v of a positive attribute,
+// or "". The norms take eps in fp32, where a value that is positive in
+// float64 can round to 0 (the division eps guards) or overflow.
+func attrRange(name string, v float64) string {
+	switch {
+	case !(v > 0):
+		return "must be positive, not " + ir.FormatFloat(v)
+	case name == "eps" && float32(v) == 0:
+		return "= " + ir.FormatFloat(v) + " is 0 in fp32, the precision the norm computes in"
+	case name == "eps" && math.IsInf(float64(float32(v)), 0):
+		return "= " + ir.FormatFloat(v) + " is beyond the range of fp32, the precision the norm computes in"
+	}
+	return ""
 }
 
 func (c *constant) attr() ir.AttrVal {

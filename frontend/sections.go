@@ -348,6 +348,9 @@ func lowerCluster(d *diag, c *ClusterSection, profileFlag string) *ir.Cluster {
 	}
 	if p, st, good := s.str("profile"); !good {
 		ok = false
+	} else if st != nil && p == "" && profileFlag == "" {
+		d.errorf(pos(st.Value.Pos), "cluster.profile must name a file, not an empty string")
+		ok = false
 	} else if profileFlag != "" {
 		// --profile wins; the file's setting is not read.
 		if _, err := profile.Read(profileFlag); err != nil {
@@ -358,10 +361,7 @@ func lowerCluster(d *diag, c *ClusterSection, profileFlag string) *ir.Cluster {
 	} else if st != nil {
 		// Relative to the file that names it, as an include would be,
 		// so a model and its profile move together.
-		path := p
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(filepath.Dir(st.Pos.Filename), path)
-		}
+		path := besideFile(st, p)
 		if _, err := profile.Read(path); err != nil {
 			d.errorf(pos(st.Pos), "profile %q: %v", p, err)
 			ok = false
@@ -464,12 +464,29 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 		ok = ok && good
 		out.Optimizer = opt
 	}
-	if p, _, good := s.str("data"); good {
-		out.Data = p
-	} else {
+	switch p, st, good := s.str("data"); {
+	case !good:
 		ok = false
+	case st != nil && p == "":
+		d.errorf(pos(st.Value.Pos), "train.data must name a file, not an empty string")
+		ok = false
+	case st != nil:
+		// Read when the job runs, not here: a plan can be compiled
+		// where the tokens are not.
+		out.Data = besideFile(st, p)
 	}
 	return out, ok
+}
+
+// besideFile resolves a path written in a setting relative to the file
+// that holds it, as an include would be, so a model moves together with
+// its profile and data. A source with no directory (<stdin>, --shard)
+// resolves against the working directory.
+func besideFile(st *Setting, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(filepath.Dir(st.Pos.Filename), path)
 }
 
 func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
@@ -479,28 +496,27 @@ func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
 		d.errorf(pos(st.Value.Pos), "train.optimizer must be adamw(lr=, beta1=, beta2=, eps=, weight_decay=)")
 		return opt, false
 	}
-	fields := []struct {
+	// open marks a range open at lo: a zero learning rate trains
+	// nothing, and eps keeps Adam's update from dividing by zero.
+	type field struct {
 		name string
 		dst  *float64
 		lo   float64
 		hi   float64
-	}{
-		{"lr", &opt.LR, 0, math.Inf(1)},
-		{"beta1", &opt.Beta1, 0, 1},
-		{"beta2", &opt.Beta2, 0, 1},
-		{"eps", &opt.Eps, 0, math.Inf(1)},
-		{"weight_decay", &opt.WeightDecay, 0, math.Inf(1)},
+		open bool
+	}
+	fields := []field{
+		{"lr", &opt.LR, 0, math.Inf(1), true},
+		{"beta1", &opt.Beta1, 0, 1, false},
+		{"beta2", &opt.Beta2, 0, 1, false},
+		{"eps", &opt.Eps, 0, math.Inf(1), true},
+		{"weight_decay", &opt.WeightDecay, 0, math.Inf(1), false},
 	}
 	ok := true
 	seen := map[string]bool{}
 	for _, a := range c.Args {
 		p := pos(a.Pos)
-		var f *struct {
-			name string
-			dst  *float64
-			lo   float64
-			hi   float64
-		}
+		var f *field
 		for i := range fields {
 			if fields[i].name == a.Key {
 				f = &fields[i]
@@ -522,14 +538,15 @@ func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {
 		}
 		seen[a.Key] = true
 		v, good := constNumber(a.Value)
+		p = pos(a.Value.Pos) // a bad value is blamed on the value
 		lo := "["
-		if f.name == "lr" {
-			lo = "(" // a zero learning rate trains nothing
+		if f.open {
+			lo = "("
 		}
 		switch {
 		case !good:
 			d.errorf(p, "adamw %s must be a number", f.name)
-		case v < f.lo || v >= f.hi || (f.name == "lr" && v == 0):
+		case v < f.lo || v >= f.hi || (f.open && v == f.lo):
 			d.errorf(p, "adamw %s = %s is outside %s%s, %s)", f.name, ir.FormatFloat(v), lo, ir.FormatFloat(f.lo), ir.FormatFloat(f.hi))
 			good = false
 		}
