@@ -31,8 +31,8 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 
+	"amspc/internal/outfile"
 	"amspc/ir"
 )
 
@@ -122,43 +122,7 @@ func WriteFile(path string, b *Bundle) (err error) {
 	if err := Validate(b); err != nil {
 		return fmt.Errorf("%s: %v", path, err)
 	}
-	data := Encode(b)
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable. Not every system can sync a
-	// directory; the file is in place either way.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return outfile.WriteBytes(path, nil, Encode(b))
 }
 
 // ReadFile reads and decodes the bundle at path.

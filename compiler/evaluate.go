@@ -134,6 +134,13 @@ func prediction(r *Result) *cost.Prediction {
 			pr.Params += n
 		}
 	}
+	// Gradient buffers the step allocates count as gradients where the
+	// peak holds them, not as activations.
+	for _, id := range tl.PeakBuffers {
+		if b := prog.Buffers[id]; !b.IsView() && strings.HasPrefix(b.Name, "G.") {
+			pr.Grads += float64(b.Bytes())
+		}
+	}
 	return pr
 }
 

@@ -116,10 +116,11 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 }
 
 // Memory is the bytes a GPU holds at its peak. For a simulated plan,
-// Params, Grads and Optim are the program's persistent shards,
-// Activations everything its instructions hold allocated at the peak
-// (activations, gathered params, gradient buffers and buckets) and
-// Buffers the caching allocator's fragmentation allowance on that.
+// Params and Optim are the program's persistent shards, Grads the
+// gradient buffers and buckets live at the peak, Activations the rest
+// its instructions hold allocated there (activations, gathered params)
+// and Buffers the caching allocator's fragmentation allowance on the
+// allocated part.
 type Memory struct {
 	Params, Grads, Optim, Activations, Buffers float64
 	// Reserve is the GPU's runtime reserve (ir.GPU.ReserveBytes).
@@ -306,8 +307,9 @@ type Prediction struct {
 	// CommInter the bus bytes one rank sends inside and across nodes.
 	CommTime, CommIntra, CommInter float64
 	// PeakBytes is the most memory the program holds at once,
-	// PersistentBytes the part no instruction allocates; Params, Grads
-	// and Optim split the persistent shards.
+	// PersistentBytes the part no instruction allocates; Params and Optim
+	// split the persistent shards, Grads the gradient buffers the peak
+	// holds, persistent or not.
 	PeakBytes, PersistentBytes float64
 	Params, Grads, Optim       float64
 	M                          int64
@@ -322,7 +324,7 @@ func (m *Model) Apply(e *Estimate, pr *Prediction) {
 	e.CommTime, e.CommIntra, e.CommInter = pr.CommTime, pr.CommIntra, pr.CommInter
 	e.M = pr.M
 	trans := pr.PeakBytes - pr.PersistentBytes
-	e.Mem = Memory{Params: pr.Params, Grads: pr.Grads, Optim: pr.Optim, Activations: trans,
+	e.Mem = Memory{Params: pr.Params, Grads: pr.Grads, Optim: pr.Optim, Activations: pr.PeakBytes - pr.Params - pr.Grads - pr.Optim,
 		Buffers: m.Config.Fragmentation * trans, Reserve: m.Reserve()}
 	e.Mem.Total = m.Needed(pr.PeakBytes, pr.PersistentBytes)
 	e.Simulated = true

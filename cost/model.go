@@ -66,7 +66,10 @@ type ModelStats struct {
 	Tokens int64
 	// Forward FLOPs of one micro-batch, by kind.
 	MatMulFlops, AttentionFlops, OtherFlops float64
-	MatMulWeights                           int64 // params read as matmul weights (N_mm)
+	// MatMulWeights is N_mm: the elements of the params matmuls read as
+	// weights, directly or transposed (a tied head), once per matmul
+	// that reads them (a shared weight read twice does twice the work).
+	MatMulWeights int64
 }
 
 // Stats counts a graph's parameters and FLOPs.
@@ -82,14 +85,16 @@ func Stats(g *ir.Graph) ModelStats {
 			s.ParamsPerLayer += n
 		}
 	}
-	seen := map[*ir.Value]bool{}
 	for _, op := range g.Ops() {
 		f := op.Kind.Info().Flops(op)
 		switch op.Kind {
 		case ir.MatMul:
 			s.MatMulFlops += f
-			if w := op.Args[1]; w.Role == ir.Param && !seen[w] {
-				seen[w] = true
+			w := op.Args[1]
+			for w.Def != nil && w.Def.Kind == ir.Transpose {
+				w = w.Def.Args[0]
+			}
+			if w.Role == ir.Param {
 				s.MatMulWeights += w.Shape.NumElements()
 			}
 		case ir.Attention:

@@ -115,20 +115,18 @@ func (s sections) has(kind string) bool {
 	return false
 }
 
-// only is s with the sections of other kinds than kind left out.
-func (s sections) only(kind string) sections {
-	var out sections
-	switch kind {
-	case "model":
-		out.model = s.model
-	case "cluster":
-		out.cluster = s.cluster
-	case "train":
-		out.train = s.train
-	case "shard":
-		out.shard = s.shard
+// without is s less the sections of the kinds in drop, but for keep.
+func (s sections) without(drop map[string]bool, keep string) sections {
+	if drop["cluster"] && keep != "cluster" {
+		s.cluster = nil
 	}
-	return out
+	if drop["train"] && keep != "train" {
+		s.train = nil
+	}
+	if drop["shard"] && keep != "shard" {
+		s.shard = nil
+	}
+	return s
 }
 
 // collect takes the sections of one file, reporting a kind given twice.
@@ -168,8 +166,9 @@ func collect(d *diag, f *File) sections {
 
 // Load parses and lowers a job. The model comes from main; each file in
 // extra (given with --cluster, --train or --shard) replaces main's
-// sections of the kinds it holds, or only its Section when that is set,
-// so one model can be checked against several clusters. The graph is
+// sections of the kinds it holds, so one model can be checked against
+// several clusters; a kind that one file's Section names comes from that
+// file alone. The graph is
 // verified before it is returned; errors are an ErrorList of user errors,
 // or an internal error when verification of a lowered graph fails.
 func Load(main Source, extra ...Source) (*ir.Job, error) {
@@ -208,6 +207,10 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 		return nil, err
 	}
 	s := collect(d, f)
+	flagged := map[string]bool{} // the kinds a flag names a file for
+	for _, src := range extra {
+		flagged[src.Section] = true
+	}
 	for _, src := range extra {
 		ef, err := Parse(src)
 		if err != nil {
@@ -220,12 +223,11 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 		if es.model != nil {
 			d.errorf(pos(es.model.Pos), "a model section belongs in the main file, not in %s", src.Name)
 		}
-		if src.Section != "" {
-			// --train FILE takes the train section, whatever else
-			// the file holds: a cluster beside it would otherwise
-			// replace the main file's, or --cluster's, unasked.
-			es = es.only(src.Section)
-		}
+		// A section that a flag names comes from that flag's file: a
+		// cluster beside the train section of --train FILE does not
+		// replace --cluster's. The file's other sections apply, as they
+		// do for a file without a Section.
+		es = es.without(flagged, src.Section)
 		if es.cluster != nil {
 			s.cluster = es.cluster
 		}

@@ -98,26 +98,28 @@ func TestFloatAttrsHaveRanges(t *testing.T) {
 	}
 }
 
-// A file given for one section contributes that section only: a --train
-// file that also holds a cluster does not replace the main file's (or
-// --cluster's) cluster unasked.
+// TestSourceTakesItsSection: a section a flag names comes from that
+// flag's file, whatever another flag's file holds beside its own; the
+// other sections of a file still apply (--cluster FILE with a shard
+// section resolves it against that cluster).
 func TestSourceTakesItsSection(t *testing.T) {
 	main := Source{Name: "m.amsp", Text: []byte("model m {\n  input t : i32[batch, seq]\n  param e : [16, 8]\n  param h : [8, 16]\n  loss = cross_entropy(embed(t, e) @ h, t)\n}\n" +
 		"cluster {\n  gpu = \"cpu\"\n  gpus_per_node = 2\n}\ntrain {\n  seq_len = 4\n  global_batch = 4\n}\n")}
-	both := []byte("cluster {\n  gpu = \"cpu\"\n  gpus_per_node = 4\n}\ntrain {\n  seq_len = 8\n  global_batch = 4\n}\nshard zero3\n")
-	job, err := Load(main, Source{Name: "t.amsp", Text: both, Section: "train"})
+	both := []byte("cluster {\n  gpu = \"cpu\"\n  gpus_per_node = 4\n}\ntrain {\n  seq_len = 8\n  global_batch = 16\n}\nshard zero3\n")
+	cluster8 := []byte("cluster {\n  gpu = \"cpu\"\n  gpus_per_node = 8\n}\n")
+	job, err := Load(main, Source{Name: "c.amsp", Text: cluster8, Section: "cluster"}, Source{Name: "t.amsp", Text: both, Section: "train"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Cluster.GPUsPerNode != 2 || job.Train.SeqLen != 8 || job.Shard.Mode != ir.ShardAuto {
-		t.Errorf("--train t.amsp: %d GPUs per node (want the main file's 2), seq_len %d (want t.amsp's 8), shard %v (want auto)",
+	if job.Cluster.GPUsPerNode != 8 || job.Train.SeqLen != 8 || job.Shard.Label() != "zero3" {
+		t.Errorf("--cluster c.amsp --train t.amsp: %d GPUs per node (want c.amsp's 8), seq_len %d (want t.amsp's 8), shard %v (want t.amsp's zero3)",
 			job.Cluster.GPUsPerNode, job.Train.SeqLen, job.Shard.Label())
 	}
 	job, err = Load(main, Source{Name: "c.amsp", Text: both, Section: "cluster"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Cluster.GPUsPerNode != 4 || job.Train.SeqLen != 4 {
-		t.Errorf("--cluster c.amsp: %d GPUs per node (want c.amsp's 4), seq_len %d (want the main file's 4)", job.Cluster.GPUsPerNode, job.Train.SeqLen)
+	if job.Cluster.GPUsPerNode != 4 || job.Train.SeqLen != 8 {
+		t.Errorf("--cluster c.amsp: %d GPUs per node (want c.amsp's 4), seq_len %d (want c.amsp's 8: no --train)", job.Cluster.GPUsPerNode, job.Train.SeqLen)
 	}
 }

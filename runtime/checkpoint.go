@@ -35,18 +35,22 @@ import (
 // Save: the ranks write their files in parallel into a directory new to
 // this save; when all have written (every process says so), rank 0 writes
 // manifest.json (to a temporary name, synced, renamed: the commit point)
-// and then removes older saves' directories. A crash at any point leaves
-// the previous manifest and the files it names intact, so the previous
-// checkpoint still loads. The manifest records each file's size and
-// SHA-256; a file that does not match is refused.
+// and then removes the previous save's files (removeStale: only what
+// amspc wrote). A crash at any point leaves the previous manifest and the
+// files it names intact, so the previous checkpoint still loads. The
+// manifest records each file's size and SHA-256; a file that does not
+// match is refused. It also names the model (its name and a hash of its
+// params' names and shapes) so that a directory is not overwritten by
+// another job's checkpoint: see checkpoint_owner.go.
 //
 // Resume: every rank reads the pieces covering its shards, so a
 // checkpoint loads under any plan, rank count and precision, on local
 // ranks or MPI processes. `amspc ckpt export` and `import` convert to and
 // from one safetensors file of full tensors.
 
-// CheckpointVersion is the version of manifest.json.
-const CheckpointVersion = 2
+// CheckpointVersion is the version of manifest.json: 3 adds model_hash;
+// versions 1 and 2 are still read.
+const CheckpointVersion = 3
 
 // ManifestName is the file whose presence makes a directory a checkpoint.
 const ManifestName = "manifest.json"
@@ -55,6 +59,9 @@ const ManifestName = "manifest.json"
 type Manifest struct {
 	Version int    `json:"version"`
 	Model   string `json:"model"`
+	// ModelHash is ModelID.Hash of the model (version 3; empty in
+	// versions 1 and 2).
+	ModelHash string `json:"model_hash,omitempty"`
 	// Step is the number of optimizer steps taken; training resumes with
 	// step Step+1, which also says where the data stream resumes.
 	Step int    `json:"step"`
@@ -275,7 +282,7 @@ func (r *Run) Save(dir string) error {
 		}
 	}
 	if holdsRank0 {
-		m := &Manifest{Version: CheckpointVersion, Model: b.Model, Step: r.step, Seed: r.Seed, Plan: b.Plan, Ranks: b.Topo.Ranks()}
+		m := &Manifest{Version: CheckpointVersion, Model: b.Model, ModelHash: BundleModel(b).Hash, Step: r.step, Seed: r.Seed, Plan: b.Plan, Ranks: b.Topo.Ranks()}
 		index := map[int]int{} // rank -> file
 		for q, w := range writes {
 			if len(w) > 0 {
@@ -300,11 +307,14 @@ func (r *Run) Save(dir string) error {
 			}
 		}
 		m.Tensors = sortedTensors(tensors)
+		// What the directory held, read before the commit replaces it:
+		// the files removeStale may delete (none when unreadable).
+		prev, _ := previous(dir)
 		err = writeManifest(dir, m)
 		if err != nil {
 			os.RemoveAll(filepath.Join(dir, sub))
 		} else {
-			removeStale(dir, m)
+			removeStale(dir, prev, m)
 		}
 	}
 	return r.agree(err)
@@ -343,30 +353,6 @@ func writeManifest(dir string, m *Manifest) error {
 	})
 }
 
-// removeStale removes what older saves into dir left: their directories
-// (step-*), a version 1 checkpoint's files, temporary files of
-// interrupted writes. Only names amspc writes are touched.
-func removeStale(dir string, m *Manifest) {
-	keep := map[string]bool{}
-	for _, f := range m.Files {
-		keep[strings.SplitN(f.Path, "/", 2)[0]] = true
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		name := e.Name()
-		stale := e.IsDir() && strings.HasPrefix(name, "step-") && !keep[name] ||
-			!e.IsDir() && (name == "model.safetensors" || name == "state.json" ||
-				strings.HasPrefix(name, "."+ManifestName+".tmp-") ||
-				strings.HasPrefix(name, ".model.safetensors.tmp-") || strings.HasPrefix(name, ".state.json.tmp-"))
-		if stale {
-			os.RemoveAll(filepath.Join(dir, name))
-		}
-	}
-}
-
 // maxManifest bounds manifest.json (a 70B model's has some ten thousand
 // pieces: a few MB).
 const maxManifest = 1 << 28
@@ -398,8 +384,8 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%s/%s: %v", dir, ManifestName, err)
 	}
-	if m.Version != CheckpointVersion {
-		return nil, fmt.Errorf("%s: checkpoint version %d, this build reads versions 1 and %d", dir, m.Version, CheckpointVersion)
+	if m.Version != 2 && m.Version != CheckpointVersion {
+		return nil, fmt.Errorf("%s: checkpoint version %d, this build reads versions 1 to %d", dir, m.Version, CheckpointVersion)
 	}
 	if err := m.check(); err != nil {
 		return nil, fmt.Errorf("%s/%s: %v", dir, ManifestName, err)
@@ -410,6 +396,9 @@ func ReadManifest(dir string) (*Manifest, error) {
 func (m *Manifest) check() error {
 	if m.Step < 0 {
 		return fmt.Errorf("step %d", m.Step)
+	}
+	if _, err := hex.DecodeString(m.ModelHash); err != nil || m.Version >= 3 && len(m.ModelHash) != 64 || m.Version < 3 && m.ModelHash != "" {
+		return fmt.Errorf("version %d with model_hash %q", m.Version, m.ModelHash)
 	}
 	for _, f := range m.Files {
 		p := filepath.FromSlash(f.Path)
@@ -463,7 +452,7 @@ func readV1(dir string) (*Manifest, error) {
 		return nil, fmt.Errorf("%s/state.json: %v", dir, err)
 	}
 	if st.Version != 1 {
-		return nil, fmt.Errorf("%s/state.json: checkpoint version %d, this build reads versions 1 and %d", dir, st.Version, CheckpointVersion)
+		return nil, fmt.Errorf("%s/state.json: checkpoint version %d, this build reads versions 1 to %d", dir, st.Version, CheckpointVersion)
 	}
 	f, err := readSafetensors(filepath.Join(dir, "model.safetensors"), maxCheckpointFile, st.Tensors)
 	if err != nil {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -53,7 +54,9 @@ type ParamShape struct {
 // name, never dropped. With NAME.adam_m and NAME.adam_v for every param
 // and a "step" in the file's metadata (what ExportCheckpoint writes), the
 // checkpoint resumes at that step; with the weights alone it starts
-// training at step 0 from them, Adam's moments zero.
+// training at step 0 from them, Adam's moments zero. A NaN or an
+// infinity is refused, naming its tensor and element. It checks nothing
+// about dir: PrepareSave does, and takes its lock.
 func ImportWeights(path, model string, params []ParamShape, dir string) (*Manifest, error) {
 	f, err := readSafetensors(path, maxCheckpointFile, "")
 	if err != nil {
@@ -86,7 +89,7 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	sub := fmt.Sprintf("step-%08d-%08x", step, rand.Uint32())
-	m := &Manifest{Version: CheckpointVersion, Model: model, Step: step, Seed: seed}
+	m := &Manifest{Version: CheckpointVersion, Model: model, ModelHash: NewModelID(model, params).Hash, Step: step, Seed: seed}
 	var tensors []stTensor
 	for _, p := range params {
 		for _, c := range components {
@@ -105,6 +108,9 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", path, err)
 			}
+			if i := nonFinite(data); i >= 0 {
+				return nil, fmt.Errorf("%s: tensor %s element %d%s is %v; amspc imports finite values only", path, name, i, multiIndex(p.Shape, int64(i)), data[i])
+			}
 			tensors = append(tensors, stTensor{Name: name, Shape: p.Shape, Data: data})
 			mt := ManifestTensor{Name: name, Shape: p.Shape}
 			if len(data) > 0 {
@@ -117,6 +123,7 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 	if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 		return nil, err
 	}
+	prev, _ := previous(dir)
 	file := filepath.ToSlash(filepath.Join(sub, "weights.safetensors"))
 	n, sum, err := writeSafetensors(filepath.Join(dir, file), tensors, map[string]string{"format": "amspc", "model": model, "step": strconv.Itoa(step)})
 	if err == nil {
@@ -127,6 +134,32 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 		os.RemoveAll(filepath.Join(dir, sub))
 		return nil, err
 	}
-	removeStale(dir, m)
+	removeStale(dir, prev, m)
 	return m, nil
+}
+
+// nonFinite is the index of the first NaN or infinity in x, else -1.
+func nonFinite(x []float32) int {
+	for i, v := range x {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return i
+		}
+	}
+	return -1
+}
+
+// multiIndex is flat index i of a tensor of shape as " ([a, b, ...])",
+// empty for a vector.
+func multiIndex(shape []int64, i int64) string {
+	if len(shape) < 2 {
+		return ""
+	}
+	idx := make([]string, len(shape))
+	for d := len(shape) - 1; d >= 0; d-- {
+		if shape[d] > 0 {
+			idx[d] = strconv.FormatInt(i%shape[d], 10)
+			i /= shape[d]
+		}
+	}
+	return " ([" + strings.Join(idx, ", ") + "])"
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"amspc/internal/outfile"
 	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
@@ -10,7 +11,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 )
 
@@ -102,7 +102,8 @@ func (c *countWriter) Write(p []byte) (int, error) {
 type stFile struct {
 	Meta    map[string]string
 	Tensors map[string]tensorInfo
-	body    []byte
+	body    []byte // nil when only the header was read
+	size    int64  // of the whole file
 }
 
 // Names lists the file's tensors in name order.
@@ -180,11 +181,63 @@ func parseSafetensors(data []byte) (*stFile, error) {
 	if n > uint64(len(data)-8) {
 		return nil, fmt.Errorf("header of %d bytes runs past the end of the file", n)
 	}
+	f, err := parseHeader(data[8:8+n], int64(len(data))-8-int64(n))
+	if err != nil {
+		return nil, err
+	}
+	f.body, f.size = data[8+n:], int64(len(data))
+	return f, nil
+}
+
+// readHeader reads and checks a safetensors file's header alone (the
+// body is not read), refusing a file of more than limit bytes.
+func readHeader(path string, limit int64) (*stFile, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s has %d bytes, more than the %d expected", path, fi.Size(), limit)
+	}
+	var nb [8]byte
+	if _, err := io.ReadFull(fh, nb[:]); err != nil {
+		return nil, fmt.Errorf("%s: truncated (%d bytes)", path, fi.Size())
+	}
+	n := binary.LittleEndian.Uint64(nb[:])
+	if n > maxManifest {
+		return nil, fmt.Errorf("%s: header of %d bytes, more than the %d amspc reads", path, n, maxManifest)
+	}
+	if n > uint64(fi.Size()-8) {
+		return nil, fmt.Errorf("%s: header of %d bytes runs past the end of the file", path, n)
+	}
+	hb := make([]byte, n)
+	if _, err := io.ReadFull(fh, hb); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	f, err := parseHeader(hb, fi.Size()-8-int64(n))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	f.size = fi.Size()
+	return f, nil
+}
+
+// parseHeader checks and indexes a safetensors header, for a body of
+// bodyLen bytes.
+func parseHeader(header []byte, bodyLen int64) (*stFile, error) {
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data[8:8+n], &raw); err != nil {
+	if err := json.Unmarshal(header, &raw); err != nil {
 		return nil, fmt.Errorf("header: %v", err)
 	}
-	f := &stFile{Tensors: map[string]tensorInfo{}, body: data[8+n:]}
+	f := &stFile{Tensors: map[string]tensorInfo{}}
 	type span struct {
 		a, b int
 		name string
@@ -207,8 +260,8 @@ func parseSafetensors(data []byte) (*stFile, error) {
 		}
 		elems, okShape := ir64(ti.Shape)
 		a, b := ti.Offsets[0], ti.Offsets[1]
-		if a < 0 || b < a || b > len(f.body) || !okShape || int64(b-a) != elems*int64(size) {
-			return nil, fmt.Errorf("tensor %s: offsets [%d, %d) do not hold a %s tensor of shape %v in a body of %d bytes", name, a, b, ti.DType, ti.Shape, len(f.body))
+		if a < 0 || b < a || int64(b) > bodyLen || !okShape || int64(b-a) != elems*int64(size) {
+			return nil, fmt.Errorf("tensor %s: offsets [%d, %d) do not hold a %s tensor of shape %v in a body of %d bytes", name, a, b, ti.DType, ti.Shape, bodyLen)
 		}
 		f.Tensors[name] = ti
 		spans = append(spans, span{a, b, name})
@@ -277,35 +330,5 @@ func readFileBounded(path string, limit int64) ([]byte, error) {
 // same directory, syncs it and renames it into place, then syncs the
 // directory; on any failure the temporary file is removed.
 func writeAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o644)
-	if err == nil {
-		err = write(f)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	syncDir(filepath.Dir(path))
-	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	return outfile.Write(path, nil, write)
 }

@@ -31,6 +31,9 @@ type Timeline struct {
 	// PeakBytes is the most memory live at once: persistent shards plus
 	// transient buffers.
 	PeakBytes, PersistentBytes float64
+	// PeakBuffers are the transient buffers live at the peak, by id in
+	// increasing order: what the peak's transient part holds.
+	PeakBuffers []int32
 	// PeakHostBytes is PeakBytes with every element stored in 4 bytes,
 	// as the CPU backend stores bf16 and f16 (in float32) and i32.
 	PeakHostBytes float64
@@ -100,6 +103,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 		t     float64
 		delta float64
 		host  float64 // delta at 4 bytes per element
+		buf   int32
 	}
 	var persistentHost float64
 	trans := Transient(p)
@@ -174,14 +178,14 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 					}
 					allocated[in.Buf] = true
 					live++
-					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems)})
+					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems), in.Buf})
 				case codegen.Free:
 					if !allocated[in.Buf] {
 						return nil, fmt.Errorf("%s %d: free of %s, not allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = false
 					live--
-					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems)})
+					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems), in.Buf})
 				}
 				if fl[s] != nil {
 					// Blocked until the collective ends (advance).
@@ -261,12 +265,29 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 	})
 	cur, host := tl.PersistentBytes, persistentHost
 	tl.PeakBytes, tl.PeakHostBytes = cur, host
-	for _, e := range mem {
+	peak := -1 // the event that first reaches the peak
+	for i, e := range mem {
 		cur += e.delta
 		host += e.host
-		tl.PeakBytes = max(tl.PeakBytes, cur)
+		if cur > tl.PeakBytes {
+			tl.PeakBytes, peak = cur, i
+		}
 		tl.PeakHostBytes = max(tl.PeakHostBytes, host)
 	}
+	atPeak := map[int32]int{}
+	for _, e := range mem[:peak+1] {
+		if e.delta >= 0 {
+			atPeak[e.buf]++
+		} else {
+			atPeak[e.buf]--
+		}
+	}
+	for id, n := range atPeak {
+		if n > 0 {
+			tl.PeakBuffers = append(tl.PeakBuffers, id)
+		}
+	}
+	slices.Sort(tl.PeakBuffers)
 	return &tl, nil
 }
 

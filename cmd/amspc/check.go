@@ -33,15 +33,26 @@ func (lf *loadFlags) registerShard(fs *flag.FlagSet, what string) {
 // stdin is what a file named "-" reads (tests replace it).
 var stdin io.Reader = os.Stdin
 
+// stdinRead keeps what "-" read from stdin, so that a command loading
+// several files (check a.amsp b.amsp --train -) gives each the same text
+// rather than the second an empty one.
+var stdinRead struct {
+	from io.Reader
+	text []byte
+}
+
 // readSource reads a .amsp file; "-" is standard input, named <stdin> in
 // errors.
 func readSource(name string) (frontend.Source, error) {
 	if name == "-" {
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			return frontend.Source{}, fmt.Errorf("standard input: %v", err)
+		if stdinRead.from != stdin || stdinRead.text == nil {
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return frontend.Source{}, fmt.Errorf("standard input: %v", err)
+			}
+			stdinRead.from, stdinRead.text = stdin, b
 		}
-		return frontend.Source{Name: "<stdin>", Text: b}, nil
+		return frontend.Source{Name: "<stdin>", Text: stdinRead.text}, nil
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -57,18 +68,32 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 		return nil, err
 	}
 	var extra []frontend.Source
-	for _, f := range []string{lf.cluster, lf.train} {
-		if f == "" {
+	stdinFor := ""
+	if name == "-" {
+		stdinFor = "as the main file"
+	}
+	for _, f := range []struct{ section, file string }{{"cluster", lf.cluster}, {"train", lf.train}} {
+		if f.file == "" {
 			continue
 		}
-		s, err := readSource(f)
+		if f.file == "-" {
+			// A second read would find it empty.
+			if stdinFor != "" {
+				return nil, fmt.Errorf("--%s -: standard input is already read %s", f.section, stdinFor)
+			}
+			stdinFor = "for --" + f.section
+		}
+		s, err := readSource(f.file)
 		if err != nil {
 			return nil, err
 		}
+		// A file without the section would change nothing, or,
+		// holding another, replace that one unasked.
+		s.Section = f.section
 		extra = append(extra, s)
 	}
 	if lf.shard != "" {
-		extra = append(extra, frontend.Source{Name: "--shard", Text: []byte("shard " + lf.shard)})
+		extra = append(extra, frontend.Source{Name: "--shard", Text: []byte("shard " + lf.shard), Section: "shard", Prefix: len("shard ")})
 	}
 	return frontend.LoadWith(frontend.Options{Profile: lf.profile}, src, extra...)
 }
@@ -85,6 +110,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(files) == 0 {
 		fs.Usage()
+		return exitUser
+	}
+	// 0 is the default (every GPU); given, it is a count of GPUs.
+	if setFlags(fs)["dp"] && (*dp < 1 || *dp > maxDP) {
+		fmt.Fprintf(stderr, "amspc check: --dp %d is out of range (1 to %d)\n", *dp, maxDP)
 		return exitUser
 	}
 	status := exitOK
@@ -177,6 +207,9 @@ type checkSummary struct {
 	} `json:"shard"`
 }
 
+// maxDP bounds check's --dp: the cluster section's most nodes of 8 GPUs.
+const maxDP = 8 << 20
+
 func summarise(job *ir.Job, dp int) (*checkSummary, error) {
 	g := job.Graph
 	st := cost.Stats(g)
@@ -215,9 +248,13 @@ func summarise(job *ir.Job, dp int) (*checkSummary, error) {
 			InterNodeBW    float64 `json:"inter_node_bw"`
 			Profile        string  `json:"profile,omitempty"`
 		}{c.Name, c.Nodes, c.GPUsPerNode, c.GPUs(), c.GPU.Name, c.GPU.MemoryBytes, c.GPU.PeakFLOPS, c.IntraBW, c.InterBW, c.Profile}
-		if dp == 0 {
-			dp = c.GPUs()
+		if dp > c.GPUs() {
+			return nil, fmt.Errorf("--dp %d is more than the cluster's %d GPUs", dp, c.GPUs())
 		}
+	}
+	given := dp > 0
+	if c := job.Cluster; c != nil && dp == 0 {
+		dp = c.GPUs()
 	}
 	if t := job.Train; t != nil {
 		s.Train = &struct {
@@ -242,7 +279,7 @@ func summarise(job *ir.Job, dp int) (*checkSummary, error) {
 			}
 			s.Train.DataParallel, s.Train.MicroBatches = dp, m
 		}
-	} else if dp > 0 && job.Cluster == nil {
+	} else if given {
 		return nil, fmt.Errorf("--dp needs a train section")
 	}
 	sh := job.Shard
@@ -275,7 +312,12 @@ func printSummary(w io.Writer, name string, job *ir.Job, s *checkSummary) {
 		p("  other", "%s", commas(split.Other))
 	}
 	p("flops/token", "%sFLOP = 6*N_mm + 12*L*d*s (PaLM app. B), counted from the graph", si(s.FlopsPerToken, ""))
-	p("", "N_mm = %s matmul weights; attention term %sFLOP", commas(s.MatMulWeights), si(s.AttentionFlopsPerTok, ""))
+	note := ""
+	// Matmuls of two activations are in the total but neither term.
+	if rest := s.FlopsPerToken - 6*float64(s.MatMulWeights) - s.AttentionFlopsPerTok; rest > 1e-9*s.FlopsPerToken {
+		note = fmt.Sprintf("; matmuls of two activations %sFLOP", si(rest, ""))
+	}
+	p("", "N_mm = %s matmul weights, once per matmul reading them; attention term %sFLOP%s", commas(s.MatMulWeights), si(s.AttentionFlopsPerTok, ""), note)
 	p("model states", "%s = %sB (%d B/param: P, G, optimizer states)", bytesHuman(float64(s.ModelStateBytes)), si(float64(s.ModelStateBytes), ""), s.StateBytesPerParam)
 	if c := s.Cluster; c != nil {
 		label := "cluster"

@@ -5,15 +5,21 @@ import (
 	"io"
 	"strings"
 
+	"amspc/cost"
 	"amspc/runtime"
 )
 
 const ckptUsage = `usage: amspc ckpt COMMAND ...
 
 commands:
-  info DIR                                 what a checkpoint holds: model, step, plan, files
+  info DIR                                 what a checkpoint holds: model, step, plan, files; exit 1 if
+                                           a file is missing or of the wrong size
+  verify DIR                               check every file's size and SHA-256 against the manifest; exit 1
+                                           naming each damaged or missing file
   export DIR -o FILE [--optimizer]         write its full tensors as one safetensors file
-  import FILE --model MODEL.amsp -o DIR    make a checkpoint of a safetensors file's tensors`
+  import FILE --model MODEL.amsp -o DIR [--overwrite]
+                                           make a checkpoint of a safetensors file's tensors (refused over a
+                                           checkpoint of another model or a later step unless --overwrite)`
 
 // runCkpt inspects and converts checkpoints (run --save writes them).
 func runCkpt(args []string, stdout, stderr io.Writer) int {
@@ -27,6 +33,8 @@ func runCkpt(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "info":
 		return ckptInfo(args[1:], stdout, stderr)
+	case "verify":
+		return ckptVerify(args[1:], stdout, stderr)
 	case "export":
 		return ckptExport(args[1:], stdout, stderr)
 	case "import":
@@ -68,6 +76,48 @@ func ckptInfo(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%d params (%s elements), %d tensors with Adam's moments, in %d files of %s\n",
 		params, commas(elems), len(m.Tensors), len(m.Files), bytesHuman(float64(bytes)))
+	if m.ModelHash != "" {
+		fmt.Fprintf(stdout, "model hash %s (of its params' names and shapes)\n", m.ModelHash)
+	}
+	// Damage seen without reading the files; their hashes are verify's.
+	if damage := runtime.CheckFiles(dir, m); len(damage) > 0 {
+		for _, d := range damage {
+			fmt.Fprintf(stderr, "amspc ckpt info: %s: %s\n", dir, d)
+		}
+		fmt.Fprintf(stderr, "amspc ckpt info: %s is damaged: %d of its %d files missing or of the wrong size\n", dir, len(damage), len(m.Files))
+		return exitUser
+	}
+	fmt.Fprintf(stdout, "every file is there at its recorded size (amspc ckpt verify %s checks their SHA-256)\n", dir)
+	return exitOK
+}
+
+func ckptVerify(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ckpt verify", "usage: amspc ckpt verify DIR", stderr)
+	dir, ok := oneFile(fs, args)
+	if !ok {
+		return exitUser
+	}
+	m, damage, err := runtime.VerifyCheckpoint(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt verify: %v\n", err)
+		return exitUser
+	}
+	if len(damage) > 0 {
+		for _, d := range damage {
+			fmt.Fprintf(stderr, "amspc ckpt verify: %s: %s\n", dir, d)
+		}
+		bad := map[string]bool{}
+		for _, d := range damage {
+			bad[d.Path] = true
+		}
+		fmt.Fprintf(stderr, "amspc ckpt verify: %s is damaged: %d of its %d files do not match the manifest\n", dir, len(bad), len(m.Files))
+		return exitUser
+	}
+	var bytes int64
+	for _, f := range m.Files {
+		bytes += f.Bytes
+	}
+	fmt.Fprintf(stdout, "%s: ok: model %s after step %d, %d files (%s) match their size and SHA-256\n", dir, m.Model, m.Step, len(m.Files), bytesHuman(float64(bytes)))
 	return exitOK
 }
 
@@ -97,9 +147,10 @@ func ckptExport(args []string, stdout, stderr io.Writer) int {
 }
 
 func ckptImport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("ckpt import", "usage: amspc ckpt import FILE --model MODEL.amsp -o DIR", stderr)
+	fs := newFlagSet("ckpt import", "usage: amspc ckpt import FILE --model MODEL.amsp -o DIR [--overwrite]", stderr)
 	model := fs.String("model", "", "the `MODEL.amsp` file whose params FILE holds")
 	out := fs.String("o", "", "write the checkpoint into `DIR`")
+	overwrite := fs.Bool("overwrite", false, "replace a checkpoint in DIR of another model or of a later step")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -117,10 +168,24 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 	for _, v := range job.Graph.Params() {
 		params = append(params, runtime.ParamShape{Name: v.Name, Shape: v.Shape})
 	}
-	if err := runtime.CheckWritable(*out); err != nil {
+	// From the header alone: the memory the import holds, and the step
+	// it writes.
+	info, err := runtime.InspectImport(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt import: %v\n", err)
+		return exitUser
+	}
+	if avail := availableBytes(); float64(info.Bytes) > avail {
+		fmt.Fprintf(stderr, "amspc ckpt import: importing %s needs about %s of memory (the file and its tensors as fp32), more than the %s available\n",
+			file, cost.GiB(float64(info.Bytes)), cost.GiB(avail))
+		return exitUser
+	}
+	release, err := runtime.PrepareSave(*out, runtime.NewModelID(job.Graph.Name, params), info.Step, *overwrite, stderr)
+	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: -o: %v\n", err)
 		return exitUser
 	}
+	defer release()
 	m, err := runtime.ImportWeights(file, job.Graph.Name, params, *out)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: %v\n", err)

@@ -2,16 +2,19 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/scheduler"
@@ -37,11 +40,20 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	if *bucket < 1 {
-		fmt.Fprintln(stderr, "amspc compile: --bucket must be positive")
+		fmt.Fprintf(stderr, "amspc compile: --bucket %d is out of range (at least 1 byte)\n", *bucket)
+		return exitUser
+	}
+	if *out == "" {
+		fmt.Fprintln(stderr, "amspc compile: -o \"\" names no directory")
 		return exitUser
 	}
 	if *debug != "" && *debug != "check" {
 		fmt.Fprintf(stderr, "amspc compile: unknown debug flag -d=%s (known: check)\n", *debug)
+		return exitUser
+	}
+	// Before loading, so a typo costs nothing (the passes check it too).
+	if *dump != "" && *dump != "all" && !slices.Contains(passes.Names(), *dump) {
+		fmt.Fprintf(stderr, "amspc compile: -dump-after=%s: no such pass (passes: %s, or all)\n", *dump, strings.Join(passes.Names(), ", "))
 		return exitUser
 	}
 	job, err := lf.load(file)
@@ -135,7 +147,7 @@ func runDisasm(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
 		return exitUser
 	}
-	ranks, err := parseRanks(*rank, b.Topo.Ranks())
+	ranks, err := parseRanks("rank", *rank, b.Topo.Ranks())
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc disasm: %v\n", err)
 		return exitUser
@@ -162,11 +174,11 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	var ranks []int
-	if *rank == "" {
+	if !flagSet(fs, "ranks") {
 		for r := 0; r < min(b.Topo.Ranks(), 64); r++ {
 			ranks = append(ranks, r)
 		}
-	} else if ranks, err = parseRanks(*rank, b.Topo.Ranks()); err != nil {
+	} else if ranks, err = parseRanks("ranks", *rank, b.Topo.Ranks()); err != nil {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
 	}
@@ -175,21 +187,11 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
 	}
-	f, err := os.Create(*out)
-	if err != nil {
-		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+	if err := outfile.Write(*out, stdout, func(w io.Writer) error { return scheduler.WriteTrace(w, tl, ranks) }); err != nil {
+		fmt.Fprintf(stderr, "amspc trace: -o: %v\n", err)
 		return exitUser
 	}
-	if err := scheduler.WriteTrace(f, tl, ranks); err != nil {
-		f.Close()
-		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
-		return exitUser
-	}
-	if err := f.Close(); err != nil {
-		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
-		return exitUser
-	}
-	fmt.Fprintf(stdout, "wrote %s: %d ranks, predicted step %s (open it in https://ui.perfetto.dev)\n", *out, len(ranks), dur(tl.Step))
+	fmt.Fprintf(besideOutput(*out, stdout, stderr), "wrote %s: %d ranks, predicted step %s (open it in https://ui.perfetto.dev)\n", *out, len(ranks), dur(tl.Step))
 	return exitOK
 }
 
@@ -229,14 +231,33 @@ func readBundle(path string) (*codegen.Bundle, error) {
 	return codegen.ReadFile(path)
 }
 
-func parseRanks(s string, n int) ([]int, error) {
+// parseRanks reads the comma-separated ranks of --name, each a rank of a
+// plan of n ranks, each once.
+func parseRanks(name, s string, n int) ([]int, error) {
+	what := s
+	if s == "" {
+		what = `""`
+	}
 	var out []int
 	for _, f := range strings.Split(s, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r < 0 || r >= n {
-			return nil, fmt.Errorf("rank %q is not in [0, %d)", f, n)
+		f = strings.TrimSpace(f)
+		r, err := strconv.Atoi(f)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("--%s %s: %q is not a rank number", name, what, f)
+		case r < 0 || r >= n:
+			return nil, fmt.Errorf("--%s %s: rank %d is not in the plan's %d ranks (0 to %d)", name, what, r, n, n-1)
+		case slices.Contains(out, r):
+			return nil, fmt.Errorf("--%s %s: rank %d is given twice", name, what, r)
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

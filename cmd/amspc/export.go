@@ -2,7 +2,7 @@ package main
 
 // amspc plan --export: the configuration that runs a plan's sharding in
 // DeepSpeed or PyTorch FSDP2, or, where the framework cannot express it,
-// its nearest expressible plan with both costed.
+// the fastest plan of the plan table it can, with both costed.
 
 import (
 	"encoding/json"
@@ -32,7 +32,7 @@ var exportTargets = []exportTarget{
 
 // runExport writes the export of the plan e (the chosen one, or the one
 // --shard fixes) to stdout; what cannot be expressed goes to stderr with
-// the nearest plan that can, costed by the same model.
+// the fastest row of the plan table that can, costed as the table is.
 func runExport(stdout, stderr io.Writer, file, target string, job *ir.Job, r *planner.Result, cfg cost.Config) int {
 	var t *exportTarget
 	for i := range exportTargets {
@@ -66,34 +66,68 @@ func runExport(stdout, stderr io.Writer, file, target string, job *ir.Job, r *pl
 		fmt.Fprint(stdout, out)
 		return exitOK
 	}
-	{
-		// The nearest plan the framework expresses: the fastest (by the
-		// same model) of the presets it can run that fits, else the
-		// smallest.
-		var best *cost.Estimate
-		var bestOut string
-		for _, cand := range exportCandidates(dp) {
-			o, no := t.express(cand.name, cand.f, dp, e, job, cfg)
-			if no != "" {
-				continue
-			}
-			c := r.Model.Evaluate(cost.Uniform(cand.name, cand.f, e.Plan.Recompute, e.Plan.MicroBatch))
-			if best == nil || c.Feasible && (!best.Feasible || c.Step < best.Step) || !c.Feasible && !best.Feasible && c.Mem.Total < best.Mem.Total {
-				best, bestOut = c, o
-			}
+	// What the framework runs instead: the best row of the plan table,
+	// ranked as the table ranks rows, that it expresses; when none fits,
+	// the one needing the least memory.
+	var best *cost.Estimate
+	var bestOut string
+	for _, row := range planRows(r) {
+		c := row.e
+		if c == e || c.M == 0 || !c.Plan.IsUniform() {
+			continue
 		}
-		asked := r.Model.Evaluate(cost.Uniform(e.Plan.Name, f, e.Plan.Recompute, e.Plan.MicroBatch))
-		fmt.Fprintf(stderr, "%s: %s cannot run plan %s (%v): %s.\n", file, t.name, e.Plan.Name, f, why)
-		if best == nil {
-			fmt.Fprintf(stderr, "%s: no preset it runs is a plan of this cluster\n", file)
-			return exitUser
+		o, no := t.express(c.Plan.Name, c.Plan.Groups[cost.Blocks], dp, c, job, cfg)
+		if no == "" && (best == nil || exportBetter(r.Objective, c, best)) {
+			best, bestOut = c, o
 		}
-		fmt.Fprintf(stderr, "  nearest it runs: %s (%v): step %s, %s per GPU%s, against %s and %s for %s (the analytic model for both); exported below\n",
-			best.Plan.Name, best.Plan.Groups[cost.Blocks], dur(best.Step), bytesHuman(best.Mem.Total), fitsNote(best),
-			dur(asked.Step), bytesHuman(asked.Mem.Total), e.Plan.Name)
-		fmt.Fprint(stdout, bestOut)
-		return exitOK
 	}
+	fmt.Fprintf(stderr, "%s: %s cannot run plan %s (%v): %s.\n", file, t.name, e.Plan.Name, f, why)
+	if best == nil {
+		fmt.Fprintf(stderr, "%s: no plan of the table is one %s runs\n", file, t.name)
+		return exitUser
+	}
+	which := "the fastest plan of the table that " + t.name + " runs"
+	if !best.Feasible {
+		which = "no plan " + t.name + " runs fits; of the table's, the one needing the least memory"
+	}
+	what := "step"
+	if r.Objective == planner.Paper {
+		what = "T_comm"
+	}
+	how := "simulated"
+	switch {
+	case !best.Simulated && !e.Simulated:
+		how = "the analytic model for both"
+	case !best.Simulated || !e.Simulated:
+		how = fmt.Sprintf("%s simulated, %s analytic", pick(best.Simulated, best.Plan.Name, e.Plan.Name), pick(best.Simulated, e.Plan.Name, best.Plan.Name))
+	}
+	fmt.Fprintf(stderr, "  exporting %s (%v), %s: %s %s, %s per GPU%s, against %s and %s for %s (%s)\n",
+		best.Plan.Name, best.Plan.Groups[cost.Blocks], which, what, dur(r.Objective.Score(best)), bytesHuman(best.Mem.Total), fitsNote(best),
+		dur(r.Objective.Score(e)), bytesHuman(e.Mem.Total), e.Plan.Name, how)
+	fmt.Fprint(stdout, bestOut)
+	return exitOK
+}
+
+// exportBetter ranks the rows an export may fall back to as the plan
+// table does (feasible first, simulated first, then the objective), and
+// rows that do not fit by the memory they need.
+func exportBetter(obj planner.Objective, a, b *cost.Estimate) bool {
+	switch {
+	case a.Feasible != b.Feasible:
+		return a.Feasible
+	case !a.Feasible:
+		return a.Mem.Total < b.Mem.Total
+	case a.Simulated != b.Simulated:
+		return a.Simulated
+	}
+	return obj.Score(a) < obj.Score(b)
+}
+
+func pick(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
 }
 
 func fitsNote(e *cost.Estimate) string {
@@ -109,30 +143,6 @@ func groupsString(p cost.Plan) string {
 		parts = append(parts, fmt.Sprintf("%s %v", g, p.Groups[g]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-type exportCandidate struct {
-	name string
-	f    cost.Factors
-}
-
-// exportCandidates are the presets of the AMSP space on mesh dp: DDP,
-// ZeRO-1/2/3, and MiCS and ZeRO++ hpZ with groups of a node's GPUs.
-func exportCandidates(dp ir.Factor) []exportCandidate {
-	one := ir.Factor{S0: 1, S1: 1}
-	node := ir.Factor{S0: dp.S0, S1: 1}
-	c := []exportCandidate{
-		{"DDP", cost.Factors{P: one, G: one, OS: one}},
-		{"ZeRO-1", cost.Factors{P: one, G: one, OS: dp}},
-		{"ZeRO-2", cost.Factors{P: one, G: dp, OS: dp}},
-		{"ZeRO-3/FSDP", cost.Factors{P: dp, G: dp, OS: dp}},
-	}
-	if dp.S1 > 1 && dp.S0 > 1 {
-		c = append(c,
-			exportCandidate{fmt.Sprintf("MiCS(%d)/HSDP(%d)", node.Size(), node.Size()), cost.Factors{P: node, G: node, OS: node}},
-			exportCandidate{fmt.Sprintf("ZeRO++ hpZ(%d)", node.Size()), cost.Factors{P: dp, G: dp, OS: dp, Secondary: node}})
-	}
-	return c
 }
 
 // deepSpeedConfig is DeepSpeed's JSON config for f: stage 0-3,

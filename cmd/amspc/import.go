@@ -2,12 +2,16 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	"amspc/cluster"
 	"amspc/frontend"
 	"amspc/importer/hf"
+	"amspc/internal/outfile"
 )
 
 const importUsage = "usage: amspc import hf [-o FILE] [--force] [--name NAME] [--nodes N] [--gpus-per-node N] [--gpu PRESET]\n" +
@@ -31,6 +35,10 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Precision, "precision", hf.Defaults.Precision, "bf16, fp16 or fp32")
 	files, err := parseFlags(fs, args)
 	if err != nil {
+		return exitUser
+	}
+	if err := checkImportFlags(fs, o, *out, *force); err != nil {
+		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
 	}
 	if len(files) != 2 || files[0] != "hf" {
@@ -71,22 +79,59 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// writeNew writes a file that must not exist yet, unless force.
-func writeNew(path string, data []byte, force bool) error {
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	if !force {
-		flags |= os.O_EXCL
+// checkImportFlags refuses what the importer would otherwise read as
+// "unset" and replace by its default: a count of 0 or an empty string
+// given on the command line. It also refuses --force without -o, which
+// would be dropped. The importer checks the rest (negative counts, a GPU
+// that is not a preset, a global batch that does not split); this
+// repeats its limits so that an explicit 0 reads as the same error.
+func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, c := range []struct {
+		flag string
+		v    int64
+		max  int64
+	}{
+		{"nodes", o.Nodes, 1 << 20},
+		{"gpus-per-node", o.GPUsPerNode, 1 << 10},
+		{"seq", o.Seq, 1 << 24},
+		{"micro-batch", o.MicroBatch, 1 << 30},
+	} {
+		if set[c.flag] && (c.v < 1 || c.v > c.max) {
+			return fmt.Errorf("--%s %d is out of range (1 to %d)", c.flag, c.v, c.max)
+		}
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
-	if errors.Is(err, os.ErrExist) {
+	switch {
+	case set["gpu"] && o.GPU == "":
+		return fmt.Errorf("--gpu \"\" is not a preset (presets: %s)", gpuPresets())
+	case set["precision"] && o.Precision == "":
+		return fmt.Errorf("--precision \"\": want bf16, fp16 or fp32")
+	case set["global-batch"] && strings.TrimSpace(o.GlobalBatch) == "":
+		return fmt.Errorf("--global-batch %q: want a number of sequences, or N tokens (multipliers K M G Ki Mi Gi)", o.GlobalBatch)
+	case set["name"] && o.Name == "":
+		return fmt.Errorf("--name \"\" is not an identifier (letters, digits and _, not starting with a digit)")
+	case set["o"] && out == "":
+		return fmt.Errorf("-o \"\" names no file")
+	case force && out == "":
+		return fmt.Errorf("--force overwrites the file of -o, and there is none")
+	}
+	return nil
+}
+
+func gpuPresets() string {
+	var names []string
+	for _, g := range cluster.GPUPresets {
+		names = append(names, g.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// writeNew writes a file that must not exist yet, unless force; a device
+// or FIFO (/dev/null, a pipe) is written in place and needs no --force.
+func writeNew(path string, data []byte, force bool) error {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && !force {
 		return fmt.Errorf("%s exists (--force overwrites it)", path)
 	}
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return outfile.WriteBytes(path, nil, data)
 }

@@ -253,3 +253,81 @@ func TestImportIgnoredDocumented(t *testing.T) {
 		t.Errorf("README lists %v, the importer ignores %v", documented, want)
 	}
 }
+
+// TestImportBadValues: every flag value with no meaning (zero, negative,
+// empty, not a preset, dropped by another flag) and every config.json
+// value out of its range is refused with status 1 and one line naming the
+// flag or key and the value, never replaced by a default.
+func TestImportBadValues(t *testing.T) {
+	dir := t.TempDir()
+	base, err := os.ReadFile("../../testdata/hf/TinyLlama-1.1B-Chat-v1.0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// edit writes the TinyLlama config with one line replaced.
+	edit := func(old, new string) string {
+		t.Helper()
+		if !bytes.Contains(base, []byte(old)) {
+			t.Fatalf("no %q in the config", old)
+		}
+		name := filepath.Join(dir, strings.NewReplacer(" ", "", `"`, "", ":", "_", ",", "").Replace(new)+".json")
+		if err := os.WriteFile(name, bytes.Replace(base, []byte(old), []byte(new), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	good := "../../testdata/hf/TinyLlama-1.1B-Chat-v1.0.json"
+	for _, c := range []struct {
+		args []string
+		want string // a regexp on the one line of stderr
+	}{
+		// Flags.
+		{[]string{"--nodes", "0", good}, `^amspc import: --nodes 0 is out of range \(1 to 1048576\)$`},
+		{[]string{"--nodes", "-8", good}, `^amspc import: --nodes -8 is out of range \(1 to 1048576\)$`},
+		{[]string{"--gpus-per-node", "0", good}, `^amspc import: --gpus-per-node 0 is out of range \(1 to 1024\)$`},
+		{[]string{"--gpus-per-node", "-1", good}, `^amspc import: --gpus-per-node -1 is out of range \(1 to 1024\)$`},
+		{[]string{"--seq", "0", good}, `^amspc import: --seq 0 is out of range \(1 to 16777216\)$`},
+		{[]string{"--seq", "-4", good}, `^amspc import: --seq -4 is out of range \(1 to 16777216\)$`},
+		{[]string{"--micro-batch", "0", good}, `^amspc import: --micro-batch 0 is out of range \(1 to 1073741824\)$`},
+		{[]string{"--micro-batch", "-2", good}, `^amspc import: --micro-batch -2 is out of range \(1 to 1073741824\)$`},
+		{[]string{"--global-batch", "12", good}, `^amspc import: --global-batch "12": 12 sequences do not split into micro-batches of 1 on 8 GPUs$`},
+		{[]string{"--global-batch", "0", good}, `^amspc import: --global-batch "0": want a number of sequences`},
+		{[]string{"--global-batch", "", good}, `^amspc import: --global-batch "": want a number of sequences`},
+		{[]string{"--precision", "fp8", good}, `^amspc import: --precision "fp8": want bf16, fp16 or fp32$`},
+		{[]string{"--precision", "", good}, `^amspc import: --precision "": want bf16, fp16 or fp32$`},
+		{[]string{"--gpu", "V100", good}, `^amspc import: --gpu "V100" is not a preset \(presets: A100-80GB, `},
+		{[]string{"--gpu", "", good}, `^amspc import: --gpu "" is not a preset \(presets: A100-80GB, `},
+		{[]string{"--name", "", good}, `^amspc import: --name "" is not an identifier`},
+		{[]string{"--name", "9lives", good}, `^amspc import: --name "9lives" is not an identifier`},
+		{[]string{"--force", good}, `^amspc import: --force overwrites the file of -o, and there is none$`},
+		{[]string{"-o", "", good}, `^amspc import: -o "" names no file$`},
+		{[]string{"--seq", "4096", good}, `max_position_embeddings: 2048 is shorter than the sequence asked for \(--seq 4096\)$`},
+		// config.json values.
+		{[]string{edit(`"hidden_size": 2048,`, `"hidden_size": 0,`)}, `:9:18: hidden_size: 0 is out of range \(1 to `},
+		{[]string{edit(`"hidden_size": 2048,`, `"hidden_size": -2048,`)}, `:9:18: hidden_size: -2048 is out of range \(1 to `},
+		{[]string{edit(`"num_hidden_layers": 22,`, `"num_hidden_layers": 0,`)}, `:15:24: num_hidden_layers: 0 is out of range \(1 to 10000\)$`},
+		{[]string{edit(`"vocab_size": 32000`, `"vocab_size": 0`)}, `vocab_size: 0 is out of range \(1 to `},
+		{[]string{edit(`"intermediate_size": 5632,`, `"intermediate_size": -1,`)}, `intermediate_size: -1 is out of range \(1 to `},
+		{[]string{edit(`"num_key_value_heads": 4,`, `"num_key_value_heads": 0,`)}, `num_key_value_heads: 0 is out of range \(1 to `},
+		{[]string{edit(`"max_position_embeddings": 2048,`, `"max_position_embeddings": 0,`)}, `max_position_embeddings: 0 is out of range \(1 to `},
+		{[]string{edit(`"rope_theta": 10000.0,`, `"rope_theta": 0,`)}, `:20:17: rope_theta: 0 is not a positive number$`},
+		{[]string{edit(`"rope_theta": 10000.0,`, `"rope_theta": -10000.0,`)}, `rope_theta: -10000.0 is not a positive number$`},
+		{[]string{edit(`"rope_theta": 10000.0,`, `"rope_theta": 1e400,`)}, `rope_theta: 1e400 is not a positive number$`},
+		{[]string{edit(`"rms_norm_eps": 1e-05,`, `"rms_norm_eps": 0.0,`)}, `:18:19: rms_norm_eps: 0.0 is not a positive number$`},
+		{[]string{edit(`"rms_norm_eps": 1e-05,`, `"rms_norm_eps": -1e-05,`)}, `rms_norm_eps: -1e-05 is not a positive number$`},
+		{[]string{edit(`"rms_norm_eps": 1e-05,`, `"rms_norm_eps": 1e-400,`)}, `rms_norm_eps: 1e-400 is not a positive number$`},
+		{[]string{edit(`"initializer_range": 0.02,`, `"initializer_range": 0,`)}, `initializer_range: 0 is not a positive number$`},
+		{[]string{edit(`"rms_norm_eps": 1e-05,`, `"rms_norm_eps": NaN,`)}, `:18:19: invalid JSON: invalid character 'N'`},
+		{[]string{edit(`"rope_theta": 10000.0,`, `"rope_theta": "10000",`)}, `rope_theta: must be a number, not a string$`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"import", "hf"}, c.args...)
+			st := run(args, &stdout, &stderr)
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if st != exitUser || stdout.Len() > 0 || len(lines) != 1 || !regexp.MustCompile(c.want).MatchString(lines[0]) {
+				t.Errorf("status %d (want 1), %d bytes on stdout\nstderr %q\nwant   %s", st, stdout.Len(), stderr.String(), c.want)
+			}
+		})
+	}
+}

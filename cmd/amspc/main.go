@@ -33,6 +33,7 @@ import (
 	"strings"
 
 	"amspc/frontend"
+	"amspc/internal/outfile"
 )
 
 const version = "0.1.0"
@@ -71,7 +72,11 @@ func init() {
 		{"import", "write the .amsp job of a Hugging Face config.json (LLaMA, Mistral, Qwen2)", runImport},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"completion", "print a bash or zsh completion script", runCompletion},
-		{"version", "print amspc's version", func(_ []string, stdout, _ io.Writer) int {
+		{"version", "print amspc's version", func(args []string, stdout, stderr io.Writer) int {
+			if len(args) > 0 {
+				fmt.Fprintln(stderr, "usage: amspc version")
+				return exitUser
+			}
 			fmt.Fprintln(stdout, "amspc", version)
 			return exitOK
 		}},
@@ -107,7 +112,12 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		if len(args) == 1 {
-			usage(stdout)
+			out := &outfile.Checked{W: stdout}
+			usage(out)
+			if err := out.Err(); err != nil {
+				fmt.Fprintf(stderr, "amspc: writing standard output: %v\n", err)
+				return exitUser
+			}
 			return exitOK
 		}
 		args = []string{args[1], "-h"} // amspc help CMD
@@ -119,15 +129,33 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 			if helpAsked(args[1:]) {
 				// CMD -h: its usage line and every flag, on standard
 				// output; asking is not an error.
-				c.run(args[1:], stdout, stdout)
+				out := &outfile.Checked{W: stdout}
+				c.run(args[1:], out, out)
+				if err := out.Err(); err != nil {
+					fmt.Fprintf(stderr, "amspc %s: writing standard output: %v\n", c.name, err)
+					return exitUser
+				}
 				return exitOK
 			}
-			return c.run(args[1:], stdout, stderr)
+			return runChecked(c, args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "amspc: unknown command %q\n", args[0])
 	usage(stderr)
 	return exitUser
+}
+
+// runChecked runs a command with its standard output checked: a command
+// whose output could not be written (a full disk, a closed pipe's error)
+// fails, saying so, instead of exiting 0 with an empty or cut output.
+func runChecked(c command, args []string, stdout, stderr io.Writer) int {
+	out := &outfile.Checked{W: stdout}
+	status := c.run(args, out, stderr)
+	if err := out.Err(); err != nil {
+		fmt.Fprintf(stderr, "amspc %s: writing standard output: %v\n", c.name, err)
+		return max(status, exitUser)
+	}
+	return status
 }
 
 // helpAsked reports whether a command line asks for the command's help:

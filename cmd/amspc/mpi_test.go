@@ -575,7 +575,7 @@ func TestMPIStopsOnSignal(t *testing.T) {
 	job.cmd.Process.Signal(syscall.SIGTERM)
 	job.endsFailing(t, 30*time.Second, "SIGTERM")
 	s := job.output()
-	if n := strings.Count(s, "amspc run: stopped by terminated after step "); n != 1 {
+	if n := strings.Count(s, "stopped by terminated after step "); n != 1 {
 		t.Fatalf("%d stop messages, want 1:\n%s", n, s)
 	}
 	m, err := runtime.ReadManifest(ck)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -13,7 +14,7 @@ import (
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--export deepspeed|fsdp] [--sweep nodes=N,...] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--export deepspeed|fsdp] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
@@ -36,7 +37,15 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc plan: --objective must be step or paper, not %q\n", *objective)
 		return exitUser
 	}
-	job, cfg, st := loadForPlanning("plan", &lf, file, *top, *bucket, stderr)
+	if err := checkPlanFlags(fs, *top, *bucket, *sweepBatch); err != nil {
+		fmt.Fprintf(stderr, "amspc plan: %v\n", err)
+		return exitUser
+	}
+	if err := checkPlanOnlyFlags(fs, obj, *export); err != nil {
+		fmt.Fprintf(stderr, "amspc plan: %v\n", err)
+		return exitUser
+	}
+	job, cfg, st := loadForPlanning(&lf, file, *bucket, stderr)
 	if job == nil {
 		return st
 	}
@@ -57,6 +66,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser
 	}
+	nameBaselines(res)
 	if *export != "" {
 		return runExport(stdout, stderr, file, *export, job, res, cfg)
 	}
@@ -73,15 +83,74 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// loadForPlanning checks plan's and report's --top and --bucket, loads
-// the job and requires the sections planning needs; on failure the job
-// is nil and the status says how the command exits.
-func loadForPlanning(cmd string, lf *loadFlags, file string, top int, bucket int64, stderr io.Writer) (*ir.Job, cost.Config, int) {
-	cfg := cost.DefaultConfig
-	if top < 0 || bucket < 1 {
-		fmt.Fprintf(stderr, "amspc %s: --top and --bucket must be positive\n", cmd)
-		return nil, cfg, exitUser
+// Bounds of plan's and report's counts: more rows than maxTop compare
+// nothing, and a bucket beyond a TiB is a typo.
+const (
+	maxTop    = 1000
+	maxBucket = 1 << 40
+)
+
+// setFlags are the flags a command line sets, by name.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// checkPlanFlags refuses plan's and report's values with no meaning and
+// the flags another flag would drop unsaid; the error names the flag and
+// its value.
+func checkPlanFlags(fs *flag.FlagSet, top int, bucket int64, sweepBatch string) error {
+	set := setFlags(fs)
+	switch {
+	case top < 1 || top > maxTop:
+		return fmt.Errorf("--top %d is out of range (1 to %d)", top, maxTop)
+	case bucket < 1 || bucket > maxBucket:
+		return fmt.Errorf("--bucket %d is out of range (1 byte to 1 TiB)", bucket)
+	case sweepBatch != sweepPerGPU && sweepBatch != sweepFixed:
+		return fmt.Errorf("--sweep-batch must be %s or %s, not %q", sweepPerGPU, sweepFixed, sweepBatch)
+	case set["sweep-batch"] && !set["sweep"]:
+		return fmt.Errorf("--sweep-batch %s needs --sweep", sweepBatch)
 	}
+	return nil
+}
+
+// checkPlanOnlyFlags refuses plan's combinations where one flag would
+// silently drop another.
+func checkPlanOnlyFlags(fs *flag.FlagSet, obj planner.Objective, export string) error {
+	set := setFlags(fs)
+	if set["export"] {
+		if export != "deepspeed" && export != "fsdp" {
+			return fmt.Errorf("--export must be deepspeed or fsdp, not %q", export)
+		}
+		for _, other := range []string{"sweep", "json", "wide"} {
+			if set[other] {
+				return fmt.Errorf("--export %s prints one plan's configuration, not --%s's output: give one of them", export, other)
+			}
+		}
+	}
+	if set["sweep"] {
+		for _, other := range []string{"wide", "top", "shard"} {
+			if set[other] {
+				return fmt.Errorf("--%s has no effect with --sweep, whose tables show the chosen plan and the baselines at each size", other)
+			}
+		}
+	}
+	if obj == planner.Paper {
+		for _, other := range []string{"per-group", "simulate"} {
+			if f := fs.Lookup(other); set[other] && f.Value.String() == "true" {
+				return fmt.Errorf("--%s applies to --objective step only; --objective paper ranks uniform plans by the analytic T_comm", other)
+			}
+		}
+	}
+	return nil
+}
+
+// loadForPlanning loads plan's and report's job and requires the
+// sections planning needs; on failure the job is nil and the status
+// says how the command exits.
+func loadForPlanning(lf *loadFlags, file string, bucket int64, stderr io.Writer) (*ir.Job, cost.Config, int) {
+	cfg := cost.DefaultConfig
 	job, err := lf.load(file)
 	if err != nil {
 		return nil, cfg, report(stderr, err)
@@ -96,6 +165,38 @@ func loadForPlanning(cmd string, lf *loadFlags, file string, top int, bucket int
 	}
 	cfg.BucketBytes = float64(bucket)
 	return job, cfg, exitOK
+}
+
+// nameBaselines labels a candidate or per-group plan that gives every
+// group a baseline's factors by that baseline's name ("DDP mb=1", not
+// "AMSP 1x1/1x1/1x1 mb=1"): what runs is that system, micro-batch and
+// recompute aside. MiCS and HSDP share factors; the first listed wins.
+func nameBaselines(r *planner.Result) {
+	rename := func(e *cost.Estimate) {
+		if e == nil || !e.Plan.IsUniform() {
+			return
+		}
+		f := e.Plan.Groups[cost.Blocks]
+		rest, ok := strings.CutPrefix(e.Plan.Name, "AMSP "+f.String())
+		if !ok || (rest != "" && !strings.HasPrefix(rest, " ")) {
+			return
+		}
+		for _, b := range r.Baselines {
+			if b.Plan.Groups[cost.Blocks] == f {
+				e.Plan.Name = b.Plan.Name + rest
+				return
+			}
+		}
+	}
+	for _, e := range r.Top {
+		rename(e)
+	}
+	if r.MILP != nil {
+		rename(r.MILP.Best)
+	}
+	rename(r.Chosen)
+	rename(r.Fastest)
+	rename(r.Smallest)
 }
 
 type factorsJSON struct {

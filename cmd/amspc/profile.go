@@ -14,6 +14,7 @@ import (
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/cost/profile"
+	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/runtime"
@@ -59,8 +60,18 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc profile: --device must be cpu or cuda, not %q\n", *device)
 		return exitUser
 	}
-	if *reps < 1 || *minBytes < 4 || *maxBytes < *minBytes {
-		fmt.Fprintln(stderr, "amspc profile: --reps must be positive and 4 <= --min-bytes <= --max-bytes")
+	switch {
+	case *reps < 1:
+		fmt.Fprintf(stderr, "amspc profile: --reps %d: want 1 or more\n", *reps)
+		return exitUser
+	case *minBytes < 4:
+		fmt.Fprintf(stderr, "amspc profile: --min-bytes %d: want 4 or more (one fp32 element)\n", *minBytes)
+		return exitUser
+	case *maxBytes < *minBytes:
+		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at least --min-bytes (%d)\n", *maxBytes, *minBytes)
+		return exitUser
+	case *maxBytes > 1<<40:
+		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at most 1 TiB\n", *maxBytes)
 		return exitUser
 	}
 	job, err := lf.load(file)
@@ -88,6 +99,19 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			label += " (" + r.Bundle.Plan + ")"
 		}
 		labels = append(labels, label)
+	}
+	if *device == "cpu" {
+		// Before anything is allocated: a kernel's operands are live
+		// together in a step, so a plan's peak bounds them; a collective
+		// holds its input and output on every rank.
+		need := float64(2 * *maxBytes * int64(topo.Ranks()))
+		for _, r := range results {
+			need = max(need, hostBytes(r))
+		}
+		if err := checkMemory(need, fmt.Sprintf("profiling %s on %d CPU ranks", job.Graph.Name, topo.Ranks())); err != nil {
+			fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
+			return exitUser
+		}
 	}
 	prof := &profile.Profile{Meta: profileMeta(job, labels, *reps, *device)}
 
@@ -130,8 +154,8 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	}
 	collTime := time.Since(t0)
 
-	if err := prof.WriteFile(*out); err != nil {
-		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
+	if err := outfile.Write(*out, stdout, prof.Write); err != nil {
+		fmt.Fprintf(stderr, "amspc profile: -o: %v\n", err)
 		return exitUser
 	}
 	// What the first plan's step costs by the profile: rank 0's kernels

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -14,13 +12,14 @@ import (
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/planner"
 	"amspc/scheduler"
 )
 
 func runReport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("report", "usage: amspc report [-o report.html] [--top K] [--shard PLAN] [--sweep nodes=N,...] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("report", "usage: amspc report [-o report.html] [--top K] [--shard PLAN] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	lf.registerShard(fs, "also cost")
@@ -33,7 +32,11 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	job, cfg, st := loadForPlanning("report", &lf, file, *top, *bucket, stderr)
+	if err := checkPlanFlags(fs, *top, *bucket, *sweepBatch); err != nil {
+		fmt.Fprintf(stderr, "amspc report: %v\n", err)
+		return exitUser
+	}
+	job, cfg, st := loadForPlanning(&lf, file, *bucket, stderr)
 	if job == nil {
 		return st
 	}
@@ -51,6 +54,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return exitUser
 	}
+	nameBaselines(res)
 	var points []sweepPoint
 	if sw != nil {
 		if points, err = planSweep(job, sw, opts); err != nil {
@@ -68,44 +72,16 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc report: %v\n", err)
 		return exitUser
 	}
-	if err := writeFileAtomic(*out, []byte(b.String())); err != nil {
-		fmt.Fprintf(stderr, "amspc report: %v\n", err)
+	if err := outfile.WriteBytes(*out, stdout, []byte(b.String())); err != nil {
+		fmt.Fprintf(stderr, "amspc report: -o: %v\n", err)
 		return exitUser
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d charts, %s bytes\n", *out, len(page.Charts), commas(int64(b.Len())))
+	fmt.Fprintf(besideOutput(*out, stdout, stderr), "wrote %s: %d charts, %s bytes\n", *out, len(page.Charts), commas(int64(b.Len())))
 	if res.Chosen == nil {
 		fmt.Fprintf(stderr, "%s: %s\n", file, res.Explain()[0])
 		return exitUser
 	}
 	return exitOK
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path, so a crash never leaves half a report where a whole one
-// was.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
 }
 
 // reportPage lays out the report: the plan table, step time and memory

@@ -16,6 +16,7 @@ import (
 	"amspc"
 	"amspc/codegen"
 	"amspc/cost"
+	"amspc/internal/outfile"
 	"amspc/passes"
 	"amspc/runtime"
 	"amspc/scheduler"
@@ -24,7 +25,7 @@ import (
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
 // process), printing the loss of every step.
 func runRun(args []string, stdout, stderr io.Writer) (status int) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--save DIR [--save-every K]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -33,12 +34,29 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	lf.registerShard(fs, "train under")
 	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
+	overwrite := fs.Bool("overwrite", false, "with --save, replace a checkpoint in DIR of another model or of a later step than this run starts from")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
 	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
+	progress := fs.String("progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
 	file, ok := oneFile(fs, args)
 	if !ok {
+		return exitUser
+	}
+	var bar bool
+	switch *progress {
+	case "auto":
+		// Under mpirun and srun every rank's stdout is the launcher's
+		// pty, not the user's terminal: a bar there fills logs with
+		// carriage returns.
+		_, launched := launchedSize()
+		bar = isTerminal(stdout) && !launched
+	case "bar":
+		bar = true
+	case "lines":
+	default:
+		fmt.Fprintf(stderr, "amspc run: --progress must be auto, bar or lines, not %q\n", *progress)
 		return exitUser
 	}
 	var newBackend func(int) (runtime.Backend, error)
@@ -79,6 +97,9 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		return exitUser
 	case set["save-every"] && *save == "":
 		fmt.Fprintln(stderr, "amspc run: --save-every needs --save DIR")
+		return exitUser
+	case *overwrite && *save == "":
+		fmt.Fprintln(stderr, "amspc run: --overwrite needs --save DIR")
 		return exitUser
 	}
 	if *save != "" {
@@ -209,6 +230,16 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 			return exitOK
 		}
 	}
+	if *save != "" {
+		// Before the first step: DIR is this job's (not another model's
+		// checkpoint, nor a later step's, unless --overwrite), locked
+		// until the run ends, however it ends.
+		release, err := r.PrepareSave(*save, *overwrite, stderr)
+		if err != nil {
+			return refuse(fmt.Errorf("--save: %w", err)) // agreed by every process
+		}
+		defer release()
+	}
 	checkpoint := func() bool {
 		if err := r.Save(*save); err != nil {
 			refuse(fmt.Errorf("save: %w", err)) // agreed by every process
@@ -216,15 +247,27 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		}
 		return true
 	}
-	var logw io.Writer
+	var logw *outfile.Checked
 	if *logPath != "" {
+		// Appended to step by step, so written in place, not atomically;
+		// a write that fails stops the log (training goes on) and the run
+		// ends with exit status 1 saying why.
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			fmt.Fprintf(stderr, "amspc run: --log: %v\n", err)
 			return exitUser
 		}
-		defer f.Close()
-		logw = f
+		logw = &outfile.Checked{W: f}
+		defer func() {
+			err := logw.Err()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "amspc run: --log: writing %s: %v\n", *logPath, err)
+				status = max(status, exitUser)
+			}
+		}()
 	}
 	where := "CPU ranks"
 	switch {
@@ -250,8 +293,13 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	if n-first > 1 {
 		profileAt = first + 1
 	}
-	stopProfile := func() {}
-	defer func() { stopProfile() }()
+	stopProfile := func() error { return nil }
+	defer func() {
+		if err := stopProfile(); err != nil {
+			fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
+			status = max(status, exitUser)
+		}
+	}()
 	start := time.Now()
 	var stepTimes []float64
 	for i := first; i < n; i++ {
@@ -272,7 +320,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 					said = io.Discard
 				}
 				agreed = true
-				return stopped(r, caught, *save, checkpoint, stdout, said)
+				return stopped(r, caught, *save, checkpoint, bar, stdout, said)
 			}
 		}
 		if *cpuProfile != "" && i == profileAt {
@@ -303,7 +351,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		remaining := elapsed / float64(i+1-first) * float64(n-i-1)
 		line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
 			i+1, n, loss, tokPerStep/dt, elapsed, remaining)
-		if isTerminal(stdout) {
+		if bar {
 			// A live bar: one line rewritten in place, the last kept.
 			done := (i + 1) * 30 / n
 			fmt.Fprintf(stdout, "\r[%s%s] %s", strings.Repeat("#", done), strings.Repeat(" ", 30-done), line)
@@ -372,16 +420,6 @@ func isPlan(path string) bool {
 		return true
 	}
 	return strings.HasSuffix(path, ".amspplan")
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // loadTokens reads the training data: a token file of uint16 little-endian
@@ -479,7 +517,7 @@ func readBounded(path string, limit int64) ([]byte, error) {
 // stopped ends a run stopped by a signal at a step boundary: it writes a
 // checkpoint when --save is given, says where, and returns 128 + the
 // signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would.
-func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool, stdout, stderr io.Writer) int {
+func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool, bar bool, stdout, stderr io.Writer) int {
 	name, code := "a signal on another process", 130
 	if s, ok := sig.(syscall.Signal); ok {
 		name, code = s.String(), 128+int(s)
@@ -493,7 +531,16 @@ func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool,
 	} else {
 		msg += "; nothing saved (no --save)"
 	}
-	fmt.Fprintf(stdout, "\n%s\n", msg)
+	// On stdout, which a log may capture, and on stderr, which the user
+	// sees: once where the two are the same terminal or file.
+	// Under mpirun or srun both streams reach the launcher's terminal:
+	// stderr alone says it there.
+	if bar {
+		fmt.Fprintln(stdout) // ends the live bar's line
+	}
+	if _, launched := launchedSize(); !launched && !sameFile(stdout, stderr) {
+		fmt.Fprintln(stdout, msg)
+	}
 	fmt.Fprintf(stderr, "amspc run: %s\n", msg)
 	return code
 }
@@ -510,17 +557,17 @@ func closed(ch <-chan struct{}) bool {
 
 // startCPUProfile profiles this process's CPU into path until the
 // returned function is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := outfile.Create(path, nil)
 	if err != nil {
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		f.Abort()
 		return nil, err
 	}
-	return func() {
+	return func() error {
 		pprof.StopCPUProfile()
-		f.Close()
+		return f.Commit()
 	}, nil
 }

@@ -175,7 +175,13 @@ func TestRunInitialCheckpoint(t *testing.T) {
 	if !strings.Contains(out, "nothing to do: the checkpoint is at step 2") || strings.Contains(out, "rank 0's time") {
 		t.Errorf("resume at --steps:\n%s", out)
 	}
-	out = runOK("--steps", "3", "--save", every, "--save-every", "1", tiny)
+	// A fresh run over the step-2 checkpoint: refused without --overwrite
+	// (the directory belongs to that run), replaced with it.
+	var so, se bytes.Buffer
+	if st := run([]string{"run", "--steps", "3", "--save", every, tiny}, &so, &se); st != exitUser || !strings.Contains(se.String(), "--overwrite") {
+		t.Errorf("a fresh run saving over step 2: exit %d\n%s", st, se.String())
+	}
+	out = runOK("--steps", "3", "--save", every, "--save-every", "1", "--overwrite", tiny)
 	for _, s := range []string{"after step 1", "after step 2", "after step 3"} {
 		if !strings.Contains(out, "saved "+every+" "+s) {
 			t.Errorf("no announcement %q:\n%s", s, out)

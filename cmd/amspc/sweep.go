@@ -149,6 +149,7 @@ func planSweep(job *ir.Job, s *sweep, opts planner.Options) ([]sweepPoint, error
 		if err != nil {
 			return nil, fmt.Errorf("%d nodes: %v", n, err)
 		}
+		nameBaselines(res)
 		points = append(points, sweepPoint{job: j, res: res})
 	}
 	return points, nil

@@ -38,8 +38,15 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	if *steps < 1 || *warmup < 0 {
-		fmt.Fprintln(stderr, "amspc validate: --steps must be positive and --warmup not negative")
+	switch {
+	case *steps < 1:
+		fmt.Fprintf(stderr, "amspc validate: --steps %d: want 1 or more\n", *steps)
+		return exitUser
+	case *warmup < 0:
+		fmt.Fprintf(stderr, "amspc validate: --warmup %d: want 0 or more\n", *warmup)
+		return exitUser
+	case *markdown && *asJSON:
+		fmt.Fprintln(stderr, "amspc validate: --markdown and --json each choose the output: give one")
 		return exitUser
 	}
 	extremes := 0
@@ -97,6 +104,14 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
 	if extremes > 0 && len(rows) > 2*extremes {
 		rows = append(rows[:extremes:extremes], rows[len(rows)-extremes:]...)
+	}
+	// Every plan must fit this machine on its own, found now rather than
+	// by the kernel's OOM killer minutes into the measurements.
+	for _, r := range rows {
+		if err := checkMemory(hostBytes(r.result), fmt.Sprintf("plan %s on %d CPU ranks", planLabel(r.Plan, r.Factors), r.result.Bundle.Topo.Ranks())); err != nil {
+			fmt.Fprintf(stderr, "amspc validate: %s: %v\n", file, err)
+			return exitUser
+		}
 	}
 	if err := measureRows(rows, tokens, *warmup, *steps); err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
@@ -267,7 +282,7 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 		hi, used := lo, 0.0
 		for hi < len(rows) {
 			r := rows[hi].result
-			need := r.Timeline.PeakBytes * float64(r.Bundle.Topo.Ranks())
+			need := hostBytes(r)
 			if hi > lo && used+need > budget {
 				break
 			}
@@ -309,8 +324,33 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 	return nil
 }
 
-// availableBytes is MemAvailable of /proc/meminfo, or 4 GiB where it
-// cannot be read.
+// planLabel names a plan by its row name and, where they differ, its
+// factors.
+func planLabel(name, factors string) string {
+	if name == factors || strings.HasSuffix(name, " "+factors) {
+		return name
+	}
+	return name + " (" + factors + ")"
+}
+
+// hostBytes is what a compiled plan holds in this process when its ranks
+// run here: every rank's peak, every element stored in 4 bytes on CPU
+// ranks (amspc run's check).
+func hostBytes(r *compiler.Result) float64 {
+	return r.Timeline.PeakHostBytes * float64(r.Bundle.Topo.Ranks())
+}
+
+// checkMemory refuses work that needs more memory than this machine has
+// available, before it allocates: what says what needs need bytes.
+func checkMemory(need float64, what string) error {
+	if avail := availableBytes(); need > avail {
+		return fmt.Errorf("%s needs about %s of memory, more than the %s available", what, cost.GiB(need), cost.GiB(avail))
+	}
+	return nil
+}
+
+// availableBytes is the memory this machine can give a new allocation
+// (MemAvailable), or 4 GiB where it cannot be read.
 func availableBytes() float64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err == nil {

@@ -491,19 +491,6 @@ func (p *Profile) Write(w io.Writer) error {
 	return bw.Flush()
 }
 
-// WriteFile writes the profile to a file.
-func (p *Profile) WriteFile(name string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := p.Write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // MetaValue is the value of metadata key, "" if absent.
 func (p *Profile) MetaValue(key string) string {
 	for _, m := range p.Meta {

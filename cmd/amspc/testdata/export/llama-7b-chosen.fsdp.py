@@ -1,4 +1,4 @@
-# llama_7b: plan MiCS(8)/HSDP(8) (8x1/8x1/8x1) on 1024 GPUs, exported by amspc plan --export fsdp
+# llama_7b: plan MiCS(8) (8x1/8x1/8x1) on 1024 GPUs, exported by amspc plan --export fsdp
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -11,4 +11,4 @@ fully_shard(model, mesh=mesh)
 
 # stderr:
 ../../testdata/models/llama-7b.amsp: fsdp cannot run plan AMSP 1x1/1x1/8x8 (1x1/1x1/8x8): optimizer states sharded (s_os 8x8) with parameters and gradients replicated: FSDP shards all three together (ZeRO-1 has no FSDP form).
-  nearest it runs: MiCS(8)/HSDP(8) (8x1/8x1/8x1): step 1.12 s, 39.62 GiB per GPU, against 1.12 s and 51.68 GiB for AMSP 1x1/1x1/8x8 (the analytic model for both); exported below
+  exporting MiCS(8) (8x1/8x1/8x1), the fastest plan of the table that fsdp runs: step 1.12 s, 39.62 GiB per GPU, against 1.12 s and 51.68 GiB for AMSP 1x1/1x1/8x8 (the analytic model for both)
