@@ -297,6 +297,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"import", "hf", "--force=x", f.hf}, `-force`},
 		// ckpt
 		{[]string{"ckpt", "info", "/nonexistent/ck"}, `/nonexistent/ck`},
+		{[]string{"ckpt", "verify", "/nonexistent/ck"}, `/nonexistent/ck`},
+		{[]string{"ckpt", "verify", f.dir}, regexp.QuoteMeta(f.dir)},
 		{[]string{"ckpt", "export", f.ckpt}, `-o`},
 		{[]string{"ckpt", "export", f.ckpt, "-o", f.dir}, regexp.QuoteMeta(f.dir)},
 		{[]string{"ckpt", "export", f.ckpt, "--optimizer=x", "-o", filepath.Join(f.dir, "x.safetensors")}, `-optimizer`},
@@ -376,7 +378,7 @@ func helpCommands() []string {
 	for _, c := range commands {
 		switch c.name {
 		case "ckpt":
-			out = append(out, "ckpt info", "ckpt export", "ckpt import")
+			out = append(out, "ckpt info", "ckpt verify", "ckpt export", "ckpt import")
 		case "import":
 			out = append(out, "import hf")
 		default:
@@ -495,6 +497,9 @@ func TestCLIStdoutFull(t *testing.T) {
 		{"plan", "-h"},
 		{"import", "hf", f.hf},
 		{"ckpt", "info", f.ckpt},
+		{"ckpt", "verify", f.ckpt},
+		{"trace", "-o", "-", f.plan},
+		{"report", "-o", "-", f.tiny},
 		{"run", "--steps", "2", f.tiny},
 	} {
 		name := strings.Join(args, " ")

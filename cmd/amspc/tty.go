@@ -11,15 +11,8 @@ import (
 // device: /dev/null is one too), looking through the checked writer the
 // commands are given.
 func isTerminal(w io.Writer) bool {
-	for {
-		c, ok := w.(*outfile.Checked)
-		if !ok {
-			break
-		}
-		w = c.W
-	}
-	f, ok := w.(*os.File)
-	return ok && isTTY(f)
+	f := osFile(w)
+	return f != nil && isTTY(f)
 }
 
 // sameFile reports whether two writers are the same open file (stdout and
@@ -35,6 +28,8 @@ func sameFile(a, b io.Writer) bool {
 	return erra == nil && errb == nil && os.SameFile(sa, sb)
 }
 
+// osFile is the file w writes to, looking through checked writers; nil
+// when it is not a file.
 func osFile(w io.Writer) *os.File {
 	for {
 		c, ok := w.(*outfile.Checked)
