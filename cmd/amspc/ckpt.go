@@ -129,6 +129,10 @@ func ckptExport(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
+	if err := notAnInput("-o", *out, checkpointFiles(dir)...); err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
+		return exitUser
+	}
 	if *out == "" {
 		fmt.Fprintln(stderr, "amspc ckpt export: -o FILE is required")
 		return exitUser

@@ -168,6 +168,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
+	if err := notAnInput("-o", *out, filepath.Join(file, BundleName), file, *prof); err != nil {
+		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
+		return exitUser
+	}
 	b, err := readBundle(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)

@@ -48,6 +48,10 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUser
 	}
+	if err := notAnInput("-o", *out, files[1]); err != nil {
+		fmt.Fprintf(stderr, "amspc import: %v\n", err)
+		return exitUser
+	}
 	config, err := os.ReadFile(files[1])
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)

@@ -43,6 +43,10 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
+	if err := notAnInput("-o", *out, file, lf.cluster, lf.train, lf.profile); err != nil {
+		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
+		return exitUser
+	}
 	var newBackend func(int) (runtime.Backend, error)
 	if *tensorCores && *device != "cuda" {
 		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")

@@ -32,6 +32,10 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
+	if err := notAnInput("-o", *out, file, lf.cluster, lf.train, lf.profile); err != nil {
+		fmt.Fprintf(stderr, "amspc report: %v\n", err)
+		return exitUser
+	}
 	if err := checkPlanFlags(fs, *top, *bucket, *sweepBatch); err != nil {
 		fmt.Fprintf(stderr, "amspc report: %v\n", err)
 		return exitUser

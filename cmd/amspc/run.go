@@ -44,6 +44,12 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	if !ok {
 		return exitUser
 	}
+	for _, o := range []struct{ flag, path string }{{"--log", *logPath}, {"--cpuprofile", *cpuProfile}} {
+		if err := notAnInput(o.flag, o.path, file, *data, lf.cluster, lf.train, lf.profile); err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return exitUser
+		}
+	}
 	var bar bool
 	switch *progress {
 	case "auto":

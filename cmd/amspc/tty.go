@@ -41,13 +41,3 @@ func osFile(w io.Writer) *os.File {
 	f, _ := w.(*os.File)
 	return f
 }
-
-// besideOutput is where a command says what it wrote to out: standard
-// output, unless out is standard output itself ("-"), whose contents a
-// message must not cut into.
-func besideOutput(out string, stdout, stderr io.Writer) io.Writer {
-	if out == outfile.Stdout {
-		return stderr
-	}
-	return stdout
-}
