@@ -43,10 +43,6 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc compile: --bucket %d is out of range (at least 1 byte)\n", *bucket)
 		return exitUser
 	}
-	if *out == "" {
-		fmt.Fprintln(stderr, "amspc compile: -o \"\" names no directory")
-		return exitUser
-	}
 	if *debug != "" && *debug != "check" {
 		fmt.Fprintf(stderr, "amspc compile: unknown debug flag -d=%s (known: check)\n", *debug)
 		return exitUser
@@ -238,21 +234,17 @@ func readBundle(path string) (*codegen.Bundle, error) {
 // parseRanks reads the comma-separated ranks of --name, each a rank of a
 // plan of n ranks, each once.
 func parseRanks(name, s string, n int) ([]int, error) {
-	what := s
-	if s == "" {
-		what = `""`
-	}
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		r, err := strconv.Atoi(f)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("--%s %s: %q is not a rank number", name, what, f)
+			return nil, fmt.Errorf("--%s %s: %q is not a rank number", name, s, f)
 		case r < 0 || r >= n:
-			return nil, fmt.Errorf("--%s %s: rank %d is not in the plan's %d ranks (0 to %d)", name, what, r, n, n-1)
+			return nil, fmt.Errorf("--%s %s: rank %d is not in the plan's %d ranks (0 to %d)", name, s, r, n, n-1)
 		case slices.Contains(out, r):
-			return nil, fmt.Errorf("--%s %s: rank %d is given twice", name, what, r)
+			return nil, fmt.Errorf("--%s %s: rank %d is given twice", name, s, r)
 		}
 		out = append(out, r)
 	}

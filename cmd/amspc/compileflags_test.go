@@ -25,16 +25,16 @@ func TestCompileFlagRanges(t *testing.T) {
 	}{
 		{[]string{"compile", "--bucket", "0", "-o", dir, tiny}, `^amspc compile: --bucket 0 is out of range \(at least 1 byte\)$`},
 		{[]string{"compile", "--bucket", "-4096", "-o", dir, tiny}, `^amspc compile: --bucket -4096 is out of range \(at least 1 byte\)$`},
-		{[]string{"compile", "-o", "", tiny}, `^amspc compile: -o "" names no directory$`},
+		{[]string{"compile", "-o", "", tiny}, `^amspc compile: -o "": the flag needs a value$`},
 		{[]string{"compile", "-dump-after", "bogus", "-o", dir, tiny}, `^amspc compile: -dump-after=bogus: no such pass \(passes: autodiff, .*, or all\)$`},
 		{[]string{"compile", "-d", "nocheck", "-o", dir, tiny}, `^amspc compile: unknown debug flag -d=nocheck \(known: check\)$`},
 		{[]string{"disasm", "--rank", "-1", dir}, `^amspc disasm: --rank -1: rank -1 is not in the plan's 8 ranks \(0 to 7\)$`},
 		{[]string{"disasm", "--rank", "99999", dir}, `^amspc disasm: --rank 99999: rank 99999 is not in the plan's 8 ranks \(0 to 7\)$`},
 		{[]string{"disasm", "--rank", "0,x", dir}, `^amspc disasm: --rank 0,x: "x" is not a rank number$`},
-		{[]string{"disasm", "--rank", "", dir}, `^amspc disasm: --rank "": "" is not a rank number$`},
+		{[]string{"disasm", "--rank", "", dir}, `^amspc disasm: --rank "": the flag needs a value$`},
 		{[]string{"disasm", "--rank", "1,0,1", dir}, `^amspc disasm: --rank 1,0,1: rank 1 is given twice$`},
 		{[]string{"trace", "--ranks", "8", "-o", trace, dir}, `^amspc trace: --ranks 8: rank 8 is not in the plan's 8 ranks \(0 to 7\)$`},
-		{[]string{"trace", "--ranks", "", "-o", trace, dir}, `^amspc trace: --ranks "": "" is not a rank number$`},
+		{[]string{"trace", "--ranks", "", "-o", trace, dir}, `^amspc trace: --ranks "": the flag needs a value$`},
 		{[]string{"trace", "--ranks", "2,2", "-o", trace, dir}, `^amspc trace: --ranks 2,2: rank 2 is given twice$`},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

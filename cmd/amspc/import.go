@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"amspc/cluster"
 	"amspc/frontend"
 	"amspc/importer/hf"
 	"amspc/internal/outfile"
@@ -107,28 +106,13 @@ func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool) er
 		}
 	}
 	switch {
-	case set["gpu"] && o.GPU == "":
-		return fmt.Errorf("--gpu \"\" is not a preset (presets: %s)", gpuPresets())
-	case set["precision"] && o.Precision == "":
-		return fmt.Errorf("--precision \"\": want bf16, fp16 or fp32")
+	// An empty string flag is refused by parseFlags.
 	case set["global-batch"] && strings.TrimSpace(o.GlobalBatch) == "":
 		return fmt.Errorf("--global-batch %q: want a number of sequences, or N tokens (multipliers K M G Ki Mi Gi)", o.GlobalBatch)
-	case set["name"] && o.Name == "":
-		return fmt.Errorf("--name \"\" is not an identifier (letters, digits and _, not starting with a digit)")
-	case set["o"] && out == "":
-		return fmt.Errorf("-o \"\" names no file")
 	case force && out == "":
 		return fmt.Errorf("--force overwrites the file of -o, and there is none")
 	}
 	return nil
-}
-
-func gpuPresets() string {
-	var names []string
-	for _, g := range cluster.GPUPresets {
-		names = append(names, g.Name)
-	}
-	return strings.Join(names, ", ")
 }
 
 // writeNew writes a file that must not exist yet, unless force; a device

@@ -208,14 +208,34 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return pos, nil
+			break
 		}
 		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
+			pos = append(pos, args[1:]...)
+			break
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+	// A string flag given as "" (--log "", an unset shell variable) would
+	// silently mean its default: say so instead.
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok && err == nil {
+			if v, ok := g.Get().(string); ok && v == "" {
+				dash := "--"
+				if len(f.Name) == 1 {
+					dash = "-"
+				}
+				err = fmt.Errorf("amspc %s: %s%s \"\": the flag needs a value", fs.Name(), dash, f.Name)
+			}
+		}
+	})
+	if err != nil {
+		fmt.Fprintln(fs.Output(), err)
+		return nil, err
+	}
+	return pos, nil
 }
 
 // report prints an error from loading or compiling and returns the exit

@@ -331,6 +331,11 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"import", "hf", "--force", "-o", f.hf, f.hf}, `-o .*is the input`},
 		{[]string{"run", "--steps", "1", "--log", tiny, tiny}, `--log .*is the input`},
 		{[]string{"run", "--steps", "2", "--cpuprofile", tiny, tiny}, `--cpuprofile .*is the input`},
+		// a string flag given as "" would mean its default
+		{[]string{"run", "--steps", "1", "--cpuprofile", "", tiny}, `--cpuprofile ""`},
+		{[]string{"run", "--steps", "1", "--log", "", tiny}, `--log ""`},
+		{[]string{"plan", "--profile", "", tiny}, `--profile ""`},
+		{[]string{"report", "-o", "", tiny}, `-o ""`},
 		// the commands without flags
 		{[]string{"completion", "fish"}, `fish`},
 		{[]string{"grammar", "extra"}, `grammar`},
