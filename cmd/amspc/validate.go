@@ -206,6 +206,7 @@ func validationPlans(job *ir.Job, all bool) ([]cost.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	nameBaselines(res) // rows named as plan names them
 	var out []cost.Plan
 	add := func(e *cost.Estimate) {
 		if e != nil {
