@@ -30,14 +30,6 @@ func fill(s []float32, v float32) {
 	}
 }
 
-func widen(s []float32) []float64 {
-	d := make([]float64, len(s))
-	for i, v := range s {
-		d[i] = float64(v)
-	}
-	return d
-}
-
 // checkClose fails unless |got-want| <= rtol*(|want| + mean|want|) element
 // by element: relative where values are large, absolute at the scale of the
 // tensor where they are near zero.

@@ -94,16 +94,6 @@ func (o Objective) Score(e *cost.Estimate) float64 {
 	return e.Step
 }
 
-// better orders estimates: feasible first, then by score, then by the
-// order they were generated (stable sort keeps it), so ties are decided
-// deterministically.
-func (o Objective) better(a, b *cost.Estimate) bool {
-	if a.Feasible != b.Feasible {
-		return a.Feasible
-	}
-	return o.Score(a) < o.Score(b)
-}
-
 // Candidates lists the uniform plans the planner searches on mesh dp:
 // the paper's space (Space), each also with ZeRO++'s secondary copy of
 // the params inside a node where s_p spans nodes, under the train

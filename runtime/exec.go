@@ -74,7 +74,6 @@ type rank struct {
 	gate chan struct{}
 
 	step   int   // 1-based optimizer step
-	micro  int   // for loads: the data a Load fills comes from data
 	data   *Data // shared by all ranks
 	losses []float64
 	events []chan struct{}
@@ -421,8 +420,6 @@ func (k *rank) wrote(id int32) {
 	k.reps.wrote(k.r, r)
 	k.mu.Unlock()
 }
-
-func (k *rank) writeInts(id int32, src []int32) error { return k.be.WriteInts(k.m(id), src) }
 
 // ErrStopped is returned by the ranks that stop because another failed.
 var ErrStopped = errors.New("stopped because another rank failed")

@@ -41,7 +41,7 @@ func TestPlanFlagValues(t *testing.T) {
 		{[]string{"plan", "--sweep", "nodes=0", tiny}, `^amspc plan: --sweep nodes=0: 0 nodes is not a cluster$`},
 		{[]string{"plan", "--sweep", "nodes=1,,2", tiny}, `^amspc plan: --sweep nodes=1,,2: "" is not a whole number$`},
 		{[]string{"plan", "--sweep", "nodes=2,2", tiny}, `^amspc plan: --sweep nodes=2,2: 2 nodes is listed twice$`},
-		{[]string{"plan", "--sweep", "racks=2", tiny}, `^amspc plan: --sweep racks=2: want nodes=N,N,... or gpus=N,N,...$`},
+		{[]string{"plan", "--sweep", "racks=2", tiny}, `^amspc plan: --sweep racks=2: want nodes=N,N or gpus=N,N \(a list of sizes\)$`},
 		{[]string{"plan", "--objective", "paper", "--simulate", tiny}, `^amspc plan: --simulate applies to --objective step only`},
 		{[]string{"plan", "--objective", "paper", "--per-group=true", tiny}, `^amspc plan: --per-group applies to --objective step only`},
 		{[]string{"report", "--top", "0", "-o", html, tiny}, `^amspc report: --top 0 is out of range`},

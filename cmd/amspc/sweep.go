@@ -33,7 +33,7 @@ const (
 func parseSweep(spec, batch string, c *ir.Cluster) (*sweep, error) {
 	kind, list, ok := strings.Cut(spec, "=")
 	if !ok || (kind != "nodes" && kind != "gpus") || list == "" {
-		return nil, fmt.Errorf("--sweep %s: want nodes=N,N,... or gpus=N,N,...", spec)
+		return nil, fmt.Errorf("--sweep %s: want nodes=N,N or gpus=N,N (a list of sizes)", spec)
 	}
 	s := &sweep{kind: kind}
 	switch batch {
