@@ -104,6 +104,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 		delta float64
 		host  float64 // delta at 4 bytes per element
 		buf   int32
+		alloc bool // an allocation, not a free (a 0-byte buffer has delta -0 or 0 either way)
 	}
 	var persistentHost float64
 	trans := Transient(p)
@@ -178,14 +179,14 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 					}
 					allocated[in.Buf] = true
 					live++
-					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems), in.Buf})
+					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems), in.Buf, true})
 				case codegen.Free:
 					if !allocated[in.Buf] {
 						return nil, fmt.Errorf("%s %d: free of %s, not allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = false
 					live--
-					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems), in.Buf})
+					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems), in.Buf, false})
 				}
 				if fl[s] != nil {
 					// Blocked until the collective ends (advance).
@@ -276,7 +277,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 	}
 	atPeak := map[int32]int{}
 	for _, e := range mem[:peak+1] {
-		if e.delta >= 0 {
+		if e.alloc {
 			atPeak[e.buf]++
 		} else {
 			atPeak[e.buf]--

@@ -126,7 +126,7 @@ func completionCommand(name string) []completionCmd {
 			c.flags = append(c.flags, fl)
 		case line == "commands:" && !strings.Contains(name, " "):
 			inCommands = true
-		case inCommands && strings.HasPrefix(line, "  ") && line[2] != ' ':
+		case inCommands && len(line) > 2 && strings.HasPrefix(line, "  ") && line[2] != ' ':
 			c.words = append(c.words, strings.Fields(line)[0])
 			c.subs = true
 		case inUsage:

@@ -118,8 +118,17 @@ func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool) er
 // writeNew writes a file that must not exist yet, unless force; a device
 // or FIFO (/dev/null, a pipe) is written in place and needs no --force.
 func writeNew(path string, data []byte, force bool) error {
-	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && !force {
-		return fmt.Errorf("%s exists (--force overwrites it)", path)
+	create := outfile.Create
+	if fi, err := os.Stat(path); !force && (err != nil || fi.Mode().IsRegular()) {
+		create = outfile.CreateNew // refused if a file is there at the commit
 	}
-	return outfile.WriteBytes(path, nil, data)
+	o, err := create(path, nil)
+	if err != nil {
+		if _, serr := os.Stat(path); serr == nil && !force {
+			return fmt.Errorf("%s exists (--force overwrites it)", path)
+		}
+		return err
+	}
+	o.Write(data)
+	return o.Commit()
 }

@@ -471,12 +471,23 @@ func TestCLIOutputsToDevices(t *testing.T) {
 }
 
 // TestCLIOutputsToFullDisk: every output flag pointed into a full
-// filesystem fails naming the path, and leaves no file behind (an
-// existing one as it was).
+// filesystem, at a file of the user's, fails naming the path and leaves
+// the file as it was, and no temporary file behind.
 func TestCLIOutputsToFullDisk(t *testing.T) {
 	f := makeFixtures(t)
-	full := testfs.Full(t)
-	for i, c := range outputCases(f) {
+	// A page's worth, so that not even an append (--log) finds room in
+	// the page the file already has.
+	old := strings.Repeat("what the user had\n", 4096/18) + strings.Repeat("-", 4096%18)
+	cases := outputCases(f)
+	full := testfs.Full(t, func(dir string) {
+		// Every file output already holds something of the user's.
+		for i, c := range cases {
+			if !c.dir {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("out%d", i)), []byte(old), 0o644)
+			}
+		}
+	})
+	for i, c := range cases {
 		out := filepath.Join(full, fmt.Sprintf("out%d", i))
 		args := withOut(c.args, out)
 		name := strings.Join(args, " ")
@@ -489,20 +500,20 @@ func TestCLIOutputsToFullDisk(t *testing.T) {
 		case !strings.Contains(r.stderr, out):
 			t.Errorf("amspc %s: stderr does not name %s:\n%s", name, out, r.stderr)
 		}
-	}
-	entries, _ := os.ReadDir(full)
-	for _, e := range entries {
-		if e.Name() == ".filler" {
-			continue
-		}
-		// A run's --log and a checkpoint directory may be made before
-		// the disk is found full; what must not be left is a temporary
-		// file or a half-written output.
-		p := filepath.Join(full, e.Name())
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Size() > 0 {
-			t.Errorf("left %s (%d bytes) on the full filesystem", e.Name(), fi.Size())
+		if !c.dir {
+			if b, err := os.ReadFile(out); err != nil || string(b) != old {
+				t.Errorf("amspc %s: the user's %s changed to %d bytes (%v)", name, out, len(b), err)
+			}
 		}
 	}
+	// Nothing but the user's files and what a directory output made
+	// before the disk was found full (empty): no temporary files.
+	filepath.WalkDir(full, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.Contains(d.Name(), ".tmp") {
+			t.Errorf("left %s on the full filesystem", p)
+		}
+		return nil
+	})
 }
 
 // TestCLIStdoutFull: every command whose output is standard output fails
@@ -582,5 +593,36 @@ func TestRunStopMessageOnce(t *testing.T) {
 	}
 	if n := strings.Count(read(), "stopped by interrupt after step"); n != 1 {
 		t.Errorf("%d stop messages, want 1:\n%s", n, read())
+	}
+}
+
+// TestRunClosedPipe: `amspc run ... | head` closes standard output early;
+// the run is not killed by SIGPIPE: it trains to the end, saves, and
+// exits 1 saying standard output broke.
+func TestRunClosedPipe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds amspc and trains")
+	}
+	ck := filepath.Join(t.TempDir(), "ck")
+	cmd := exec.Command(amspcBinary(t), "run", "--steps", "4", "--save", ck, "../../testdata/models/tiny.amsp")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the first line
+	cmd.Stdout = w
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	w.Close()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("exit %v, want status 1\nstderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "writing standard output") {
+		t.Errorf("stderr does not say standard output broke:\n%s", stderr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(ck, "manifest.json")); err != nil || !strings.Contains(string(b), `"step": 4`) {
+		t.Errorf("no checkpoint after step 4: %v", err)
 	}
 }

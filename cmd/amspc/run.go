@@ -50,6 +50,11 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 			return exitUser
 		}
 	}
+	// A closed pipe on standard output (amspc run ... | head) does not
+	// kill the run: its writes fail, the training and the checkpoints go
+	// on, and the run ends with status 1 saying so.
+	signal.Ignore(syscall.SIGPIPE)
+	defer signal.Reset(syscall.SIGPIPE)
 	var bar bool
 	switch *progress {
 	case "auto":
@@ -287,10 +292,11 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	fmt.Fprintf(stdout, "%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s\n",
 		file, bundle.Model, topo.Ranks(), where, topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
 	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
-	// SIGINT and SIGTERM stop the run at the next step boundary (every
-	// process at the same one), after a checkpoint when --save is given.
+	// SIGINT, SIGTERM and SIGHUP (the terminal closed) stop the run at
+	// the next step boundary (every process at the same one), after a
+	// checkpoint when --save is given.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var caught os.Signal
 	// The profile starts after the first step when there are more: the

@@ -14,7 +14,7 @@ import (
 	"amspc/runtime"
 )
 
-// TestRunStopsOnSignal: SIGINT and SIGTERM stop amspc run at the next step
+// TestRunStopsOnSignal: SIGINT, SIGTERM and SIGHUP stop amspc run at the next step
 // boundary; with --save it writes a checkpoint of the last whole step,
 // says where, exits 128 + the signal, and leaves no temporary file.
 func TestRunStopsOnSignal(t *testing.T) {
@@ -29,7 +29,7 @@ func TestRunStopsOnSignal(t *testing.T) {
 		sig  syscall.Signal
 		code int
 		name string
-	}{{syscall.SIGINT, 130, "interrupt"}, {syscall.SIGTERM, 143, "terminated"}} {
+	}{{syscall.SIGINT, 130, "interrupt"}, {syscall.SIGTERM, 143, "terminated"}, {syscall.SIGHUP, 129, "hangup"}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ckpt")
 			cmd := exec.Command(bin, "run", "--steps", "500", "--save", dir, "../../testdata/models/tiny.amsp")

@@ -7,9 +7,10 @@
 // whole new one and a failure leaves the old one as it was. A path that
 // names anything else (a character device such as /dev/null, a FIFO, a
 // socket) is opened and written in place: replacing /dev/null with a
-// regular file would break the machine. "-" is standard output. A
-// symbolic link is followed, so the file it points at is replaced, not the
-// link.
+// regular file would break the machine; a name of an open file
+// descriptor (/dev/stdout, /proc/self/fd/N) is appended to, as a shell's
+// redirection expects. "-" is standard output. A symbolic link is
+// followed, so the file it points at is replaced (or made), not the link.
 //
 // Every write is checked: the first error is kept, later writes are
 // dropped, and Commit returns it naming the path, so that a full disk is
@@ -23,6 +24,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"syscall"
 )
 
@@ -37,6 +39,8 @@ type File struct {
 	f    *os.File  // nil for standard output
 	tmp  string    // the temporary name of an atomic write; "" in place
 	dest string    // what tmp is renamed to (path with links resolved)
+	// exclusive: Commit must not replace a file that appeared at dest.
+	exclusive bool
 	err  error     // the first failure
 	done bool
 }
@@ -45,11 +49,32 @@ type File struct {
 // path changes until Commit, except for a device or FIFO, which is
 // written in place as Write is called.
 func Create(path string, stdout io.Writer) (*File, error) {
+	return create(path, stdout, false)
+}
+
+// CreateNew is Create for a path that must not exist when the file is
+// committed: Commit fails, naming it, if something appeared there since.
+func CreateNew(path string, stdout io.Writer) (*File, error) {
+	return create(path, stdout, true)
+}
+
+func create(path string, stdout io.Writer, exclusive bool) (*File, error) {
 	if path == "" {
 		return nil, errors.New("empty output path")
 	}
 	if path == Stdout {
 		return &File{path: "standard output", w: stdout}, nil
+	}
+	if throughFD(path) {
+		// /dev/stdout, /proc/self/fd/N: a stream the shell opened (a
+		// redirection, maybe appending to a log). Renaming a file over
+		// what it points at would unlink the log from the shell; write
+		// at its end instead.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return nil, err
+		}
+		return &File{path: path, w: f, f: f}, nil
 	}
 	dest := path
 	fi, err := os.Stat(path) // follows links
@@ -64,6 +89,8 @@ func Create(path string, stdout io.Writer) (*File, error) {
 			return nil, err
 		}
 		return &File{path: path, w: f, f: f}, nil
+	case err == nil && exclusive:
+		return nil, fmt.Errorf("%s exists", path)
 	case err == nil:
 		// A regular file, maybe behind links: replace the file, keep the
 		// links and the file's permissions.
@@ -72,6 +99,14 @@ func Create(path string, stdout io.Writer) (*File, error) {
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, err
+	default:
+		// Nothing there, or a link to nothing: the file is made where
+		// the link points, as creating through it would, and the link
+		// is kept.
+		fi = nil
+		if dest, err = linkTarget(path); err != nil {
+			return nil, err
+		}
 	}
 	dir, base := filepath.Split(dest)
 	if dir == "" {
@@ -83,18 +118,68 @@ func Create(path string, stdout io.Writer) (*File, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err // the temporary name means nothing to the user
 		}
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			return nil, fmt.Errorf("cannot write %s: %w (amspc writes a temporary file in %s and renames it over the file, so that a failure leaves the old one)", path, err, dir)
+		}
 		return nil, fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	mode := fs.FileMode(0o644)
 	if fi != nil {
 		mode = fi.Mode().Perm()
 	}
-	o := &File{path: path, w: f, f: f, tmp: f.Name(), dest: dest}
+	o := &File{path: path, w: f, f: f, tmp: f.Name(), dest: dest, exclusive: exclusive}
 	if err := f.Chmod(mode); err != nil {
 		o.Abort()
 		return nil, fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	return o, nil
+}
+
+// throughFD reports whether path is, or links through, an open file
+// descriptor's name (/dev/fd/N, /proc/PID/fd/N, as /dev/stdout does).
+func throughFD(path string) bool {
+	p := path
+	for range 40 {
+		if fdPath.MatchString(filepath.Clean(p)) {
+			return true
+		}
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return false
+		}
+		t, err := os.Readlink(p)
+		if err != nil {
+			return false
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(p), t)
+		}
+		p = t
+	}
+	return false
+}
+
+var fdPath = regexp.MustCompile(`^/(proc/[^/]+|dev)/fd/[0-9]+$`)
+
+// linkTarget follows the links at path to the name at their end, which
+// does not exist (path itself when it is no link).
+func linkTarget(path string) (string, error) {
+	p := path
+	for range 40 {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return p, nil
+		}
+		t, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(p), t)
+		}
+		p = t
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
 }
 
 // Path is the path the file was created with ("standard output" for -).
@@ -135,7 +220,11 @@ func (o *File) Commit() error {
 		}
 	}
 	if err == nil && o.tmp != "" {
-		err = os.Rename(o.tmp, o.dest)
+		if o.exclusive {
+			err = linkNew(o.tmp, o.dest)
+		} else {
+			err = os.Rename(o.tmp, o.dest)
+		}
 		if err == nil {
 			syncDir(filepath.Dir(o.dest))
 		}
@@ -187,6 +276,24 @@ func WriteBytes(path string, stdout io.Writer, data []byte) error {
 		_, err := w.Write(data)
 		return err
 	})
+}
+
+// linkNew puts tmp at dest unless something is there: a hard link fails
+// if dest exists, atomically, where rename would replace it. Where links
+// cannot be made (some network and FUSE filesystems) it looks, then
+// renames.
+func linkNew(tmp, dest string) error {
+	err := os.Link(tmp, dest)
+	switch {
+	case err == nil:
+		return os.Remove(tmp)
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%s appeared while it was written", dest)
+	}
+	if _, serr := os.Lstat(dest); serr == nil {
+		return fmt.Errorf("%s appeared while it was written", dest)
+	}
+	return os.Rename(tmp, dest)
 }
 
 // unwrapPath drops an *fs.PathError's operation and temporary file name:

@@ -3,6 +3,7 @@ package outfile
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -120,14 +121,21 @@ func TestDevices(t *testing.T) {
 
 // A full filesystem: the error names the path; the old file is intact.
 func TestFullFilesystem(t *testing.T) {
-	dir := testfs.Full(t)
-	p := filepath.Join(dir, "out.txt")
-	err := WriteBytes(p, nil, bytes.Repeat([]byte("x"), 1<<20))
-	if err == nil || !strings.Contains(err.Error(), p) {
-		t.Fatalf("err = %v, want one naming %s", err, p)
+	dir := testfs.Full(t, func(dir string) {
+		os.WriteFile(filepath.Join(dir, "old.txt"), []byte("old"), 0o644)
+	})
+	for _, name := range []string{"out.txt", "old.txt"} {
+		p := filepath.Join(dir, name)
+		err := WriteBytes(p, nil, bytes.Repeat([]byte("x"), 1<<20))
+		if err == nil || !strings.Contains(err.Error(), p) {
+			t.Fatalf("err = %v, want one naming %s", err, p)
+		}
 	}
-	if _, serr := os.Stat(p); !errors.Is(serr, os.ErrNotExist) {
+	if _, serr := os.Stat(filepath.Join(dir, "out.txt")); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("a cut file was left: %v", serr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "old.txt")); string(b) != "old" {
+		t.Errorf("the old file holds %q", b)
 	}
 	assertNoTemp(t, dir)
 }
@@ -155,4 +163,74 @@ func assertNoTemp(t *testing.T, dir string) {
 			t.Errorf("temporary file left: %s", e.Name())
 		}
 	}
+}
+
+// A path through an open descriptor (/dev/stdout into a log the shell
+// appends to) is appended to, not replaced: the log keeps its inode and
+// what it held.
+func TestThroughDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "r.log")
+	os.WriteFile(log, []byte("PRECIOUS\n"), 0o644)
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fdName := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if _, err := os.Stat(fdName); err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	before, _ := os.Stat(log)
+	link := filepath.Join(dir, "stdout") // as /dev/stdout links to /proc/self/fd/1
+	os.Symlink(fdName, link)
+	if err := WriteBytes(link, nil, []byte("report\n")); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(log)
+	if b, _ := os.ReadFile(log); string(b) != "PRECIOUS\nreport\n" || !os.SameFile(before, after) {
+		t.Errorf("the log holds %q (same file: %v)", b, os.SameFile(before, after))
+	}
+}
+
+// A link to nothing: the file is made where it points, the link kept.
+func TestDanglingLink(t *testing.T) {
+	dir := t.TempDir()
+	link, target := filepath.Join(dir, "out.html"), filepath.Join(dir, "data", "real.html")
+	os.Mkdir(filepath.Join(dir, "data"), 0o755)
+	os.Symlink("data/real.html", link)
+	if err := WriteBytes(link, nil, []byte("page")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "page" {
+		t.Errorf("the target holds %q", b)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced")
+	}
+}
+
+// CreateNew refuses a path that exists, and one that appears before the
+// commit, leaving what appeared as it was.
+func TestCreateNew(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "job.amsp")
+	os.WriteFile(p, []byte("mine"), 0o644)
+	if _, err := CreateNew(p, nil); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("CreateNew over a file: %v", err)
+	}
+	os.Remove(p)
+	o, err := CreateNew(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Write([]byte("generated"))
+	os.WriteFile(p, []byte("mine"), 0o644) // appears meanwhile
+	if err := o.Commit(); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("commit over a file that appeared: %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "mine" {
+		t.Errorf("the file that appeared holds %q", b)
+	}
+	assertNoTemp(t, dir)
 }

@@ -42,6 +42,12 @@ func Devices(t testing.TB) (null, full string) {
 		if err := syscall.Mknod(d.path, syscall.S_IFCHR|0o666, int(mkdev(1, d.minor))); err != nil {
 			t.Skipf("mknod %s: %v (devices cannot be made here)", d.path, err)
 		}
+		// On a nodev filesystem the node is made but cannot be opened.
+		f, err := os.OpenFile(d.path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Skipf("open %s: %v (the temporary directory does not allow devices)", d.path, err)
+		}
+		f.Close()
 	}
 	return null, full
 }
@@ -64,8 +70,9 @@ func AssertDevice(t testing.TB, path string) {
 }
 
 // Full returns a directory on a filesystem with no space left: a 256 KiB
-// tmpfs, filled. It is unmounted when the test ends.
-func Full(t testing.TB) string {
+// tmpfs, filled after setup (when not nil) has put files there. It is
+// unmounted when the test ends.
+func Full(t testing.TB, setup func(dir string)) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a full filesystem needs root to mount a tmpfs; skipped")
@@ -79,6 +86,9 @@ func Full(t testing.TB) string {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
+	if setup != nil {
+		setup(dir)
+	}
 	f, err := os.Create(filepath.Join(dir, ".filler"))
 	if err != nil {
 		t.Fatal(err)
