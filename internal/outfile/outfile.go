@@ -41,8 +41,8 @@ type File struct {
 	dest string    // what tmp is renamed to (path with links resolved)
 	// exclusive: Commit must not replace a file that appeared at dest.
 	exclusive bool
-	err  error     // the first failure
-	done bool
+	err       error // the first failure
+	done      bool
 }
 
 // Create starts writing path; stdout is what "-" writes to. Nothing at
