@@ -154,7 +154,7 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("ckpt import", "usage: amspc ckpt import FILE --model MODEL.amsp -o DIR [--overwrite]", stderr)
 	model := fs.String("model", "", "the `MODEL.amsp` file whose params FILE holds")
 	out := fs.String("o", "", "write the checkpoint into `DIR`")
-	overwrite := fs.Bool("overwrite", false, "replace a checkpoint in DIR of another model or of a later step")
+	overwrite := fs.Bool("overwrite", false, "replace a checkpoint in DIR of another model, or of the step the import writes or a later one")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -184,7 +184,7 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 			file, cost.GiB(float64(info.Bytes)), cost.GiB(avail))
 		return exitUser
 	}
-	release, err := runtime.PrepareSave(*out, runtime.NewModelID(job.Graph.Name, params), info.Step, *overwrite, stderr)
+	release, err := runtime.PrepareSave(*out, runtime.NewModelID(job.Graph.Name, params), info.Step, "", *overwrite, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: -o: %v\n", err)
 		return exitUser

@@ -149,11 +149,12 @@ func TestSaveLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hold(os.Getpid(), host)
+	live := liveProcess(t)
+	hold(live, host)
 	out := amspcStatus(t, exitUser, "run", "--steps", "1", "--save", ck, tinyModel)
-	wantSays(t, "locked by a live process", out, ck, fmt.Sprint("pid ", os.Getpid()), host)
+	wantSays(t, "locked by a live process", out, ck, fmt.Sprint("pid ", live), host)
 	out = amspcStatus(t, exitUser, "run", "--steps", "1", "--save", ck, "--overwrite", tinyModel)
-	wantSays(t, "--overwrite does not break a lock", out, fmt.Sprint("pid ", os.Getpid()))
+	wantSays(t, "--overwrite does not break a lock", out, fmt.Sprint("pid ", live))
 	hold(4242, "elsewhere.example")
 	// A file whose header reads (import checks it before the lock).
 	norm := filepath.Join(t.TempDir(), "norm.safetensors")
@@ -293,12 +294,12 @@ func TestCkptImportOwnership(t *testing.T) {
 	wantSays(t, "import over tied", amspcStatus(t, exitUser, "ckpt", "import", weights, "--model", tinyModel, "-o", other), other, "model tied", "--overwrite")
 	amspcStatus(t, exitOK, "ckpt", "import", weights, "--model", tinyModel, "-o", ck, "--overwrite")
 	wantSays(t, "overwritten", amspcStatus(t, exitOK, "ckpt", "info", ck), "after step 0")
-	// The weights of a checkpoint imported into itself: the file is the
-	// user's and stays.
+	// The weights of a checkpoint imported into itself (over its step 0,
+	// so with --overwrite): the file is the user's and stays.
 	inside := filepath.Join(ck, "model.safetensors")
 	b, _ := os.ReadFile(weights)
 	os.WriteFile(inside, b, 0o644)
-	amspcStatus(t, exitOK, "ckpt", "import", inside, "--model", tinyModel, "-o", ck)
+	amspcStatus(t, exitOK, "ckpt", "import", inside, "--model", tinyModel, "-o", ck, "--overwrite")
 	if _, err := os.Stat(inside); err != nil {
 		t.Errorf("import deleted its own input: %v", err)
 	}
@@ -355,4 +356,161 @@ func TestSaveOverVersion2(t *testing.T) {
 	wantSays(t, "tied over version 2", amspcStatus(t, exitUser, "run", "--steps", "1", "--save", ck, "../../testdata/models/tied.amsp"), "model tiny", "--overwrite")
 	amspcStatus(t, exitOK, "run", "--steps", "2", "--resume", ck, "--save", ck, tinyModel)
 	wantSays(t, "saved over version 2", amspcStatus(t, exitOK, "ckpt", "info", ck), "format version 3", "after step 2")
+}
+
+// TestSaveRefusesSameStep: a fresh run (or an import) into a directory
+// holding a checkpoint of its model at the step where it starts is
+// refused, saying to resume it or to pass --overwrite: it would silently
+// replace the weights (an import's, say) with freshly initialised ones.
+// Resuming the directory and saving into it continues it, however the
+// path is spelled; resuming one and saving into another is refused only
+// when the other holds the same step or a later one.
+func TestSaveRefusesSameStep(t *testing.T) {
+	_, weights := exportedWeights(t, "1", false)
+	dir := t.TempDir()
+	imp := filepath.Join(dir, "imp")
+	amspcStatus(t, exitOK, "ckpt", "import", weights, "--model", tinyModel, "-o", imp)
+	out := amspcStatus(t, exitUser, "run", "--steps", "1", "--save", imp, tinyModel)
+	wantSays(t, "a fresh run over an import", out, imp, "step 0", "--resume "+imp, "--overwrite")
+	if strings.Contains(out, "step    1/") {
+		t.Errorf("trained before refusing:\n%s", out)
+	}
+	wantSays(t, "kept", amspcStatus(t, exitOK, "ckpt", "info", imp), "after step 0")
+	out = amspcStatus(t, exitUser, "ckpt", "import", weights, "--model", tinyModel, "-o", imp)
+	wantSays(t, "an import over an import", out, imp, "step 0", "--overwrite")
+	amspcStatus(t, exitOK, "ckpt", "import", weights, "--model", tinyModel, "-o", imp, "--overwrite")
+
+	// --resume DIR --save DIR, DIR spelled another way.
+	amspcStatus(t, exitOK, "run", "--steps", "1", "--resume", imp, "--save", filepath.Join(dir, ".", "imp")+"/", tinyModel)
+	wantSays(t, "resumed and saved", amspcStatus(t, exitOK, "ckpt", "info", imp), "after step 1")
+
+	// --resume A --save B: B empty, B at an earlier step, B at the same.
+	b := filepath.Join(dir, "b")
+	amspcStatus(t, exitOK, "run", "--steps", "0", "--save", b, tinyModel)
+	amspcStatus(t, exitOK, "run", "--steps", "2", "--resume", imp, "--save", b, tinyModel)
+	wantSays(t, "B at an earlier step", amspcStatus(t, exitOK, "ckpt", "info", b), "after step 2")
+	amspcStatus(t, exitOK, "run", "--steps", "2", "--resume", imp, "--save", filepath.Join(dir, "c"), tinyModel)
+	out = amspcStatus(t, exitUser, "run", "--steps", "3", "--resume", filepath.Join(dir, "c"), "--save", b, tinyModel)
+	wantSays(t, "B at the same step", out, b, "step 2", "--overwrite")
+	wantSays(t, "B kept", amspcStatus(t, exitOK, "ckpt", "info", b), "after step 2")
+}
+
+// TestSaveLeavesUserState: a user's state.json is not a version 1
+// checkpoint unless it has all of one (a model, a tensors hash, and
+// model.safetensors beside it): a save refuses the directory saying so,
+// and with --overwrite saves beside the user's files, never deleting
+// them; nor those of a version 1 checkpoint whose model.safetensors is
+// not the one its state.json records. A manifest.json that is not
+// amspc's is refused even with --overwrite: the save would replace it.
+func TestSaveLeavesUserState(t *testing.T) {
+	for _, c := range []struct {
+		name, state, says string
+	}{
+		{"epoch", `{"version": 1, "epoch": 3}`, "state.json is not an amspc checkpoint"},
+		{"nohash", `{"version": 1, "model": "tiny", "step": 0}`, "state.json is not an amspc checkpoint"},
+		{"otherfile", `{"version": 1, "model": "tiny", "step": 0, "tensors_sha256": "` + strings.Repeat("ab", 32) + `"}`, "model tiny after step 0"},
+	} {
+		u := filepath.Join(t.TempDir(), "u")
+		os.MkdirAll(u, 0o755)
+		os.WriteFile(filepath.Join(u, "state.json"), []byte(c.state), 0o644)
+		os.WriteFile(filepath.Join(u, "model.safetensors"), []byte("mine"), 0o644)
+		out := amspcStatus(t, exitUser, "run", "--steps", "1", "--save", u, tinyModel)
+		wantSays(t, c.name, out, u, c.says, "--overwrite")
+		amspcStatus(t, exitOK, "run", "--steps", "1", "--save", u, "--overwrite", tinyModel)
+		for name, want := range map[string]string{"state.json": c.state, "model.safetensors": "mine"} {
+			if b, err := os.ReadFile(filepath.Join(u, name)); err != nil || string(b) != want {
+				t.Errorf("%s: the user's %s after the save: %q, %v", c.name, name, b, err)
+			}
+		}
+		wantSays(t, c.name+": saved", amspcStatus(t, exitOK, "ckpt", "info", u), "after step 1")
+	}
+
+	f := filepath.Join(t.TempDir(), "f")
+	os.MkdirAll(f, 0o755)
+	theirs := `{"name": "my-app", "version": "1.0.0"}`
+	os.WriteFile(filepath.Join(f, "manifest.json"), []byte(theirs), 0o644)
+	_, weights := exportedWeights(t, "1", false)
+	for _, args := range [][]string{
+		{"run", "--steps", "1", "--save", f, tinyModel},
+		{"run", "--steps", "1", "--save", f, "--overwrite", tinyModel},
+		{"ckpt", "import", weights, "--model", tinyModel, "-o", f, "--overwrite"},
+	} {
+		out := amspcStatus(t, exitUser, args...)
+		wantSays(t, strings.Join(args, " "), out, f, "manifest.json is not an amspc checkpoint")
+		if slicesContains(args, "--overwrite") {
+			wantSays(t, strings.Join(args, " "), out, "another directory")
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(f, "manifest.json")); err != nil || string(b) != theirs {
+		t.Errorf("the user's manifest.json: %q, %v", b, err)
+	}
+}
+
+func slicesContains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// liveProcess starts a process that lives until the test ends and
+// returns its pid.
+func liveProcess(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+// TestSaveLockReusedPID: a lock is stale when its pid now names another
+// process: this process's own pid (a restarted container's amspc is pid 1
+// again, on the same host name) where this process holds no such lock,
+// or a live process started at another time than the lock records, or
+// any pid after a reboot (another boot id). A live holder started when
+// the lock says, on this boot, still holds it.
+func TestSaveLockReusedPID(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	ck := filepath.Join(t.TempDir(), "ck")
+	os.MkdirAll(ck, 0o755)
+	lock := filepath.Join(ck, ".amspc-lock")
+	hold := func(l map[string]any) {
+		l["host"], l["started"] = host, "2025-01-02T03:04:05Z"
+		b, _ := json.Marshal(l)
+		if err := os.WriteFile(lock, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold(map[string]any{"pid": os.Getpid()})
+	out := amspcStatus(t, exitOK, "run", "--steps", "1", "--save", ck, tinyModel)
+	wantSays(t, "our own pid", out, "stale", fmt.Sprint("pid ", os.Getpid()))
+
+	live := liveProcess(t)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", live))
+	boot, berr := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil || berr != nil {
+		t.Skip("no /proc here")
+	}
+	s := string(stat)
+	start := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])[19]
+	bootID := strings.TrimSpace(string(boot))
+	hold(map[string]any{"pid": live, "boot_id": bootID, "start": start + "0"})
+	out = amspcStatus(t, exitOK, "run", "--steps", "2", "--resume", ck, "--save", ck, tinyModel)
+	wantSays(t, "a reused pid", out, "stale", fmt.Sprint("pid ", live))
+	hold(map[string]any{"pid": live, "boot_id": "00000000-0000-0000-0000-000000000000", "start": start})
+	out = amspcStatus(t, exitOK, "run", "--steps", "3", "--resume", ck, "--save", ck, tinyModel)
+	wantSays(t, "another boot", out, "stale", fmt.Sprint("pid ", live))
+	hold(map[string]any{"pid": live, "boot_id": bootID, "start": start})
+	out = amspcStatus(t, exitUser, "run", "--steps", "4", "--resume", ck, "--save", ck, tinyModel)
+	wantSays(t, "its holder", out, ck, fmt.Sprint("pid ", live), "another amspc")
 }

@@ -34,7 +34,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	lf.registerShard(fs, "train under")
 	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
 	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
-	overwrite := fs.Bool("overwrite", false, "with --save, replace a checkpoint in DIR of another model or of a later step than this run starts from")
+	overwrite := fs.Bool("overwrite", false, "with --save, replace a checkpoint in DIR of another model, of a later step than this run starts from, or of the step it starts at when it did not resume from DIR")
 	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
 	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
@@ -243,9 +243,10 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	if *save != "" {
 		// Before the first step: DIR is this job's (not another model's
-		// checkpoint, nor a later step's, unless --overwrite), locked
-		// until the run ends, however it ends.
-		release, err := r.PrepareSave(*save, *overwrite, stderr)
+		// checkpoint, nor a later step's, nor the start step's unless
+		// resumed from DIR; --overwrite allows them), locked until the
+		// run ends, however it ends.
+		release, err := r.PrepareSave(*save, *resume, *overwrite, stderr)
 		if err != nil {
 			return refuse(fmt.Errorf("--save: %w", err)) // agreed by every process
 		}
