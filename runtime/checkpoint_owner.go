@@ -248,9 +248,9 @@ func checkOwner(dir string, id ModelID, first int, resumed, overwrite bool) erro
 	case o.model.Hash != "" && o.model.Hash != id.Hash:
 		return fmt.Errorf("%s holds a checkpoint with other params; pass --overwrite to replace it (of model %s, params' hash %.12s, this model's %.12s)", dir, o.model.Name, o.model.Hash, id.Hash)
 	case o.step > first:
-		return fmt.Errorf("%s holds a later step's checkpoint; pass --overwrite to replace it, or --resume %s (model %s after step %d, later than step %d where this one starts)", dir, dir, o.model.Name, o.step, first)
+		return fmt.Errorf("%s holds a later step's checkpoint; pass --overwrite to replace it, or train on from it (run --resume %s) (model %s after step %d, later than step %d where this one starts)", dir, dir, o.model.Name, o.step, first)
 	case o.step == first && !resumed:
-		return fmt.Errorf("%s already holds this step's checkpoint; pass --overwrite to replace it, or --resume %s (model %s after step %d, where this one starts)", dir, dir, o.model.Name, o.step)
+		return fmt.Errorf("%s already holds this step's checkpoint; pass --overwrite to replace it, or train on from it (run --resume %s) (model %s after step %d, where this one starts)", dir, dir, o.model.Name, o.step)
 	}
 	return nil
 }
