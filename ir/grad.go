@@ -125,7 +125,7 @@ func initGradOps() {
 	}
 	internal := func(info OpInfo) OpInfo { info.Internal = true; return info }
 	rows := map[OpKind]OpInfo{
-		EmbedGrad: {Name: "embed_grad", Arity: 2, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}},
+		EmbedGrad: {Name: "embed_grad", Arity: 2, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}}, IDs: &IDOperand{Arg: 0, From: -1, Dim: 0},
 			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				v, _ := attrInt(attrs, "vocab")
 				dy := args[1].Shape
@@ -163,7 +163,8 @@ func initGradOps() {
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
 		SiLUGrad:         {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
 		GELUGrad:         {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
-		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5)},
+		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
+			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
 		// NUMERICS.md, the compiler's one definition of it. The step
 		// count t is supplied at run time; weight_decay is 0 for params

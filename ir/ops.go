@@ -109,6 +109,29 @@ type OpInfo struct {
 	// dy of the result (nil where an operand has none: ids, targets).
 	// Only single-result ops have one.
 	Backward func(b GradBuilder, op *Op, dy *Value) []*Value
+	// IDs, for an op that reads token ids (class indices), says which
+	// operand holds them and where their bound is; nil for the others.
+	IDs *IDOperand
+}
+
+// IDOperand locates an op's token ids: argument Arg holds them, and they
+// must be below dimension Dim (negative: counted from the end) of the
+// shape of argument From, or of the result when From is -1 (the vocab of
+// an embedding table, the classes of logits).
+type IDOperand struct{ Arg, From, Dim int }
+
+// Bound is the exclusive bound of the ids, given the shapes of the
+// op's arguments and of its (first) result.
+func (d *IDOperand) Bound(args [][]int64, result []int64) int64 {
+	s := result
+	if d.From >= 0 {
+		s = args[d.From]
+	}
+	i := d.Dim
+	if i < 0 {
+		i += len(s)
+	}
+	return s[i]
 }
 
 // NumResults is the number of values an op of this kind computes.
@@ -124,7 +147,7 @@ var opTable [numOps]OpInfo
 func init() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	opTable = [numOps]OpInfo{
-		Embed: {Name: "embed", Arity: 2, Infer: one(inferEmbed), Save: []int{0},
+		Embed: {Name: "embed", Arity: 2, Infer: one(inferEmbed), Save: []int{0}, IDs: &IDOperand{Arg: 0, From: 1, Dim: 0},
 			Flops: func(*Op) float64 { return 0 }}, // a gather, no arithmetic
 		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: one(inferMatMul), Save: []int{0, 1},
 			Flops: func(op *Op) float64 {
@@ -152,7 +175,8 @@ func init() {
 		GELU:         {Name: "gelu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
 		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
 		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
-		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1}},
+		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1},
+			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// transpose(w) of a 2-D tensor, for a weight read both ways (an
 		// embedding table tied to the output head); data movement only.
 		Transpose: {Name: "transpose", Arity: 1, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},

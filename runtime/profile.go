@@ -137,18 +137,19 @@ func fillOn(k *rank, id int32, seed uint64, bound int32) error {
 	return k.be.Write(k.mem[id], h.mem[id].f32)
 }
 
-// idBound is the exclusive bound of the token ids a kernel reads: the
-// vocabulary of an embedding or of the logits.
+// idBound is the exclusive bound of the token ids a kernel reads (the op
+// table's IDs: the vocabulary of an embedding or of the logits); 1 for a
+// kernel that reads none.
 func idBound(k *rank, in *codegen.Instr) int32 {
-	switch in.Kern {
-	case ir.Embed:
-		return int32(k.shape(in.Args[1])[0])
-	case ir.EmbedGrad:
-		return int32(k.shape(in.Outs[0])[0])
-	case ir.CrossEntropy, ir.CrossEntropyGrad:
-		return int32(last(k.shape(in.Args[0])))
+	d := in.Kern.Info().IDs
+	if d == nil {
+		return 1
 	}
-	return 1
+	args := make([][]int64, len(in.Args))
+	for i, a := range in.Args {
+		args[i] = k.shape(a)
+	}
+	return int32(d.Bound(args, k.shape(in.Outs[0])))
 }
 
 // fillProbe fills buffer id with deterministic values: floats in

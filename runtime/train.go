@@ -553,18 +553,20 @@ func CheckVocab(b *codegen.Bundle, tokens []int32) error {
 			if in.Op != codegen.Kernel {
 				continue
 			}
-			var ids int32
-			var n int64
-			switch in.Kern {
-			case ir.Embed:
-				ids, n = in.Args[0], p.Buffers[in.Args[1]].Shape[0]
-			case ir.CrossEntropy:
-				s := p.Buffers[in.Args[0]].Shape
-				ids, n = in.Args[1], s[len(s)-1]
-			default:
+			d := in.Kern.Info().IDs
+			if d == nil || !input[in.Args[d.Arg]] {
 				continue
 			}
-			if input[ids] && int64(top) >= n {
+			ids := in.Args[d.Arg]
+			args := make([][]int64, len(in.Args))
+			for i, a := range in.Args {
+				args[i] = p.Buffers[a].Shape
+			}
+			var result []int64
+			if len(in.Outs) > 0 {
+				result = p.Buffers[in.Outs[0]].Shape
+			}
+			if n := d.Bound(args, result); int64(top) >= n {
 				return fmt.Errorf("%s: %v of %s: the data holds token id %d, the model has %d classes (a vocab of at least %d is needed)",
 					in.Pos, in.Kern, p.Buffers[ids].Name, top, n, top+1)
 			}

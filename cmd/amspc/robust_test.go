@@ -103,6 +103,7 @@ func crashed(stderr string) bool {
 // fixtures are the files the cases point at.
 type fixtures struct {
 	tiny, llama, plan, ckpt, tensors, hf, noTrain, noCluster, dir string
+	bigIDs                                                        string // uint16 tokens, one of them 300: beyond tiny's vocab of 256
 }
 
 func makeFixtures(t *testing.T) fixtures {
@@ -140,6 +141,13 @@ func makeFixtures(t *testing.T) fixtures {
 		dir:       filepath.Join(tmp, "a-directory"),
 	}
 	os.Mkdir(f.dir, 0o755)
+	f.bigIDs = filepath.Join(tmp, "ids.bin")
+	ids := make([]byte, 2*8192)
+	for i := range 8192 {
+		ids[2*i] = byte(i % 200)
+	}
+	ids[2*4000], ids[2*4000+1] = 300%256, 300/256
+	os.WriteFile(f.bigIDs, ids, 0o644)
 	// Files that hold a section, but not the one a flag takes from them.
 	os.WriteFile(f.noTrain, []byte("cluster { nodes = 1  gpus_per_node = 2  gpu = \"cpu\" }\n"), 0o644)
 	os.WriteFile(f.noCluster, []byte("train { seq_len = 64  micro_batch = 2  global_batch = 32 }\n"), 0o644)
@@ -245,6 +253,7 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"run", "--progress", "dots", tiny}, `-progress`},
 		{[]string{"run", "--data", "/nonexistent/d.txt", tiny}, `/nonexistent/d.txt`},
 		{[]string{"run", "--data", f.dir, tiny}, regexp.QuoteMeta(f.dir)},
+		{[]string{"run", "--data", f.bigIDs, tiny}, `token id 300, the model has 256 classes`},
 		{[]string{"run", "--resume", "/nonexistent/ck", tiny}, `/nonexistent/ck`},
 		{[]string{"run", "--steps", "1", "--log", f.dir, tiny}, `-log`},
 		{[]string{"run", "--steps", "2", "--cpuprofile", f.dir, tiny}, `-cpuprofile`},
