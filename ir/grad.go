@@ -161,8 +161,8 @@ func initGradOps() {
 		// Flash-attention style: one pass gives all three gradients.
 		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Attrs: attnAttrs,
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
-		SiLUGrad:         {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
-		GELUGrad:         {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
+		SiLUGrad: {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad: {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of

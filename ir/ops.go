@@ -171,10 +171,10 @@ func init() {
 			// Flash-attention style: q, k, v and the output (plus a
 			// per-row log-sum-exp, negligible), never the s x s scores.
 			Save: []int{0, 1, 2}, SaveOut: true},
-		SiLU:         {Name: "silu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(4), Save: []int{0}},
-		GELU:         {Name: "gelu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
-		Add:          {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
-		Mul:          {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
+		SiLU: {Name: "silu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(4), Save: []int{0}},
+		GELU: {Name: "gelu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
+		Add:  {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
+		Mul:  {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
 		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1},
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// transpose(w) of a 2-D tensor, for a weight read both ways (an
