@@ -19,9 +19,6 @@ const (
 	NumColls      = ir.NumColls
 )
 
-// ParseColl maps a collective's name to it.
-func ParseColl(s string) (Coll, bool) { return ir.ParseColl(s) }
-
 // Topology is the two-level network: GPUs in a node joined by NVLink
 // (IntraBW per GPU, one direction), nodes joined by NICs (InterBW per
 // node, one direction, shared by the node's GPUs that talk at once).

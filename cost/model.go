@@ -22,10 +22,6 @@ const (
 	GroupOther
 )
 
-var groupNames = [...]string{"embedding", "blocks", "head", "norms", "other"}
-
-func (g ParamGroup) String() string { return groupNames[g] }
-
 // Classify assigns every param of g to a group.
 func Classify(g *ir.Graph) map[*ir.Value]ParamGroup {
 	uses := g.Uses()

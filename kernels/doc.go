@@ -6,7 +6,7 @@
 // and d its last. The op meanings are those of shared/design/NUMERICS.md.
 // What goes out: every kernel writes its outputs in full and reads nothing
 // from them first. Backward kernels OVERWRITE their gradient outputs; the
-// caller accumulates across micro-batches with AddInPlace. Buffer lengths
+// program accumulates across micro-batches with add ops. Buffer lengths
 // are the caller's contract: a short buffer panics (a compiler bug, not a
 // user error). The only user errors, an embedding id or a cross-entropy
 // target out of range, come back as errors naming the value and position.

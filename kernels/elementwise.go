@@ -233,15 +233,6 @@ func MulGrad(da, db, a, b, dy []float32) {
 	}
 }
 
-// AddInPlace computes dst += src (gradient accumulation across
-// micro-batches).
-func AddInPlace(dst, src []float32) {
-	src = src[:len(dst)]
-	parallelFor(len(dst), 1, func(lo, hi int) {
-		addVec(dst[lo:hi], dst[lo:hi], src[lo:hi])
-	})
-}
-
 // Transpose writes the n x m transpose of the m x n matrix x into out.
 func Transpose(out, x []float32, m, n int) {
 	for i := 0; i < m; i++ {
