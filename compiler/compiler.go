@@ -73,7 +73,7 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 		Templates: []codegen.Program{*r.Program}, Machine: machineOf(c),
 		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
 	if err := codegen.Match(bundle); err != nil {
-		return nil, &passes.InternalError{Pass: "match", Err: err}
+		return nil, &ir.InternalError{Pass: "match", Err: err}
 	}
 	r.Bundle = bundle
 	return r, nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"amspc/frontend"
+	"amspc/ir"
 )
 
 // annotation is `# ERROR "regexp"`: the text between the quotes is the
@@ -109,7 +110,7 @@ func loadErrors(t *testing.T, path string, src []byte) (list frontend.ErrorList)
 	if err == nil {
 		t.Fatalf("Load succeeded (graph %s), want errors", job.Graph.Name)
 	}
-	var ie *frontend.InternalError
+	var ie *ir.InternalError
 	if errors.As(err, &ie) {
 		t.Fatalf("internal error: %v", err)
 	}

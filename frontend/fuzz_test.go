@@ -79,7 +79,7 @@ var panicText = []string{"runtime error", "panic", "goroutine", "%!", "<nil>", "
 
 func checkUserErrors(t *testing.T, name string, src []byte, err error) {
 	t.Helper()
-	var ie *frontend.InternalError
+	var ie *ir.InternalError
 	if errors.As(err, &ie) {
 		t.Fatalf("internal error on user input: %v", err)
 	}

@@ -277,7 +277,7 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 		job.Shard = &ir.ShardSpec{Mode: ir.ShardAuto}
 	}
 	if err := ir.Verify(job.Graph); err != nil {
-		return nil, &InternalError{Pass: "lower", Err: err}
+		return nil, &ir.InternalError{Pass: "lower", Err: err}
 	}
 	job.Rebatch = func(mb int64) (*ir.Job, error) {
 		if mb <= 0 {
@@ -287,15 +287,3 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 	}
 	return job, nil
 }
-
-// InternalError is a compiler bug found by a check, not a user mistake.
-type InternalError struct {
-	Pass string
-	Err  error
-}
-
-func (e *InternalError) Error() string {
-	return "internal compiler error: " + e.Pass + ": " + e.Err.Error()
-}
-
-func (e *InternalError) Unwrap() error { return e.Err }

@@ -406,3 +406,17 @@ func isWord(s string) bool {
 	}
 	return true
 }
+
+// InternalError is a compiler bug caught by a check (a verifier, a pass
+// that fails or panics), not a user's mistake: it names the stage that
+// found it, and the CLI exits 2 on it.
+type InternalError struct {
+	Pass string
+	Err  error
+}
+
+func (e *InternalError) Error() string {
+	return "internal compiler error: " + e.Pass + ": " + e.Err.Error()
+}
+
+func (e *InternalError) Unwrap() error { return e.Err }

@@ -28,7 +28,7 @@ func TestBadAttrIsInternalError(t *testing.T) {
 			return nil
 		}}
 		err := runPass(pass, &State{Graph: g})
-		if _, ok := err.(*InternalError); !ok || !strings.Contains(err.Error(), c.want) {
+		if _, ok := err.(*ir.InternalError); !ok || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("error %v, want an internal error containing %q", err, c.want)
 		}
 	}

@@ -113,18 +113,6 @@ type UserError struct {
 
 func (e *UserError) Error() string { return e.Pos.String() + ": " + e.Msg }
 
-// InternalError is a compiler bug caught by a check, naming the pass.
-type InternalError struct {
-	Pass string
-	Err  error
-}
-
-func (e *InternalError) Error() string {
-	return "internal compiler error: " + e.Pass + ": " + e.Err.Error()
-}
-
-func (e *InternalError) Unwrap() error { return e.Err }
-
 // Names lists the passes' names.
 func Names() []string {
 	var out []string
@@ -159,7 +147,7 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 		return nil, err
 	}
 	if err := ir.Verify(s.Graph); err != nil {
-		return nil, &InternalError{Pass: "verify", Err: err}
+		return nil, &ir.InternalError{Pass: "verify", Err: err}
 	}
 	if opts.Dist != nil {
 		if err := s.Distribute(opts.Dist, opts); err != nil {
@@ -182,7 +170,7 @@ func (s *State) Distribute(d *Distribution, opts Options) error {
 		return err
 	}
 	if err := ir.VerifyProgram(s.Prog, true); err != nil {
-		return &InternalError{Pass: "verify", Err: err}
+		return &ir.InternalError{Pass: "verify", Err: err}
 	}
 	return nil
 }
@@ -214,7 +202,7 @@ func (s *State) run(dist bool, opts Options) error {
 				err = ir.VerifyProgram(s.Prog, p.Name != "lower")
 			}
 			if err != nil {
-				return &InternalError{Pass: p.Name, Err: err}
+				return &ir.InternalError{Pass: p.Name, Err: err}
 			}
 		}
 	}
@@ -226,14 +214,14 @@ func (s *State) run(dist bool, opts Options) error {
 func runPass(p Pass, s *State) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &InternalError{Pass: p.Name, Err: fmt.Errorf("%v", r)}
+			err = &ir.InternalError{Pass: p.Name, Err: fmt.Errorf("%v", r)}
 		}
 	}()
 	if err := p.Run(s); err != nil {
 		if _, user := err.(*UserError); user {
 			return err
 		}
-		return &InternalError{Pass: p.Name, Err: err}
+		return &ir.InternalError{Pass: p.Name, Err: err}
 	}
 	return nil
 }

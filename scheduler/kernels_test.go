@@ -206,7 +206,7 @@ func TestAdamWFromTheOptimizerPass(t *testing.T) {
 		c.mutate(s.States)
 		topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
 		err = s.Distribute(&passes.Distribution{Groups: cost.Uniform("", p2os8, ir.RecomputeNone, 2).Groups, Topo: topo, Micro: 2, Depth: 2}, passes.Options{})
-		var ice *passes.InternalError
+		var ice *ir.InternalError
 		if !errors.As(err, &ice) || err.Error() != c.want {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}

@@ -115,7 +115,7 @@ func compileJob(file string, job *ir.Job, opts passes.Options, cfg cost.Config, 
 
 // passError reports an error of the passes or the scheduler.
 func passError(stderr io.Writer, file string, err error) int {
-	var internal *passes.InternalError
+	var internal *ir.InternalError
 	var user *passes.UserError
 	switch {
 	case err == nil:

@@ -34,6 +34,7 @@ import (
 
 	"amspc/frontend"
 	"amspc/internal/outfile"
+	"amspc/ir"
 )
 
 const version = "0.1.0"
@@ -241,7 +242,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 // report prints an error from loading or compiling and returns the exit
 // status it calls for.
 func report(stderr io.Writer, err error) int {
-	var internal *frontend.InternalError
+	var internal *ir.InternalError
 	if errors.As(err, &internal) {
 		fmt.Fprintln(stderr, err)
 		return exitInternal
