@@ -40,6 +40,7 @@ func mpiBinary(t *testing.T) string {
 			mpiBuild.err = err
 			return
 		}
+		buildDirs = append(buildDirs, dir)
 		mpiBuild.bin = filepath.Join(dir, "amspc")
 		if out, err := exec.Command("go", "build", "-tags", "mpi", "-o", mpiBuild.bin, ".").CombinedOutput(); err != nil {
 			mpiBuild.err = fmt.Errorf("go build -tags mpi: %v\n%s", err, out)
@@ -51,14 +52,6 @@ func mpiBinary(t *testing.T) string {
 	return mpiBuild.bin
 }
 
-// TestMain removes the MPI build once every test is done with it.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if mpiBuild.bin != "" {
-		os.RemoveAll(filepath.Dir(mpiBuild.bin))
-	}
-	os.Exit(code)
-}
 
 var mpiBuild struct {
 	sync.Once

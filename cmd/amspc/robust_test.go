@@ -26,6 +26,18 @@ import (
 // not a stuck test. AMSPC_BIN=PATH runs the cases against another build
 // (an older commit's, to see which cases it fails).
 
+// buildDirs are the temporary directories of the binaries tests built;
+// TestMain removes them once every test is done with them.
+var buildDirs []string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range buildDirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
+}
+
 var (
 	binOnce sync.Once
 	binPath string
@@ -44,6 +56,7 @@ func amspcBinary(t *testing.T) string {
 			binErr = err
 			return
 		}
+		buildDirs = append(buildDirs, dir)
 		binPath = filepath.Join(dir, "amspc")
 		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
