@@ -52,7 +52,6 @@ func mpiBinary(t *testing.T) string {
 	return mpiBuild.bin
 }
 
-
 var mpiBuild struct {
 	sync.Once
 	bin string
