@@ -24,34 +24,34 @@ import (
 	"amspc/ir"
 )
 
-func grp(o0, o1, i0, i1 int) Group {
-	return Group{Outer: ir.Factor{S0: o0, S1: o1}, Inner: ir.Factor{S0: i0, S1: i1}}
+func grp(o0, o1, i0, i1 int) ir.Group {
+	return ir.Group{Outer: ir.Factor{S0: o0, S1: o1}, Inner: ir.Factor{S0: i0, S1: i1}}
 }
 
-func ins(op OpCode) Instr { return Instr{Op: op, Stage: -1, Micro: -1} }
+func ins(op ir.OpCode) ir.Instr { return ir.Instr{Op: op, Stage: -1, Micro: -1} }
 
-func alloc(b int32) Instr { in := ins(Alloc); in.Buf = b; return in }
-func free(b int32) Instr  { in := ins(Free); in.Buf = b; return in }
-func record(e int32) Instr {
-	in := ins(Record)
+func alloc(b int32) ir.Instr { in := ins(ir.Alloc); in.Buf = b; return in }
+func free(b int32) ir.Instr  { in := ins(ir.Free); in.Buf = b; return in }
+func record(e int32) ir.Instr {
+	in := ins(ir.Record)
 	in.Event = e
 	return in
 }
-func wait(e int32) Instr { in := ins(Wait); in.Event = e; return in }
+func wait(e int32) ir.Instr { in := ins(ir.Wait); in.Event = e; return in }
 
-func kern(k ir.OpKind, out int32, args ...int32) Instr {
-	in := ins(Kernel)
+func kern(k ir.OpKind, out int32, args ...int32) ir.Instr {
+	in := ins(ir.Kernel)
 	in.Kern, in.Outs, in.Args = k, []int32{out}, args
 	return in
 }
 
-func coll(c Coll, from, to int32, g Group, n int64) Instr {
-	in := ins(Collective)
+func coll(c ir.Coll, from, to int32, g ir.Group, n int64) ir.Instr {
+	in := ins(ir.Collective)
 	in.Coll, in.In, in.Out, in.Group, in.Bytes, in.DType = c, from, to, g, n, ir.BF16
 	return in
 }
 
-func at(in Instr, stage, micro int32) Instr { in.Stage, in.Micro = stage, micro; return in }
+func at(in ir.Instr, stage, micro int32) ir.Instr { in.Stage, in.Micro = stage, micro; return in }
 
 func fattr(name string, v float64) ir.Attr {
 	return ir.Attr{Name: name, Val: ir.AttrVal{Type: ir.AttrFloat, Float: v}}
@@ -64,7 +64,7 @@ func tinyBundle() *Bundle {
 	matmul := at(kern(ir.MatMul, 3, 2, 0), 0, 0)
 	matmul.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
 	matmul.Flops = 2 * 32 * 64 * 64
-	load := ins(Load)
+	load := ins(ir.Load)
 	load.Buf, load.Micro = 2, 0
 	grad := at(kern(ir.MatMulGradB, 4, 2, 3), 0, 0)
 	grad.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
@@ -73,17 +73,17 @@ func tinyBundle() *Bundle {
 	update.Outs = []int32{7, 8, 10}
 	update.Attrs = []ir.Attr{fattr("lr", 0.001), fattr("beta1", 0.9), fattr("beta2", 0.95), fattr("eps", 1e-8), fattr("weight_decay", 0)}
 	update.Stage = 0
-	gather := at(coll(AllGather, 1, 0, grp(4, 1, 1, 1), 8192), 0, 0)
+	gather := at(coll(ir.AllGather, 1, 0, grp(4, 1, 1, 1), 8192), 0, 0)
 	gather.Pos = ir.Pos{File: "tiny.amsp", Line: 30, Col: 16}
 	return &Bundle{
 		Model: "tiny",
-		Topo:  Topology{GPUsPerNode: 4, Nodes: 2},
+		Topo:  ir.Topology{GPUsPerNode: 4, Nodes: 2},
 		Plan:  "4x1/4x1/4x2",
 		Micro: 2,
 		Machine: Machine{PeakFLOPS: 312e12, Efficiency: 0.55, IntraBW: 150e9, InterBW: 22.5e9,
 			IntraLatency: 2e-6, InterLatency: 8e-6, MemoryBytes: 80 << 30},
-		Templates: []Program{{
-			Buffers: []Buffer{
+		Templates: []ir.Program{{
+			Buffers: []ir.Buffer{
 				{Name: "w1", DType: ir.BF16, Elems: 4096, Parent: -1},
 				{Name: "w1.shard", DType: ir.BF16, Elems: 1024, Parent: 0, Part: grp(4, 1, 1, 1)},
 				{Name: "x", DType: ir.BF16, Elems: 2048, Parent: -1, Shape: []int64{32, 64}},
@@ -96,30 +96,30 @@ func tinyBundle() *Bundle {
 				{Name: "layers.0.w1", DType: ir.BF16, Elems: 4000, Parent: 0, Offset: 64, Part: grp(1, 1, 1, 1), Shape: []int64{40, 100}},
 				{Name: "w1.v", DType: ir.F32, Elems: 512, Parent: -1},
 			},
-			Streams: [NumStreams][]Instr{
-				Compute: {
+			Streams: [ir.NumStreams][]ir.Instr{
+				ir.Compute: {
 					load, wait(0), alloc(3), matmul, alloc(4), grad, record(1), free(0), free(3),
 					wait(2), update, free(4),
 				},
-				CommGather: {alloc(0), gather, record(0)},
-				CommReduce: {
+				ir.CommGather: {alloc(0), gather, record(0)},
+				ir.CommReduce: {
 					wait(1),
-					at(coll(ReduceScatter, 4, 5, grp(4, 1, 1, 1), 8192), 0, 0),
-					at(coll(AllReduce, 5, 5, grp(4, 2, 4, 1), 2048), 0, -1),
+					at(coll(ir.ReduceScatter, 4, 5, grp(4, 1, 1, 1), 8192), 0, 0),
+					at(coll(ir.AllReduce, 5, 5, grp(4, 2, 4, 1), 2048), 0, -1),
 					record(2),
 				},
 			},
 			Events: 3,
-			Layouts: []Layout{{
+			Layouts: []ir.Layout{{
 				Stage: "layers.0", Padded: 4096,
-				Params: []Slot{
+				Params: []ir.Slot{
 					{Name: "layers.0.norm", Offset: 0, Elems: 64, Init: ir.Init{Kind: ir.InitOnes}},
 					{Name: "layers.0.w1", Offset: 64, Elems: 4000, Decay: true, Init: ir.DefaultInit},
 				},
 				PShard: grp(4, 1, 1, 1), OSShard: grp(4, 2, 4, 1),
 				P: 1, Master: 7, M: 8, V: 10,
 			}},
-			Inputs: []Input{{Buf: 2, Shift: 0}},
+			Inputs: []ir.DataInput{{Buf: 2, Shift: 0}},
 		}},
 	}
 }
@@ -129,25 +129,25 @@ func tinyBundle() *Bundle {
 func twoBundle() *Bundle {
 	cast := kern(ir.Cast, 1, 0)
 	cast.Attrs = []ir.Attr{{Name: "dtype", Val: ir.AttrVal{Type: ir.AttrInt, Int: 4}}}
-	tmpl := func(extra ...Instr) Program {
-		return Program{
-			Buffers: []Buffer{
+	tmpl := func(extra ...ir.Instr) ir.Program {
+		return ir.Program{
+			Buffers: []ir.Buffer{
 				{Name: "a", DType: ir.BF16, Elems: 8, Parent: -1},
 				{Name: "b", DType: ir.F32, Elems: 8, Parent: -1},
 			},
-			Streams: [NumStreams][]Instr{
-				Compute:    append(extra, record(0)),
-				CommReduce: {wait(0), coll(AllReduce, 1, 1, grp(2, 1, 1, 1), 32)},
+			Streams: [ir.NumStreams][]ir.Instr{
+				ir.Compute:    append(extra, record(0)),
+				ir.CommReduce: {wait(0), coll(ir.AllReduce, 1, 1, grp(2, 1, 1, 1), 32)},
 			},
 			Events: 1,
 		}
 	}
 	return &Bundle{
 		Model:        "two",
-		Topo:         Topology{GPUsPerNode: 2, Nodes: 1},
+		Topo:         ir.Topology{GPUsPerNode: 2, Nodes: 1},
 		Plan:         "1x1/1x1/1x1",
 		Micro:        1,
-		Templates:    []Program{tmpl(cast), tmpl(kern(ir.SiLU, 1, 0), cast)},
+		Templates:    []ir.Program{tmpl(cast), tmpl(kern(ir.SiLU, 1, 0), cast)},
 		RankTemplate: []int32{0, 1},
 	}
 }
@@ -191,7 +191,7 @@ func TestEncodeDeterministic(t *testing.T) {
 func TestFloatAttrsBitExact(t *testing.T) {
 	b := tinyBundle()
 	floats := []float64{math.Copysign(0, -1), math.Inf(-1), math.Float64frombits(0x7ff8000000000123), 5e-324, 0.1}
-	k := &b.Templates[0].Streams[Compute][10] // adamw: five float attributes
+	k := &b.Templates[0].Streams[ir.Compute][10] // adamw: five float attributes
 	for i, f := range floats {
 		k.Attrs[i].Val.Float = f
 	}
@@ -199,7 +199,7 @@ func TestFloatAttrsBitExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, a := range got.Templates[0].Streams[Compute][10].Attrs {
+	for i, a := range got.Templates[0].Streams[ir.Compute][10].Attrs {
 		if x, y := math.Float64bits(a.Val.Float), math.Float64bits(floats[i]); x != y {
 			t.Errorf("attr %d: bits %#x, want %#x", i, x, y)
 		}
@@ -212,22 +212,22 @@ func TestFloatAttrsBitExact(t *testing.T) {
 // already written).
 func TestEncodeCoversEveryField(t *testing.T) {
 	known := map[reflect.Type]string{
-		reflect.TypeFor[Bundle]():     "Model Topo Plan Micro Machine Train Templates RankTemplate",
-		reflect.TypeFor[Topology]():   "GPUsPerNode Nodes",
-		reflect.TypeFor[Machine]():    "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
-		reflect.TypeFor[Program]():    "Buffers Streams Events Layouts Inputs",
-		reflect.TypeFor[Buffer]():     "Name DType Elems Parent Offset Part Shape",
-		reflect.TypeFor[Group]():      "Outer Inner",
-		reflect.TypeFor[ir.Factor]():  "S0 S1",
-		reflect.TypeFor[Instr]():      "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
-		reflect.TypeFor[ir.Attr]():    "Name Val",
-		reflect.TypeFor[ir.AttrVal](): "Type Int Float Bool",
-		reflect.TypeFor[ir.Pos]():     "File Line Col",
-		reflect.TypeFor[Layout]():     "Stage Padded Params PShard OSShard P Master M V",
-		reflect.TypeFor[Slot]():       "Name Offset Elems Decay Init",
-		reflect.TypeFor[ir.Init]():    "Kind Std Of",
-		reflect.TypeFor[Input]():      "Buf Shift",
-		reflect.TypeFor[Train]():      "SeqLen MicroBatch GlobalBatch Steps Seed",
+		reflect.TypeFor[Bundle]():       "Model Topo Plan Micro Machine Train Templates RankTemplate",
+		reflect.TypeFor[ir.Topology]():  "GPUsPerNode Nodes",
+		reflect.TypeFor[Machine]():      "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
+		reflect.TypeFor[ir.Program]():   "Buffers Streams Events Layouts Inputs",
+		reflect.TypeFor[ir.Buffer]():    "Name DType Elems Parent Offset Part Shape",
+		reflect.TypeFor[ir.Group]():     "Outer Inner",
+		reflect.TypeFor[ir.Factor]():    "S0 S1",
+		reflect.TypeFor[ir.Instr]():     "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[ir.Attr]():      "Name Val",
+		reflect.TypeFor[ir.AttrVal]():   "Type Int Float Bool",
+		reflect.TypeFor[ir.Pos]():       "File Line Col",
+		reflect.TypeFor[ir.Layout]():    "Stage Padded Params PShard OSShard P Master M V",
+		reflect.TypeFor[ir.Slot]():      "Name Offset Elems Decay Init",
+		reflect.TypeFor[ir.Init]():      "Kind Std Of",
+		reflect.TypeFor[ir.DataInput](): "Buf Shift",
+		reflect.TypeFor[Train]():        "SeqLen MicroBatch GlobalBatch Steps Seed",
 	}
 	seen := map[reflect.Type]bool{}
 	var walk func(typ reflect.Type)
@@ -246,7 +246,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		seen[typ] = true
 		var names []string
 		for f := range typ.Fields() {
-			if typ == reflect.TypeFor[Program]() && f.Name == "Seq" {
+			if typ == reflect.TypeFor[ir.Program]() && f.Name == "Seq" {
 				continue // the unscheduled form: Validate refuses it (TestValidateRefusesSequence)
 			}
 			names = append(names, f.Name)
@@ -338,30 +338,30 @@ func TestDecodeRefuses(t *testing.T) {
 		f(b)
 		cases = append(cases, tc{name, Encode(b), ErrCorrupt, msg})
 	}
-	p := func(b *Bundle) *Program { return &b.Templates[0] }
-	mutate("buffer out of range", "compute 2: alloc: buffer b19 out of range", func(b *Bundle) { p(b).Streams[Compute][2].Buf = 19 })
-	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Args[0] = -1 })
-	mutate("kernel result out of range", "kernel matmul: result b11 out of range", func(b *Bundle) { p(b).Streams[Compute][3].Outs[0] = 11 })
+	p := func(b *Bundle) *ir.Program { return &b.Templates[0] }
+	mutate("buffer out of range", "compute 2: alloc: buffer b19 out of range", func(b *Bundle) { p(b).Streams[ir.Compute][2].Buf = 19 })
+	mutate("kernel arg out of range", "kernel matmul: argument b-1 out of range", func(b *Bundle) { p(b).Streams[ir.Compute][3].Args[0] = -1 })
+	mutate("kernel result out of range", "kernel matmul: result b11 out of range", func(b *Bundle) { p(b).Streams[ir.Compute][3].Outs[0] = 11 })
 	mutate("kernel attribute missing", "kernel adamw: adamw needs attribute weight_decay=", func(b *Bundle) {
-		p(b).Streams[Compute][10].Attrs = p(b).Streams[Compute][10].Attrs[:4]
+		p(b).Streams[ir.Compute][10].Attrs = p(b).Streams[ir.Compute][10].Attrs[:4]
 	})
-	mutate("kernel attribute misspelt", `kernel adamw: adamw has no attribute "beta_1"`, func(b *Bundle) { p(b).Streams[Compute][10].Attrs[1].Name = "beta_1" })
+	mutate("kernel attribute misspelt", `kernel adamw: adamw has no attribute "beta_1"`, func(b *Bundle) { p(b).Streams[ir.Compute][10].Attrs[1].Name = "beta_1" })
 	mutate("kernel attribute order", "kernel adamw: attributes (beta1=0.9, lr=0.001, beta2=0.95, eps=1e-08, weight_decay=0) are not in normal form", func(b *Bundle) {
-		a := p(b).Streams[Compute][10].Attrs
+		a := p(b).Streams[ir.Compute][10].Attrs
 		a[0], a[1] = a[1], a[0]
 	})
-	mutate("adamw without layout", "kernel adamw: stage -1 has no layout (1 layouts)", func(b *Bundle) { p(b).Streams[Compute][10].Stage = -1 })
-	mutate("adamw results", "kernel adamw: 4 arguments and 1 results, want 4 and 3", func(b *Bundle) { p(b).Streams[Compute][10].Outs = []int32{7} })
-	mutate("kernel without result", "kernel matmul: 2 arguments and 0 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Outs = nil })
-	mutate("kernel arity", "kernel matmul: 1 arguments and 1 results, want 2 and 1", func(b *Bundle) { p(b).Streams[Compute][3].Args = []int32{2} })
-	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[CommGather][1].Out = 20 })
-	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[Compute][2].Op = 17 })
-	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[Compute][3].Kern = 200 })
-	mutate("kernel without op", "compute 3: kernel without an op", func(b *Bundle) { p(b).Streams[Compute][3].Kern = ir.InvalidOp })
-	mutate("unknown attribute type", `attribute "lr": unknown type 3`, func(b *Bundle) { p(b).Streams[Compute][10].Attrs[0].Val.Type = 3 })
-	mutate("unknown collective", "unknown collective 9", func(b *Bundle) { p(b).Streams[CommGather][1].Coll = 9 })
+	mutate("adamw without layout", "kernel adamw: stage -1 has no layout (1 layouts)", func(b *Bundle) { p(b).Streams[ir.Compute][10].Stage = -1 })
+	mutate("adamw results", "kernel adamw: 4 arguments and 1 results, want 4 and 3", func(b *Bundle) { p(b).Streams[ir.Compute][10].Outs = []int32{7} })
+	mutate("kernel without result", "kernel matmul: 2 arguments and 0 results, want 2 and 1", func(b *Bundle) { p(b).Streams[ir.Compute][3].Outs = nil })
+	mutate("kernel arity", "kernel matmul: 1 arguments and 1 results, want 2 and 1", func(b *Bundle) { p(b).Streams[ir.Compute][3].Args = []int32{2} })
+	mutate("collective out of range", "all_gather: buffer b1 -> b20 out of range", func(b *Bundle) { p(b).Streams[ir.CommGather][1].Out = 20 })
+	mutate("unknown opcode", "unknown opcode 17", func(b *Bundle) { p(b).Streams[ir.Compute][2].Op = 17 })
+	mutate("unknown kernel", `unknown kernel "op(200)"`, func(b *Bundle) { p(b).Streams[ir.Compute][3].Kern = 200 })
+	mutate("kernel without op", "compute 3: kernel without an op", func(b *Bundle) { p(b).Streams[ir.Compute][3].Kern = ir.InvalidOp })
+	mutate("unknown attribute type", `attribute "lr": unknown type 3`, func(b *Bundle) { p(b).Streams[ir.Compute][10].Attrs[0].Val.Type = 3 })
+	mutate("unknown collective", "unknown collective 9", func(b *Bundle) { p(b).Streams[ir.CommGather][1].Coll = 9 })
 	mutate("unknown dtype", `buffer b2 "x": unknown dtype dtype(7)`, func(b *Bundle) { p(b).Buffers[2].DType = 7 })
-	mutate("collective dtype", "all_gather: no dtype", func(b *Bundle) { p(b).Streams[CommGather][1].DType = ir.InvalidDType })
+	mutate("collective dtype", "all_gather: no dtype", func(b *Bundle) { p(b).Streams[ir.CommGather][1].DType = ir.InvalidDType })
 	mutate("parent out of range", `buffer b1 "w1.shard": parent b99 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[1].Parent = 99 })
 	mutate("parent later", `buffer b5 "g1.shard": parent b6 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 6 })
 	mutate("parent self", `parent b5 is not an earlier buffer`, func(b *Bundle) { p(b).Buffers[5].Parent = 5 })
@@ -374,12 +374,12 @@ func TestDecodeRefuses(t *testing.T) {
 	mutate("layout shard", `layout "layers.0": shard group 3x1 does not tile`, func(b *Bundle) { p(b).Layouts[0].OSShard = grp(3, 1, 1, 1) })
 	mutate("layout buffer", `layout "layers.0": buffer b11 out of range`, func(b *Bundle) { p(b).Layouts[0].V = 11 })
 	mutate("input out of range", "input b30 out of range", func(b *Bundle) { p(b).Inputs[0].Buf = 30 })
-	mutate("input twice", "input b2 listed twice", func(b *Bundle) { p(b).Inputs = append(p(b).Inputs, Input{Buf: 2, Shift: 1}) })
+	mutate("input twice", "input b2 listed twice", func(b *Bundle) { p(b).Inputs = append(p(b).Inputs, ir.DataInput{Buf: 2, Shift: 1}) })
 	mutate("input shift", "input b2: shift 2 is neither 0 nor 1", func(b *Bundle) { p(b).Inputs[0].Shift = 2 })
-	mutate("load of non-input", "compute 0: load: b3 is not an input", func(b *Bundle) { p(b).Streams[Compute][0].Buf = 3 })
-	mutate("bad group", "group 3x1 does not tile 2 nodes x 4 GPUs", func(b *Bundle) { p(b).Streams[CommGather][1].Group = grp(3, 1, 1, 1) })
-	mutate("zero group", "has an empty factor", func(b *Bundle) { p(b).Streams[CommGather][1].Group = Group{} })
-	mutate("event out of range", "wait: event e3 out of range (3 events)", func(b *Bundle) { p(b).Streams[Compute][1].Event = 3 })
+	mutate("load of non-input", "compute 0: load: b3 is not an input", func(b *Bundle) { p(b).Streams[ir.Compute][0].Buf = 3 })
+	mutate("bad group", "group 3x1 does not tile 2 nodes x 4 GPUs", func(b *Bundle) { p(b).Streams[ir.CommGather][1].Group = grp(3, 1, 1, 1) })
+	mutate("zero group", "has an empty factor", func(b *Bundle) { p(b).Streams[ir.CommGather][1].Group = ir.Group{} })
+	mutate("event out of range", "wait: event e3 out of range (3 events)", func(b *Bundle) { p(b).Streams[ir.Compute][1].Event = 3 })
 	mutate("rank template out of range", "rank 7 runs template 1, there are 1", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0, 0, 0, 0, 0, 1} })
 	mutate("rank template length", "3 rank template entries for 8 ranks", func(b *Bundle) { b.RankTemplate = []int32{0, 0, 0} })
 	mutate("no templates", "no templates", func(b *Bundle) { b.Templates = nil })
@@ -441,9 +441,9 @@ func TestFileRoundTrip(t *testing.T) {
 }
 
 func TestGroupRanks(t *testing.T) {
-	topo := Topology{GPUsPerNode: 4, Nodes: 2}
+	topo := ir.Topology{GPUsPerNode: 4, Nodes: 2}
 	for _, c := range []struct {
-		g     Group
+		g     ir.Group
 		rank  int
 		ranks []int
 		index int
@@ -477,7 +477,7 @@ func TestGroupRanks(t *testing.T) {
 // that the groups partition the ranks, each member lists the same group,
 // Index finds the rank in it, and GroupID is the least member.
 func TestGroupPartition(t *testing.T) {
-	for _, topo := range []Topology{{GPUsPerNode: 4, Nodes: 2}, {GPUsPerNode: 8, Nodes: 4}, {GPUsPerNode: 2, Nodes: 6}, {GPUsPerNode: 1, Nodes: 3}} {
+	for _, topo := range []ir.Topology{{GPUsPerNode: 4, Nodes: 2}, {GPUsPerNode: 8, Nodes: 4}, {GPUsPerNode: 2, Nodes: 6}, {GPUsPerNode: 1, Nodes: 3}} {
 		for _, g := range allGroups(topo) {
 			for r := range topo.Ranks() {
 				ranks := g.Ranks(topo, r)
@@ -510,7 +510,7 @@ func TestGroupPartition(t *testing.T) {
 	}
 }
 
-func allGroups(t Topology) []Group {
+func allGroups(t ir.Topology) []ir.Group {
 	divisors := func(n int) (ds []int) {
 		for d := 1; d <= n; d++ {
 			if n%d == 0 {
@@ -519,7 +519,7 @@ func allGroups(t Topology) []Group {
 		}
 		return ds
 	}
-	var gs []Group
+	var gs []ir.Group
 	for _, o0 := range divisors(t.GPUsPerNode) {
 		for _, o1 := range divisors(t.Nodes) {
 			for _, i0 := range divisors(o0) {
@@ -566,28 +566,28 @@ func TestFormat(t *testing.T) {
 // pairBundle is two ranks with a template each; a test breaks one.
 func pairBundle() *Bundle {
 	g := grp(2, 1, 1, 1)
-	tmpl := Program{
-		Buffers: []Buffer{
+	tmpl := ir.Program{
+		Buffers: []ir.Buffer{
 			{Name: "w", DType: ir.BF16, Elems: 1024, Parent: -1},
 			{Name: "w.shard", DType: ir.BF16, Elems: 512, Parent: 0, Part: g},
 			{Name: "y", DType: ir.BF16, Elems: 1024, Parent: -1},
 		},
-		Streams: [NumStreams][]Instr{
-			Compute:    {wait(0), kern(ir.MatMul, 2, 0, 0), record(1)},
-			CommGather: {coll(AllGather, 1, 0, g, 2048), record(0)},
-			CommReduce: {wait(1), coll(ReduceScatter, 2, 1, g, 1024)},
+		Streams: [ir.NumStreams][]ir.Instr{
+			ir.Compute:    {wait(0), kern(ir.MatMul, 2, 0, 0), record(1)},
+			ir.CommGather: {coll(ir.AllGather, 1, 0, g, 2048), record(0)},
+			ir.CommReduce: {wait(1), coll(ir.ReduceScatter, 2, 1, g, 1024)},
 		},
 		Events: 2,
 	}
-	clone := func(p Program) Program {
+	clone := func(p ir.Program) ir.Program {
 		for s := range p.Streams {
 			p.Streams[s] = slices.Clone(p.Streams[s])
 		}
 		return p
 	}
 	return &Bundle{
-		Model: "pair", Topo: Topology{GPUsPerNode: 2, Nodes: 1}, Plan: "2x1/2x1/2x1", Micro: 1,
-		Templates:    []Program{clone(tmpl), clone(tmpl)},
+		Model: "pair", Topo: ir.Topology{GPUsPerNode: 2, Nodes: 1}, Plan: "2x1/2x1/2x1", Micro: 1,
+		Templates:    []ir.Program{clone(tmpl), clone(tmpl)},
 		RankTemplate: []int32{0, 1},
 	}
 }
@@ -595,50 +595,50 @@ func pairBundle() *Bundle {
 func TestMatch(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		break_ func(p0, p1 *Program)
+		break_ func(p0, p1 *ir.Program)
 		want   []string
 		rank   int
 	}{
-		{"ok", func(p0, p1 *Program) {}, nil, 0},
-		{"bytes differ", func(p0, p1 *Program) { p1.Streams[CommReduce][1].Bytes = 2048 }, []string{
+		{"ok", func(p0, p1 *ir.Program) {}, nil, 0},
+		{"bytes differ", func(p0, p1 *ir.Program) { p1.Streams[ir.CommReduce][1].Bytes = 2048 }, []string{
 			"group 2x1 (ranks 0,1): ranks 0, 1: rank 1 comm.reduce 1: ",
 			"collective 0 of this group on comm.reduce is reduce_scatter b2 -> b1 group 2x1 (ranks 0,1) 2 KiB bf16",
 			"but on rank 0 it is comm.reduce 1: reduce_scatter b2 -> b1 group 2x1 (ranks 0,1) 1 KiB bf16",
 		}, 1},
-		{"dtype differs", func(p0, p1 *Program) { p1.Streams[CommReduce][1].DType = ir.F32 }, []string{"1 KiB f32", "1 KiB bf16"}, 1},
-		{"missing on one rank", func(p0, p1 *Program) { p1.Streams[CommReduce] = p1.Streams[CommReduce][:1] }, []string{
+		{"dtype differs", func(p0, p1 *ir.Program) { p1.Streams[ir.CommReduce][1].DType = ir.F32 }, []string{"1 KiB f32", "1 KiB bf16"}, 1},
+		{"missing on one rank", func(p0, p1 *ir.Program) { p1.Streams[ir.CommReduce] = p1.Streams[ir.CommReduce][:1] }, []string{
 			"group 2x1 (ranks 0,1): ranks 0, 1: rank 0 comm.reduce 1: collective 0 of this group on comm.reduce is reduce_scatter",
 			"but rank 1 issues only 0 there",
 		}, 0},
-		{"extra on one rank", func(p0, p1 *Program) {
-			p1.Streams[CommGather] = append(p1.Streams[CommGather], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
+		{"extra on one rank", func(p0, p1 *ir.Program) {
+			p1.Streams[ir.CommGather] = append(p1.Streams[ir.CommGather], coll(ir.AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
 		}, []string{"rank 1 comm.gather 2: collective 1 of this group on comm.gather is all_gather", "but rank 0 issues only 1 there"}, 1},
-		{"wrong order", func(p0, p1 *Program) {
-			for _, p := range []*Program{p0, p1} {
-				p.Streams[CommGather] = append(p.Streams[CommGather], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 4096))
+		{"wrong order", func(p0, p1 *ir.Program) {
+			for _, p := range []*ir.Program{p0, p1} {
+				p.Streams[ir.CommGather] = append(p.Streams[ir.CommGather], coll(ir.AllGather, 1, 0, grp(2, 1, 1, 1), 4096))
 			}
-			s := p1.Streams[CommGather]
+			s := p1.Streams[ir.CommGather]
 			s[0], s[2] = s[2], s[0]
 		}, []string{"rank 1 comm.gather 0: collective 0 of this group on comm.gather is all_gather b1 -> b0 group 2x1 (ranks 0,1) 4 KiB bf16, but on rank 0 it is comm.gather 0: all_gather b1 -> b0 group 2x1 (ranks 0,1) 2 KiB bf16"}, 1},
-		{"wrong stream", func(p0, p1 *Program) {
-			p1.Streams[CommGather] = p1.Streams[CommGather][1:]
-			p1.Streams[CommReduce] = append(p1.Streams[CommReduce], coll(AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
+		{"wrong stream", func(p0, p1 *ir.Program) {
+			p1.Streams[ir.CommGather] = p1.Streams[ir.CommGather][1:]
+			p1.Streams[ir.CommReduce] = append(p1.Streams[ir.CommReduce], coll(ir.AllGather, 1, 0, grp(2, 1, 1, 1), 2048))
 		}, []string{"rank 0 comm.gather 0: collective 0 of this group on comm.gather is all_gather", "but rank 1 issues only 0 there"}, 0},
-		{"wait without record", func(p0, p1 *Program) { p0.Streams[CommGather] = p0.Streams[CommGather][:1] }, []string{
+		{"wait without record", func(p0, p1 *ir.Program) { p0.Streams[ir.CommGather] = p0.Streams[ir.CommGather][:1] }, []string{
 			"rank 0 compute 0: wait e0: event e0 is never recorded on this rank",
 		}, 0},
-		{"double record", func(p0, p1 *Program) { p0.Streams[Compute] = append(p0.Streams[Compute], record(0)) }, []string{
+		{"double record", func(p0, p1 *ir.Program) { p0.Streams[ir.Compute] = append(p0.Streams[ir.Compute], record(0)) }, []string{
 			"rank 0 comm.gather 1: record e0: event e0 is recorded twice, first at compute 3",
 		}, 0},
-		{"deadlock", func(p0, p1 *Program) {
+		{"deadlock", func(p0, p1 *ir.Program) {
 			// The gather stream waits for compute, which waits for it.
-			p1.Streams[CommGather] = append([]Instr{wait(1)}, p1.Streams[CommGather]...)
+			p1.Streams[ir.CommGather] = append([]ir.Instr{wait(1)}, p1.Streams[ir.CommGather]...)
 		}, []string{
 			"rank 1 compute 0: wait e0: deadlock: compute 0 (wait e0) waits for comm.gather 2 (record e0), " +
 				"comm.gather 0 (wait e1) waits for compute 2 (record e1), comm.reduce 0 (wait e1) waits for compute 2 (record e1)",
 		}, 1},
-		{"wait before own record", func(p0, p1 *Program) {
-			p0.Streams[Compute] = []Instr{wait(0), wait(1), kern(ir.MatMul, 2, 0, 0), record(1)}
+		{"wait before own record", func(p0, p1 *ir.Program) {
+			p0.Streams[ir.Compute] = []ir.Instr{wait(0), wait(1), kern(ir.MatMul, 2, 0, 0), record(1)}
 		}, []string{"rank 0 compute 1: wait e1: deadlock: compute 1 (wait e1) waits for compute 3 (record e1)"}, 0},
 	} {
 		b := pairBundle()
@@ -669,7 +669,7 @@ func TestMatch(t *testing.T) {
 // TestValidate covers what Decode catches before Validate sees it.
 func TestValidate(t *testing.T) {
 	b := tinyBundle()
-	b.Templates[0].Streams[Compute][3].Kern = 200
+	b.Templates[0].Streams[ir.Compute][3].Kern = 200
 	if err := Validate(b); err == nil || err.Error() != "template 0: compute 3: unknown kernel 200" {
 		t.Errorf("kernel 200: %v", err)
 	}
@@ -677,7 +677,7 @@ func TestValidate(t *testing.T) {
 
 func TestMatchInvalid(t *testing.T) {
 	b := pairBundle()
-	b.Templates[1].Streams[Compute][0].Event = 5
+	b.Templates[1].Streams[ir.Compute][0].Event = 5
 	err := Match(b)
 	var me *MatchError
 	if err == nil || errors.As(err, &me) || !strings.Contains(err.Error(), "template 1: compute 0: wait: event e5 out of range") {
@@ -689,18 +689,18 @@ func TestMatchInvalid(t *testing.T) {
 // node, the templates' collectives may differ; on groups spanning nodes
 // they must not.
 func nodeBundle(cross0, cross1 int64) *Bundle {
-	tmpl := func(local, cross int64) Program {
-		return Program{
-			Buffers: []Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}},
-			Streams: [NumStreams][]Instr{CommReduce: {
-				coll(AllReduce, 0, 0, grp(4, 1, 1, 1), local),
-				coll(AllReduce, 0, 0, grp(4, 2, 4, 1), cross),
+	tmpl := func(local, cross int64) ir.Program {
+		return ir.Program{
+			Buffers: []ir.Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}},
+			Streams: [ir.NumStreams][]ir.Instr{ir.CommReduce: {
+				coll(ir.AllReduce, 0, 0, grp(4, 1, 1, 1), local),
+				coll(ir.AllReduce, 0, 0, grp(4, 2, 4, 1), cross),
 			}},
 		}
 	}
 	return &Bundle{
-		Model: "nodes", Topo: Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 1,
-		Templates:    []Program{tmpl(100, cross0), tmpl(200, cross1)},
+		Model: "nodes", Topo: ir.Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 1,
+		Templates:    []ir.Program{tmpl(100, cross0), tmpl(200, cross1)},
 		RankTemplate: []int32{0, 0, 0, 0, 1, 1, 1, 1},
 	}
 }
@@ -716,7 +716,7 @@ func TestMatchTemplates(t *testing.T) {
 	}
 	// A template no rank runs is not matched against anything.
 	b := nodeBundle(64, 64)
-	b.Templates = append(b.Templates, Program{Streams: [NumStreams][]Instr{Compute: {wait(0)}}, Events: 1})
+	b.Templates = append(b.Templates, ir.Program{Streams: [ir.NumStreams][]ir.Instr{ir.Compute: {wait(0)}}, Events: 1})
 	if err := Match(b); err != nil {
 		t.Errorf("unused template: %v", err)
 	}
@@ -765,21 +765,21 @@ func FuzzDecode(f *testing.F) {
 // BenchmarkMatch is 16384 ranks (2048 nodes x 8 GPUs) running two
 // templates, alternating by node, that agree on every group.
 func BenchmarkMatch(b *testing.B) {
-	topo := Topology{GPUsPerNode: 8, Nodes: 2048}
-	var streams [NumStreams][]Instr
+	topo := ir.Topology{GPUsPerNode: 8, Nodes: 2048}
+	var streams [ir.NumStreams][]ir.Instr
 	for i := range 200 {
-		streams[CommGather] = append(streams[CommGather], coll(AllGather, 0, 0, grp(8, 1, 1, 1), int64(i)))
-		streams[CommReduce] = append(streams[CommReduce], coll(ReduceScatter, 0, 0, grp(8, 2048, 1, 1), int64(i)))
+		streams[ir.CommGather] = append(streams[ir.CommGather], coll(ir.AllGather, 0, 0, grp(8, 1, 1, 1), int64(i)))
+		streams[ir.CommReduce] = append(streams[ir.CommReduce], coll(ir.ReduceScatter, 0, 0, grp(8, 2048, 1, 1), int64(i)))
 	}
-	p0 := Program{Buffers: []Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}}, Streams: streams}
+	p0 := ir.Program{Buffers: []ir.Buffer{{Name: "a", DType: ir.BF16, Elems: 1 << 20, Parent: -1}}, Streams: streams}
 	// p1 differs on the node-local groups, which makes Match visit
 	// every rank.
 	p1 := p0
-	p1.Streams[CommGather] = slices.Clone(p1.Streams[CommGather])
-	for i := range p1.Streams[CommGather] {
-		p1.Streams[CommGather][i].Bytes++
+	p1.Streams[ir.CommGather] = slices.Clone(p1.Streams[ir.CommGather])
+	for i := range p1.Streams[ir.CommGather] {
+		p1.Streams[ir.CommGather][i].Bytes++
 	}
-	bundle := &Bundle{Topo: topo, Templates: []Program{p0, p1}, RankTemplate: make([]int32, topo.Ranks())}
+	bundle := &Bundle{Topo: topo, Templates: []ir.Program{p0, p1}, RankTemplate: make([]int32, topo.Ranks())}
 	for r := range bundle.RankTemplate {
 		bundle.RankTemplate[r] = int32(r / 8 % 2)
 	}
@@ -794,9 +794,9 @@ func BenchmarkMatch(b *testing.B) {
 // program still in sequence form is a compiler bug, refused before
 // encoding.
 func TestValidateRefusesSequence(t *testing.T) {
-	b := &Bundle{Model: "m", Topo: Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1,
-		Templates: []Program{{Buffers: []Buffer{{Name: "x", DType: ir.F32, Elems: 1, Parent: -1}},
-			Seq: []ir.SeqOp{{Instr: Instr{Op: Alloc, Buf: 0}}}}}}
+	b := &Bundle{Model: "m", Topo: ir.Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1,
+		Templates: []ir.Program{{Buffers: []ir.Buffer{{Name: "x", DType: ir.F32, Elems: 1, Parent: -1}},
+			Seq: []ir.SeqOp{{Instr: ir.Instr{Op: ir.Alloc, Buf: 0}}}}}}
 	if err := Validate(b); err == nil || !strings.Contains(err.Error(), "not scheduled") {
 		t.Errorf("Validate = %v, want a refusal of the unscheduled sequence", err)
 	}

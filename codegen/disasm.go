@@ -102,9 +102,9 @@ func disasm(w *bytes.Buffer, b *Bundle, rank int) {
 		fmt.Fprintf(w, "layout    %s, %d elements padded, %s", quoteName(l.Stage), l.Padded, plural(len(l.Params), "param"))
 		for _, sh := range [...]struct {
 			name string
-			g    Group
+			g    ir.Group
 		}{{"P", l.PShard}, {"OS", l.OSShard}} {
-			if sh.g != (Group{}) {
+			if sh.g != (ir.Group{}) {
 				fmt.Fprintf(w, ", %s shard %v -> index %d", sh.name, sh.g, sh.g.Index(t, rank))
 			}
 		}
@@ -129,9 +129,9 @@ func disasm(w *bytes.Buffer, b *Bundle, rank int) {
 
 	pr := printer{t: t, rank: rank}
 	for s := range p.Streams {
-		fmt.Fprintf(w, "stream    %s, %d instructions\n", StreamName(s), len(p.Streams[s]))
+		fmt.Fprintf(w, "stream    %s, %d instructions\n", ir.StreamName(s), len(p.Streams[s]))
 		for i := range p.Streams[s] {
-			fmt.Fprintf(w, "%-11s %4d  %s\n", StreamName(s), i, pr.instr(&p.Streams[s][i]))
+			fmt.Fprintf(w, "%-11s %4d  %s\n", ir.StreamName(s), i, pr.instr(&p.Streams[s][i]))
 		}
 	}
 }
@@ -147,29 +147,29 @@ func templateIndex(b *Bundle, rank int) int {
 // group's member list: a program names few groups many times, and a group
 // can hold thousands of ranks.
 type printer struct {
-	t      Topology
+	t      ir.Topology
 	rank   int
-	groups map[Group]string
+	groups map[ir.Group]string
 }
 
 // instrText is one instruction as rank sees it, for Match's errors.
-func instrText(t Topology, rank int, in *Instr) string {
+func instrText(t ir.Topology, rank int, in *ir.Instr) string {
 	pr := printer{t: t, rank: rank}
 	return pr.instr(in)
 }
 
-func (pr *printer) instr(in *Instr) string {
+func (pr *printer) instr(in *ir.Instr) string {
 	return ir.FormatInstr(in, pr.group)
 }
 
 // group is a group's shape and, for the rank, its members.
-func (pr *printer) group(g Group) string {
+func (pr *printer) group(g ir.Group) string {
 	if s, ok := pr.groups[g]; ok {
 		return s
 	}
 	s := fmt.Sprintf("%v (ranks %s)", g, formatRanks(g.Ranks(pr.t, pr.rank)))
 	if pr.groups == nil {
-		pr.groups = map[Group]string{}
+		pr.groups = map[ir.Group]string{}
 	}
 	pr.groups[g] = s
 	return s

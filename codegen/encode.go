@@ -155,7 +155,7 @@ func (e *encoder) bool(v bool) {
 	}
 }
 
-func (e *encoder) group(g Group) {
+func (e *encoder) group(g ir.Group) {
 	e.i(int64(g.Outer.S0))
 	e.i(int64(g.Outer.S1))
 	e.i(int64(g.Inner.S0))
@@ -188,7 +188,7 @@ func (e *encoder) bundle(b *Bundle) {
 	}
 }
 
-func (e *encoder) program(p *Program) {
+func (e *encoder) program(p *ir.Program) {
 	e.u(uint64(len(p.Buffers)))
 	for _, buf := range p.Buffers {
 		e.str(buf.Name)
@@ -236,7 +236,7 @@ func (e *encoder) program(p *Program) {
 	}
 }
 
-func (e *encoder) instr(in *Instr) {
+func (e *encoder) instr(in *ir.Instr) {
 	e.byte(uint8(in.Op))
 	e.i(int64(in.Buf))
 	// A kernel is stored by name: ir numbers its ops in table order,
@@ -409,8 +409,8 @@ func (d *decoder) count(what string, minSize int) int {
 	return int(n)
 }
 
-func (d *decoder) group() Group {
-	var g Group
+func (d *decoder) group() ir.Group {
+	var g ir.Group
 	g.Outer.S0 = d.int("group factor")
 	g.Outer.S1 = d.int("group factor")
 	g.Inner.S0 = d.int("group factor")
@@ -421,7 +421,7 @@ func (d *decoder) group() Group {
 // Minimum encoded sizes, for count.
 const (
 	minBuffer  = 1 + 1 + 1 + 1 + 1 + 4 + 1
-	minProgram = 1 + NumStreams + 1 + 1 + 1
+	minProgram = 1 + ir.NumStreams + 1 + 1 + 1
 	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 3 + 1
 	minAttr    = 1 + 1 + 1 + 8 + 1
 	minLayout  = 1 + 1 + 1 + 4 + 4 + 4
@@ -447,7 +447,7 @@ func (d *decoder) bundle() *Bundle {
 		*v = d.i()
 	}
 	if n := d.count("template", minProgram); n > 0 {
-		b.Templates = make([]Program, n)
+		b.Templates = make([]ir.Program, n)
 		for i := range b.Templates {
 			d.program(&b.Templates[i])
 		}
@@ -461,9 +461,9 @@ func (d *decoder) bundle() *Bundle {
 	return b
 }
 
-func (d *decoder) program(p *Program) {
+func (d *decoder) program(p *ir.Program) {
 	if n := d.count("buffer", minBuffer); n > 0 {
-		p.Buffers = make([]Buffer, n)
+		p.Buffers = make([]ir.Buffer, n)
 		for i := range p.Buffers {
 			buf := &p.Buffers[i]
 			buf.Name = d.str()
@@ -482,7 +482,7 @@ func (d *decoder) program(p *Program) {
 	}
 	for s := range p.Streams {
 		if n := d.count("instruction", minInstr); n > 0 {
-			p.Streams[s] = make([]Instr, n)
+			p.Streams[s] = make([]ir.Instr, n)
 			for i := range p.Streams[s] {
 				d.instr(&p.Streams[s][i])
 			}
@@ -490,13 +490,13 @@ func (d *decoder) program(p *Program) {
 	}
 	p.Events = d.int("event count")
 	if n := d.count("layout", minLayout); n > 0 {
-		p.Layouts = make([]Layout, n)
+		p.Layouts = make([]ir.Layout, n)
 		for i := range p.Layouts {
 			l := &p.Layouts[i]
 			l.Stage = d.str()
 			l.Padded = d.i()
 			if n := d.count("slot", minSlot); n > 0 {
-				l.Params = make([]Slot, n)
+				l.Params = make([]ir.Slot, n)
 				for j := range l.Params {
 					sl := &l.Params[j]
 					sl.Name = d.str()
@@ -516,7 +516,7 @@ func (d *decoder) program(p *Program) {
 		}
 	}
 	if n := d.count("input", minInput); n > 0 {
-		p.Inputs = make([]Input, n)
+		p.Inputs = make([]ir.DataInput, n)
 		for i := range p.Inputs {
 			p.Inputs[i].Buf = d.i32("buffer")
 			p.Inputs[i].Shift = d.i32("shift")
@@ -524,8 +524,8 @@ func (d *decoder) program(p *Program) {
 	}
 }
 
-func (d *decoder) instr(in *Instr) {
-	in.Op = OpCode(d.byte())
+func (d *decoder) instr(in *ir.Instr) {
+	in.Op = ir.OpCode(d.byte())
 	in.Buf = d.i32("buffer")
 	if name := d.str(); name != "" {
 		k, ok := ir.LookupOp(name)
@@ -553,7 +553,7 @@ func (d *decoder) instr(in *Instr) {
 			a.Val.Bool = d.bool()
 		}
 	}
-	in.Coll = Coll(d.byte())
+	in.Coll = ir.Coll(d.byte())
 	in.Group = d.group()
 	in.Bytes = d.i()
 	in.DType = ir.DType(d.byte())

@@ -120,15 +120,15 @@ func Match(b *Bundle) error {
 // pc is an instruction's place in its template.
 type pc struct{ s, i int }
 
-func (p pc) String() string { return fmt.Sprintf("%s %d", StreamName(p.s), p.i) }
+func (p pc) String() string { return fmt.Sprintf("%s %d", ir.StreamName(p.s), p.i) }
 
 // matchEvents checks one template, run as rank: every waited event is
 // recorded once, and the streams, each in order and a wait blocking until
 // its record has run, all finish.
-func matchEvents(t Topology, p *Program, rank int) error {
+func matchEvents(t ir.Topology, p *ir.Program, rank int) error {
 	fail := func(at pc, format string, args ...any) error {
 		in := &p.Streams[at.s][at.i]
-		return &MatchError{Ranks: []int{rank}, Rank: rank, Stream: StreamName(at.s), Index: at.i,
+		return &MatchError{Ranks: []int{rank}, Rank: rank, Stream: ir.StreamName(at.s), Index: at.i,
 			Msg: instrText(t, rank, in) + ": " + fmt.Sprintf(format, args...)}
 	}
 	recordAt := make([]pc, p.Events)
@@ -137,7 +137,7 @@ func matchEvents(t Topology, p *Program, rank int) error {
 	}
 	for s := range p.Streams {
 		for i, in := range p.Streams[s] {
-			if in.Op != Record {
+			if in.Op != ir.Record {
 				continue
 			}
 			if prev := recordAt[in.Event]; prev.s >= 0 {
@@ -148,7 +148,7 @@ func matchEvents(t Topology, p *Program, rank int) error {
 	}
 	for s := range p.Streams {
 		for i, in := range p.Streams[s] {
-			if in.Op == Wait && recordAt[in.Event].s < 0 {
+			if in.Op == ir.Wait && recordAt[in.Event].s < 0 {
 				return fail(pc{s, i}, "event e%d is never recorded on this rank", in.Event)
 			}
 		}
@@ -157,17 +157,17 @@ func matchEvents(t Topology, p *Program, rank int) error {
 	// Run the streams: each pass advances every stream as far as it can,
 	// so a pass that moves nothing means the rest is blocked. Every pass
 	// but the last moves an instruction: O(instructions) in all.
-	var at [NumStreams]int
+	var at [ir.NumStreams]int
 	done := make([]bool, p.Events)
 	for moved := true; moved; {
 		moved = false
 		for s := range p.Streams {
 			for ; at[s] < len(p.Streams[s]); at[s]++ {
 				in := &p.Streams[s][at[s]]
-				if in.Op == Wait && !done[in.Event] {
+				if in.Op == ir.Wait && !done[in.Event] {
 					break
 				}
-				if in.Op == Record {
+				if in.Op == ir.Record {
 					done[in.Event] = true
 				}
 				moved = true
@@ -184,7 +184,7 @@ func matchEvents(t Topology, p *Program, rank int) error {
 			first = pc{s, at[s]}
 		}
 		e := p.Streams[s][at[s]].Event
-		blocked = append(blocked, fmt.Sprintf("%s %d (wait e%d) waits for %v (record e%d)", StreamName(s), at[s], e, recordAt[e], e))
+		blocked = append(blocked, fmt.Sprintf("%s %d (wait e%d) waits for %v (record e%d)", ir.StreamName(s), at[s], e, recordAt[e], e))
 	}
 	if first.s >= 0 {
 		return fail(first, "deadlock: %s", strings.Join(blocked, ", "))
@@ -194,13 +194,13 @@ func matchEvents(t Topology, p *Program, rank int) error {
 
 // collSig is what members of a group must agree on for each collective.
 type collSig struct {
-	coll   Coll
+	coll   ir.Coll
 	dtype  uint8
 	stream int
 	bytes  int64
 }
 
-func sigOf(s int, in *Instr) collSig {
+func sigOf(s int, in *ir.Instr) collSig {
 	return collSig{in.Coll, uint8(in.DType), s, in.Bytes}
 }
 
@@ -210,7 +210,7 @@ func sigOf(s int, in *Instr) collSig {
 // holds in both dimensions; in one, a set of more than one element lies
 // inside the other shape's set for every rank exactly when its block
 // divides the other's block and the other's stride divides its stride.
-func nested(g, h Group) bool {
+func nested(g, h ir.Group) bool {
 	in := func(o, i, ho, hi int) bool { return o == i || (ho%o == 0 && i%hi == 0) }
 	return in(g.Outer.S0, g.Inner.S0, h.Outer.S0, h.Inner.S0) &&
 		in(g.Outer.S1, g.Inner.S1, h.Outer.S1, h.Inner.S1)
@@ -222,12 +222,12 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 	}
 	// Shapes in order of first appearance, so the error reported for a
 	// bundle with several mismatches is always the same one.
-	var shapes []Group
-	shapeIdx := map[Group]int{}
+	var shapes []ir.Group
+	shapeIdx := map[ir.Group]int{}
 	for t := range b.Templates {
 		for s := range b.Templates[t].Streams {
 			for _, in := range b.Templates[t].Streams[s] {
-				if in.Op != Collective {
+				if in.Op != ir.Collective {
 					continue
 				}
 				if _, ok := shapeIdx[in.Group]; !ok {
@@ -259,7 +259,7 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 		seqs[t] = make([][]pc, len(shapes))
 		for s := range b.Templates[t].Streams {
 			for i, in := range b.Templates[t].Streams[s] {
-				if in.Op == Collective {
+				if in.Op == ir.Collective {
 					for _, k := range inside[shapeIdx[in.Group]] {
 						seqs[t][k] = append(seqs[t][k], pc{s, i})
 					}
@@ -343,13 +343,13 @@ func matchCollectives(b *Bundle, firstRank []int) error {
 // include every collective their signatures compare, so it finds the
 // first difference; the error names that collective's group and numbers
 // the collective within its group and stream.
-func collMismatch(b *Bundle, shapeIdx map[Group]int, a, c int) error {
+func collMismatch(b *Bundle, shapeIdx map[ir.Group]int, a, c int) error {
 	pa, pb := b.Template(a), b.Template(c)
 	e := &MatchError{Ranks: []int{min(a, c), max(a, c)}}
 	// both[k] says whether a and c share a group of shape k: 0 not known
 	// yet, 1 yes, -1 no.
 	both := make([]int8, len(shapeIdx))
-	shared := func(in *Instr) bool {
+	shared := func(in *ir.Instr) bool {
 		k := shapeIdx[in.Group]
 		if both[k] == 0 {
 			both[k] = -1
@@ -361,23 +361,23 @@ func collMismatch(b *Bundle, shapeIdx map[Group]int, a, c int) error {
 	}
 	// next is the index of the first collective at or after i on a
 	// shared group, len(stream) if none.
-	next := func(stream []Instr, i int) int {
+	next := func(stream []ir.Instr, i int) int {
 		for ; i < len(stream); i++ {
-			if stream[i].Op == Collective && shared(&stream[i]) {
+			if stream[i].Op == ir.Collective && shared(&stream[i]) {
 				break
 			}
 		}
 		return i
 	}
-	show := func(r int, in *Instr, s, i int) {
+	show := func(r int, in *ir.Instr, s, i int) {
 		g := in.Group
 		e.Group = fmt.Sprintf("%v (ranks %s)", g, formatRanks(g.Ranks(b.Topo, r)))
-		e.Rank, e.Stream, e.Index = r, StreamName(s), i
+		e.Rank, e.Stream, e.Index = r, ir.StreamName(s), i
 	}
 	// issued[k] counts the collectives on shape k that both ranks have
 	// issued alike on the current stream.
 	issued := make([]int, len(shapeIdx))
-	for s := range NumStreams {
+	for s := range ir.NumStreams {
 		clear(issued)
 		sa, sc := pa.Streams[s], pb.Streams[s]
 		ia, ic := next(sa, 0), next(sc, 0)
@@ -390,7 +390,7 @@ func collMismatch(b *Bundle, shapeIdx map[Group]int, a, c int) error {
 			in := &sc[ic]
 			show(c, in, s, ic)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but on rank %d it is %v: %s",
-				issued[shapeIdx[in.Group]], StreamName(s), instrText(b.Topo, c, in), a, pc{s, ia}, instrText(b.Topo, a, &sa[ia]))
+				issued[shapeIdx[in.Group]], ir.StreamName(s), instrText(b.Topo, c, in), a, pc{s, ia}, instrText(b.Topo, a, &sa[ia]))
 			// Sizes print rounded; say what the rounding hides.
 			if x, y := in.Bytes, sa[ia].Bytes; x != y && formatBytes(x) == formatBytes(y) {
 				e.Msg += fmt.Sprintf(" (%d bytes against %d)", x, y)
@@ -400,13 +400,13 @@ func collMismatch(b *Bundle, shapeIdx map[Group]int, a, c int) error {
 			n := issued[shapeIdx[in.Group]]
 			show(a, in, s, ia)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but rank %d issues only %d there",
-				n, StreamName(s), instrText(b.Topo, a, in), c, n)
+				n, ir.StreamName(s), instrText(b.Topo, a, in), c, n)
 		case ic < len(sc):
 			in := &sc[ic]
 			n := issued[shapeIdx[in.Group]]
 			show(c, in, s, ic)
 			e.Msg = fmt.Sprintf("collective %d of this group on %s is %s, but rank %d issues only %d there",
-				n, StreamName(s), instrText(b.Topo, c, in), a, n)
+				n, ir.StreamName(s), instrText(b.Topo, c, in), a, n)
 		default:
 			continue
 		}
@@ -449,7 +449,7 @@ func Validate(b *Bundle) error {
 	return nil
 }
 
-func validateProgram(t Topology, p *Program) error {
+func validateProgram(t ir.Topology, p *ir.Program) error {
 	if len(p.Seq) > 0 {
 		return fmt.Errorf("program not scheduled: %d instructions still in sequence form", len(p.Seq))
 	}
@@ -499,8 +499,8 @@ func validateProgram(t Topology, p *Program) error {
 			}
 		}
 		// A zero group means no shard.
-		for _, g := range [...]Group{l.PShard, l.OSShard} {
-			if g != (Group{}) {
+		for _, g := range [...]ir.Group{l.PShard, l.OSShard} {
+			if g != (ir.Group{}) {
 				if err := validateGroup(t, g); err != nil {
 					return fmt.Errorf("layout %q: shard %v", l.Stage, err)
 				}
@@ -538,22 +538,22 @@ func validateProgram(t Topology, p *Program) error {
 		for i := range p.Streams[s] {
 			in := &p.Streams[s][i]
 			if err := validateInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
-				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
+				return fmt.Errorf("%s %d: %v", ir.StreamName(s), i, err)
 			}
 		}
 	}
 	return nil
 }
 
-func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool, events, layouts int) error {
+func validateInstr(t ir.Topology, in *ir.Instr, bufOK func(int32) bool, isInput []bool, events, layouts int) error {
 	// Fields an opcode does not use must still hold known values, so that
 	// printing them can never surprise.
 	switch {
-	case in.Op >= numOpCodes:
+	case in.Op >= ir.NumOpCodes:
 		return fmt.Errorf("unknown opcode %d", in.Op)
 	case in.Kern != ir.InvalidOp && !knownOp[in.Kern]:
 		return fmt.Errorf("unknown kernel %d", in.Kern)
-	case in.Coll >= numColls:
+	case in.Coll >= ir.NumColls:
 		return fmt.Errorf("unknown collective %d", in.Coll)
 	case in.DType != ir.InvalidDType && in.DType.Size() == 0:
 		return fmt.Errorf("unknown dtype %d", in.DType)
@@ -564,15 +564,15 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 		}
 	}
 	switch in.Op {
-	case Alloc, Free:
+	case ir.Alloc, ir.Free:
 		if !bufOK(in.Buf) {
 			return fmt.Errorf("%v: buffer b%d out of range", in.Op, in.Buf)
 		}
-	case Load:
+	case ir.Load:
 		if !bufOK(in.Buf) || !isInput[in.Buf] {
 			return fmt.Errorf("load: b%d is not an input", in.Buf)
 		}
-	case Kernel:
+	case ir.Kernel:
 		if !knownOp[in.Kern] {
 			return fmt.Errorf("kernel without an op")
 		}
@@ -600,7 +600,7 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 		if in.Kern == ir.AdamWStep && (in.Stage < 0 || int(in.Stage) >= layouts) {
 			return fmt.Errorf("kernel %v: stage %d has no layout (%d layouts)", in.Kern, in.Stage, layouts)
 		}
-	case Collective:
+	case ir.Collective:
 		switch {
 		case !bufOK(in.In) || !bufOK(in.Out):
 			return fmt.Errorf("%v: buffer b%d -> b%d out of range", in.Coll, in.In, in.Out)
@@ -612,7 +612,7 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 		if err := validateGroup(t, in.Group); err != nil {
 			return fmt.Errorf("%v: %v", in.Coll, err)
 		}
-	case Record, Wait:
+	case ir.Record, ir.Wait:
 		if in.Event < 0 || int(in.Event) >= events {
 			return fmt.Errorf("%v: event e%d out of range (%d events)", in.Op, in.Event, events)
 		}
@@ -623,7 +623,7 @@ func validateInstr(t Topology, in *Instr, bufOK func(int32) bool, isInput []bool
 // validateGroup checks that g's blocks tile the topology and its Inner
 // blocks tile Outer, the conditions under which Group.Ranks and
 // Group.Index agree and every rank is in exactly one group.
-func validateGroup(t Topology, g Group) error {
+func validateGroup(t ir.Topology, g ir.Group) error {
 	o, in := g.Outer, g.Inner
 	switch {
 	case o.S0 < 1 || o.S1 < 1 || in.S0 < 1 || in.S1 < 1:

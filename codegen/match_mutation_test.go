@@ -22,7 +22,7 @@ import (
 	"amspc/planner"
 )
 
-var tinyTopo = codegen.Topology{GPUsPerNode: 4, Nodes: 2}
+var tinyTopo = ir.Topology{GPUsPerNode: 4, Nodes: 2}
 
 // tinyPlans are the plans compiled: the baselines that shard differently
 // on 2x4, and tiny.amsp's own shard section (P 2, G 2, OS 8).
@@ -30,12 +30,12 @@ var tinyPlans = []string{"DDP", "ZeRO-3/FSDP", "MiCS(4)", "2/2/8", "ZeRO++ hpZ(4
 
 var (
 	tinyMu    sync.Mutex
-	tinyProgs = map[string]*codegen.Program{}
+	tinyProgs = map[string]*ir.Program{}
 )
 
 // tinyProgram is the template of tiny under plan, compiled once per test
 // binary; callers copy it before changing it.
-func tinyProgram(t *testing.T, plan string) *codegen.Program {
+func tinyProgram(t *testing.T, plan string) *ir.Program {
 	t.Helper()
 	tinyMu.Lock()
 	defer tinyMu.Unlock()
@@ -72,7 +72,7 @@ func tinyProgram(t *testing.T, plan string) *codegen.Program {
 }
 
 // clone copies p deeply enough to change its streams.
-func clone(p *codegen.Program) codegen.Program {
+func clone(p *ir.Program) ir.Program {
 	q := *p
 	for s := range q.Streams {
 		q.Streams[s] = slices.Clone(q.Streams[s])
@@ -109,8 +109,8 @@ func expand(t *testing.T, plan string, by int) *codegen.Bundle {
 	return b
 }
 
-func grp(o0, o1, i0, i1 int) codegen.Group {
-	return codegen.Group{Outer: ir.Factor{S0: o0, S1: o1}, Inner: ir.Factor{S0: i0, S1: i1}}
+func grp(o0, o1, i0, i1 int) ir.Group {
+	return ir.Group{Outer: ir.Factor{S0: o0, S1: o1}, Inner: ir.Factor{S0: i0, S1: i1}}
 }
 
 var (
@@ -123,11 +123,11 @@ var (
 
 // nth is the index of the n-th collective on group g on stream s of p
 // (n -1: the last); the test fails if there is none.
-func nth(t *testing.T, p *codegen.Program, s int, g codegen.Group, n int) int {
+func nth(t *testing.T, p *ir.Program, s int, g ir.Group, n int) int {
 	t.Helper()
 	var at []int
 	for i, in := range p.Streams[s] {
-		if in.Op == codegen.Collective && in.Group == g {
+		if in.Op == ir.Collective && in.Group == g {
 			at = append(at, i)
 		}
 	}
@@ -135,7 +135,7 @@ func nth(t *testing.T, p *codegen.Program, s int, g codegen.Group, n int) int {
 		n += len(at)
 	}
 	if n < 0 || n >= len(at) {
-		t.Fatalf("%s has %d collectives on %v, not a %d-th", codegen.StreamName(s), len(at), g, n)
+		t.Fatalf("%s has %d collectives on %v, not a %d-th", ir.StreamName(s), len(at), g, n)
 	}
 	return at[n]
 }
@@ -146,12 +146,12 @@ type place struct{ stream, index int }
 // A mutation breaks one template and says where Match's error should
 // point, in that template or (where the broken rank lacks what its group
 // has) in its unbroken peer's, which has the same indices.
-type mutation func(t *testing.T, p *codegen.Program) place
+type mutation func(t *testing.T, p *ir.Program) place
 
 // swap exchanges the n1-th collective on g1 and the n2-th on g2 of stream
 // s; the first difference is the earlier of the two.
-func swap(s int, g1 codegen.Group, n1 int, g2 codegen.Group, n2 int) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func swap(s int, g1 ir.Group, n1 int, g2 ir.Group, n2 int) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		i, j := nth(t, p, s, g1, n1), nth(t, p, s, g2, n2)
 		p.Streams[s][i], p.Streams[s][j] = p.Streams[s][j], p.Streams[s][i]
 		return place{s, min(i, j)}
@@ -160,17 +160,17 @@ func swap(s int, g1 codegen.Group, n1 int, g2 codegen.Group, n2 int) mutation {
 
 // swapNested exchanges the first collective on inner with the last one on
 // outer before it, on stream s.
-func swapNested(s int, outer, inner codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func swapNested(s int, outer, inner ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		j := nth(t, p, s, inner, 0)
 		i := -1
 		for k, in := range p.Streams[s][:j] {
-			if in.Op == codegen.Collective && in.Group == outer {
+			if in.Op == ir.Collective && in.Group == outer {
 				i = k
 			}
 		}
 		if i < 0 {
-			t.Fatalf("no collective on %v before %s %d", outer, codegen.StreamName(s), j)
+			t.Fatalf("no collective on %v before %s %d", outer, ir.StreamName(s), j)
 		}
 		p.Streams[s][i], p.Streams[s][j] = p.Streams[s][j], p.Streams[s][i]
 		return place{s, i}
@@ -179,25 +179,25 @@ func swapNested(s int, outer, inner codegen.Group) mutation {
 
 // edit changes the n-th collective on g of stream s, where the error
 // points.
-func edit(s int, g codegen.Group, n int, change func(in *codegen.Instr)) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func edit(s int, g ir.Group, n int, change func(in *ir.Instr)) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		i := nth(t, p, s, g, n)
 		change(&p.Streams[s][i])
 		return place{s, i}
 	}
 }
 
-func addBytes(n int64) func(*codegen.Instr)          { return func(in *codegen.Instr) { in.Bytes += n } }
-func setDType(d ir.DType) func(*codegen.Instr)       { return func(in *codegen.Instr) { in.DType = d } }
-func setGroup(g codegen.Group) func(*codegen.Instr)  { return func(in *codegen.Instr) { in.Group = g } }
-func setComment(c string) func(in *codegen.Instr)    { return func(in *codegen.Instr) { in.Comment = c } }
-func nothing(t *testing.T, p *codegen.Program) place { return place{} }
+func addBytes(n int64) func(*ir.Instr)          { return func(in *ir.Instr) { in.Bytes += n } }
+func setDType(d ir.DType) func(*ir.Instr)       { return func(in *ir.Instr) { in.DType = d } }
+func setGroup(g ir.Group) func(*ir.Instr)       { return func(in *ir.Instr) { in.Group = g } }
+func setComment(c string) func(in *ir.Instr)    { return func(in *ir.Instr) { in.Comment = c } }
+func nothing(t *testing.T, p *ir.Program) place { return place{} }
 
 // regroupFirst moves the first collective on from, of stream s, to group
 // to, which does not hold the reference rank: what that rank sees first
 // is the broken rank's next collective on from.
-func regroupFirst(s int, from, to codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func regroupFirst(s int, from, to ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		p.Streams[s][nth(t, p, s, from, 0)].Group = to
 		return place{s, nth(t, p, s, from, 0)}
 	}
@@ -205,8 +205,8 @@ func regroupFirst(s int, from, to codegen.Group) mutation {
 
 // deleteLast drops the last collective on g of stream s; the error shows
 // it on the unbroken peer, at the same index.
-func deleteLast(s int, g codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func deleteLast(s int, g ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		i := nth(t, p, s, g, -1)
 		p.Streams[s] = slices.Delete(p.Streams[s], i, i+1)
 		return place{s, i}
@@ -216,22 +216,22 @@ func deleteLast(s int, g codegen.Group) mutation {
 // deleteWithRecord drops the first collective on g of stream s and the
 // record that follows it: the first wait for that record's event is left
 // without one, a problem of the broken rank alone.
-func deleteWithRecord(s int, g codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func deleteWithRecord(s int, g ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		i := nth(t, p, s, g, 0)
 		j := i + 1
-		for j < len(p.Streams[s]) && p.Streams[s][j].Op != codegen.Record {
+		for j < len(p.Streams[s]) && p.Streams[s][j].Op != ir.Record {
 			j++
 		}
 		if j == len(p.Streams[s]) {
-			t.Fatalf("no record after %s %d", codegen.StreamName(s), i)
+			t.Fatalf("no record after %s %d", ir.StreamName(s), i)
 		}
 		e := p.Streams[s][j].Event
 		p.Streams[s] = slices.Delete(p.Streams[s], j, j+1)
 		p.Streams[s] = slices.Delete(p.Streams[s], i, i+1)
 		for ws := range p.Streams {
 			for k, in := range p.Streams[ws] {
-				if in.Op == codegen.Wait && in.Event == e {
+				if in.Op == ir.Wait && in.Event == e {
 					return place{ws, k}
 				}
 			}
@@ -243,8 +243,8 @@ func deleteWithRecord(s int, g codegen.Group) mutation {
 
 // appendCopy issues the last collective on g of stream s once more, at
 // the end of the stream, where the error points.
-func appendCopy(s int, g codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func appendCopy(s int, g ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		in := p.Streams[s][nth(t, p, s, g, -1)]
 		p.Streams[s] = append(p.Streams[s], in)
 		return place{s, len(p.Streams[s]) - 1}
@@ -253,8 +253,8 @@ func appendCopy(s int, g codegen.Group) mutation {
 
 // insertOn issues a copy of the n-th collective on g of stream s, on
 // group to instead, just before it, where the error points.
-func insertOn(s int, g codegen.Group, n int, to codegen.Group) mutation {
-	return func(t *testing.T, p *codegen.Program) place {
+func insertOn(s int, g ir.Group, n int, to ir.Group) mutation {
+	return func(t *testing.T, p *ir.Program) place {
 		i := nth(t, p, s, g, n)
 		in := p.Streams[s][i]
 		in.Group = to
@@ -283,67 +283,67 @@ const everyone = "4x2 (ranks 0,4,1,5,2,6,3,7)"
 
 var mismatches = []mismatch{
 	// (a) Swapped collectives.
-	{"swapped all-reduces", "DDP", perRank, 5, swap(codegen.CommReduce, all8, 0, all8, 1),
+	{"swapped all-reduces", "DDP", perRank, 5, swap(ir.CommReduce, all8, 0, all8, 1),
 		everyone, []int{0, 5}, 5, ""},
-	{"swapped node all-gathers", "2/2/8", perRank, 5, swap(codegen.CommGather, pair, 0, pair, 1),
+	{"swapped node all-gathers", "2/2/8", perRank, 5, swap(ir.CommGather, pair, 0, pair, 1),
 		"2x1 (ranks 4,5)", []int{4, 5}, 5, ""},
 	// A rank that all-gathers for its node before the job-wide
 	// all-gather its node issues first waits for its node while the
 	// node waits for it: the groups nest, so their order is compared.
-	{"swapped nested all-gathers", "ZeRO++ hpZ(4)", perRank, 5, swapNested(codegen.CommGather, all8, node4),
+	{"swapped nested all-gathers", "ZeRO++ hpZ(4)", perRank, 5, swapNested(ir.CommGather, all8, node4),
 		"4x1 (ranks 4,5,6,7)", []int{4, 5}, 5, "but on rank 4 it is comm.gather"},
 
 	// (b) A changed byte count.
-	{"bytes of a job-wide all-gather", "ZeRO-3/FSDP", perRank, 5, edit(codegen.CommGather, all8, 3, addBytes(4)),
+	{"bytes of a job-wide all-gather", "ZeRO-3/FSDP", perRank, 5, edit(ir.CommGather, all8, 3, addBytes(4)),
 		everyone, []int{0, 5}, 5, "bytes against"},
 	// Rank 0 is the first member, but the seven others agree: the
 	// error shows rank 0's collective against rank 1's.
-	{"bytes on the first rank", "ZeRO-3/FSDP", perRank, 0, edit(codegen.CommReduce, all8, 2, addBytes(4)),
+	{"bytes on the first rank", "ZeRO-3/FSDP", perRank, 0, edit(ir.CommReduce, all8, 2, addBytes(4)),
 		everyone, []int{0, 4}, 0, ""},
-	{"bytes of a node all-gather", "MiCS(4)", perRank, 5, edit(codegen.CommGather, node4, 2, addBytes(-4)),
+	{"bytes of a node all-gather", "MiCS(4)", perRank, 5, edit(ir.CommGather, node4, 2, addBytes(-4)),
 		"4x1 (ranks 4,5,6,7)", []int{4, 5}, 5, ""},
-	{"bytes of a nested all-gather", "ZeRO++ hpZ(4)", perRank, 6, edit(codegen.CommGather, node4, 1, addBytes(4)),
+	{"bytes of a nested all-gather", "ZeRO++ hpZ(4)", perRank, 6, edit(ir.CommGather, node4, 1, addBytes(4)),
 		"4x1 (ranks 4,5,6,7)", []int{4, 6}, 6, ""},
 	// Node 1 all-reduces a different size from node 0 across nodes.
-	{"bytes per node", "2/2/8", perNode, 1, edit(codegen.CommReduce, cross4, 0, addBytes(4)),
+	{"bytes per node", "2/2/8", perNode, 1, edit(ir.CommReduce, cross4, 0, addBytes(4)),
 		"4x2/2x1 (ranks 0,4,2,6)", []int{0, 4}, 4, ""},
 
 	// (c) A missing collective: the error shows the peer's.
-	{"missing reduce-scatter", "ZeRO-3/FSDP", perRank, 5, deleteLast(codegen.CommReduce, all8),
+	{"missing reduce-scatter", "ZeRO-3/FSDP", perRank, 5, deleteLast(ir.CommReduce, all8),
 		everyone, []int{0, 5}, 0, "but rank 5 issues only"},
-	{"missing cross-node all-reduce", "MiCS(4)", perRank, 5, deleteLast(codegen.CommReduce, cross2),
+	{"missing cross-node all-reduce", "MiCS(4)", perRank, 5, deleteLast(ir.CommReduce, cross2),
 		"4x2/4x1 (ranks 1,5)", []int{1, 5}, 1, ""},
 	// With its record gone too, a wait of the rank's own never ends.
-	{"missing all-gather and its record", "ZeRO-3/FSDP", perRank, 5, deleteWithRecord(codegen.CommGather, all8),
+	{"missing all-gather and its record", "ZeRO-3/FSDP", perRank, 5, deleteWithRecord(ir.CommGather, all8),
 		"", []int{5}, 5, "is never recorded on this rank"},
 
 	// (d) An extra collective.
-	{"extra all-reduce", "MiCS(4)", perRank, 5, appendCopy(codegen.CommReduce, cross2),
+	{"extra all-reduce", "MiCS(4)", perRank, 5, appendCopy(ir.CommReduce, cross2),
 		"4x2/4x1 (ranks 1,5)", []int{1, 5}, 5, "but rank 1 issues only"},
-	{"extra all-reduce on a new group", "DDP", perRank, 5, insertOn(codegen.CommReduce, all8, 1, pair),
+	{"extra all-reduce on a new group", "DDP", perRank, 5, insertOn(ir.CommReduce, all8, 1, pair),
 		"2x1 (ranks 4,5)", []int{4, 5}, 5, ""},
-	{"extra all-gather per node", "ZeRO-3/FSDP", perNode, 1, appendCopy(codegen.CommGather, all8),
+	{"extra all-gather per node", "ZeRO-3/FSDP", perNode, 1, appendCopy(ir.CommGather, all8),
 		everyone, []int{0, 4}, 4, ""},
 
 	// (e) A changed dtype or group.
-	{"dtype of a cross-node all-reduce", "MiCS(4)", perRank, 5, edit(codegen.CommReduce, cross2, 0, setDType(ir.BF16)),
+	{"dtype of a cross-node all-reduce", "MiCS(4)", perRank, 5, edit(ir.CommReduce, cross2, 0, setDType(ir.BF16)),
 		"4x2/4x1 (ranks 1,5)", []int{1, 5}, 5, "bf16"},
-	{"dtype of an all-gather", "2/2/8", perRank, 3, edit(codegen.CommGather, cross4, 1, setDType(ir.F16)),
+	{"dtype of an all-gather", "2/2/8", perRank, 3, edit(ir.CommGather, cross4, 1, setDType(ir.F16)),
 		"4x2/2x1 (ranks 1,5,3,7)", []int{1, 3}, 3, ""},
 	// A reduce-scatter of the pair moved to the node, which holds the
 	// pair: the pair sees it where it expects its own.
-	{"group widened", "2/2/8", perRank, 5, edit(codegen.CommReduce, pair, 0, setGroup(node4)),
+	{"group widened", "2/2/8", perRank, 5, edit(ir.CommReduce, pair, 0, setGroup(node4)),
 		"4x1 (ranks 4,5,6,7)", []int{4, 5}, 5, ""},
-	{"group narrowed", "DDP", perRank, 5, regroupFirst(codegen.CommReduce, all8, node4),
+	{"group narrowed", "DDP", perRank, 5, regroupFirst(ir.CommReduce, all8, node4),
 		everyone, []int{0, 5}, 5, ""},
-	{"group moved off the node", "ZeRO++ hpZ(4)", perRank, 5, edit(codegen.CommGather, node4, 2, setGroup(all8)),
+	{"group moved off the node", "ZeRO++ hpZ(4)", perRank, 5, edit(ir.CommGather, node4, 2, setGroup(all8)),
 		everyone, []int{0, 5}, 5, ""},
 }
 
 func TestMatchRealPlans(t *testing.T) {
 	for _, plan := range tinyPlans {
 		p := tinyProgram(t, plan)
-		one := &codegen.Bundle{Model: "tiny", Topo: tinyTopo, Plan: plan, Micro: 2, Templates: []codegen.Program{*p}}
+		one := &codegen.Bundle{Model: "tiny", Topo: tinyTopo, Plan: plan, Micro: 2, Templates: []ir.Program{*p}}
 		if err := codegen.Match(one); err != nil {
 			t.Errorf("%s: one template: %v", plan, err)
 		}
@@ -366,13 +366,13 @@ func TestMatchMutations(t *testing.T) {
 				t.Fatalf("got %v, want a MatchError", err)
 			}
 			if me.Group != c.group || !slices.Equal(me.Ranks, c.ranks) || me.Rank != c.rank ||
-				me.Stream != codegen.StreamName(at.stream) || me.Index != at.index {
+				me.Stream != ir.StreamName(at.stream) || me.Index != at.index {
 				t.Errorf("group %q ranks %v rank %d at %s %d\nwant group %q ranks %v rank %d at %s %d\n%v",
 					me.Group, me.Ranks, me.Rank, me.Stream, me.Index,
-					c.group, c.ranks, c.rank, codegen.StreamName(at.stream), at.index, err)
+					c.group, c.ranks, c.rank, ir.StreamName(at.stream), at.index, err)
 			}
 			// The text says the same.
-			prefix := fmt.Sprintf("rank %d %s %d: ", c.rank, codegen.StreamName(at.stream), at.index)
+			prefix := fmt.Sprintf("rank %d %s %d: ", c.rank, ir.StreamName(at.stream), at.index)
 			if c.group != "" {
 				prefix = fmt.Sprintf("group %s: ranks %d, %d: ", c.group, c.ranks[0], c.ranks[1]) + prefix
 			}
@@ -396,14 +396,14 @@ func TestMatchLegitimateDifferences(t *testing.T) {
 		tmpl   int
 		mutate mutation
 	}{
-		{"comment on a collective", "ZeRO-3/FSDP", perRank, 5, edit(codegen.CommGather, all8, 0, setComment("rank 5's own"))},
+		{"comment on a collective", "ZeRO-3/FSDP", perRank, 5, edit(ir.CommGather, all8, 0, setComment("rank 5's own"))},
 		{"compute kernels reordered", "2/2/8", perRank, 5, swapKernels},
 		{"compute kernels reordered per node", "ZeRO++ hpZ(4)", perNode, 1, swapKernels},
 		// The groups of a node lie inside it: node 1 may gather other
 		// sizes or in another order than node 0 without a hang.
-		{"node all-gather bytes per node", "MiCS(4)", perNode, 1, edit(codegen.CommGather, node4, 0, addBytes(4))},
-		{"node all-gathers swapped per node", "ZeRO++ hpZ(4)", perNode, 1, swap(codegen.CommGather, node4, 0, node4, 1)},
-		{"pair reduce-scatters swapped per node", "2/2/8", perNode, 0, swap(codegen.CommReduce, pair, 0, pair, 1)},
+		{"node all-gather bytes per node", "MiCS(4)", perNode, 1, edit(ir.CommGather, node4, 0, addBytes(4))},
+		{"node all-gathers swapped per node", "ZeRO++ hpZ(4)", perNode, 1, swap(ir.CommGather, node4, 0, node4, 1)},
+		{"pair reduce-scatters swapped per node", "2/2/8", perNode, 0, swap(ir.CommReduce, pair, 0, pair, 1)},
 		{"unchanged", "DDP", perRank, 0, nothing},
 	} {
 		b := expand(t, c.plan, c.by)
@@ -416,12 +416,12 @@ func TestMatchLegitimateDifferences(t *testing.T) {
 
 // swapKernels exchanges the first two adjacent kernels of the compute
 // stream: a different compute order, the same collectives.
-func swapKernels(t *testing.T, p *codegen.Program) place {
-	s := p.Streams[codegen.Compute]
+func swapKernels(t *testing.T, p *ir.Program) place {
+	s := p.Streams[ir.Compute]
 	for i := 0; i+1 < len(s); i++ {
-		if s[i].Op == codegen.Kernel && s[i+1].Op == codegen.Kernel && s[i].Kern != s[i+1].Kern {
+		if s[i].Op == ir.Kernel && s[i+1].Op == ir.Kernel && s[i].Kern != s[i+1].Kern {
 			s[i], s[i+1] = s[i+1], s[i]
-			return place{codegen.Compute, i}
+			return place{ir.Compute, i}
 		}
 	}
 	t.Fatal("no two adjacent kernels")

@@ -5,7 +5,7 @@
 //
 // In: programs the passes scheduled (ir.Program). Out: a Bundle that the runtime
 // loads. Ranks run the same template (SPMD): a collective names its group
-// relative to the executing rank (Group), and which shard of a buffer a
+// relative to the executing rank (ir.Group), and which shard of a buffer a
 // rank owns follows from its rank, so one template serves every rank and
 // the bundle does not grow with the rank count.
 package codegen
@@ -13,51 +13,6 @@ package codegen
 import (
 	"amspc/ir"
 )
-
-// Coll is a collective operation (ir's: plans, the IR and the cost model
-// name collectives one way).
-type Coll = ir.Coll
-
-const (
-	AllGather     = ir.AllGather
-	ReduceScatter = ir.ReduceScatter
-	AllReduce     = ir.AllReduce
-	Broadcast     = ir.Broadcast
-	numColls      = ir.NumColls
-)
-
-// The program types live in ir (the step IR the distribution passes
-// transform); codegen encodes them.
-type (
-	Topology = ir.Topology
-	Group    = ir.Group
-	Buffer   = ir.Buffer
-	OpCode   = ir.OpCode
-	Instr    = ir.Instr
-	Layout   = ir.Layout
-	Slot     = ir.Slot
-	Program  = ir.Program
-	Input    = ir.DataInput
-)
-
-const (
-	Compute    = ir.Compute
-	CommGather = ir.CommGather
-	CommReduce = ir.CommReduce
-	NumStreams = ir.NumStreams
-
-	Alloc      = ir.Alloc
-	Free       = ir.Free
-	Kernel     = ir.Kernel
-	Collective = ir.Collective
-	Record     = ir.Record
-	Wait       = ir.Wait
-	Load       = ir.Load
-	numOpCodes = ir.NumOpCodes
-)
-
-// StreamName names stream s.
-func StreamName(s int) string { return ir.StreamName(s) }
 
 // Machine is what the plan was costed for, so a bundle can be traced and
 // its measurements compared without the source files. Bandwidths are the
@@ -84,19 +39,19 @@ type Train struct {
 // template of every rank.
 type Bundle struct {
 	Model     string
-	Topo      Topology
+	Topo      ir.Topology
 	Plan      string // the plan's label: factors per component
 	Micro     int    // micro-batches per step
 	Machine   Machine
 	Train     Train
-	Templates []Program
+	Templates []ir.Program
 	// RankTemplate[r] is the template rank r runs; empty means every rank
 	// runs template 0.
 	RankTemplate []int32
 }
 
 // Template returns the program rank r runs.
-func (b *Bundle) Template(r int) *Program {
+func (b *Bundle) Template(r int) *ir.Program {
 	if len(b.RankTemplate) == 0 {
 		return &b.Templates[0]
 	}

@@ -44,7 +44,7 @@ type Result struct {
 	Plan     cost.Plan
 	Model    *cost.Model
 	State    *passes.State
-	Program  *codegen.Program
+	Program  *ir.Program
 	Bundle   *codegen.Bundle
 	Timeline *scheduler.Timeline // rank 0's simulated step
 	Micro    int                 // micro-batches per step
@@ -68,9 +68,9 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	}
 	t := r.Job.Train
 	c := r.Job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	bundle := &codegen.Bundle{Model: r.Job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: r.Micro,
-		Templates: []codegen.Program{*r.Program}, Machine: machineOf(c),
+		Templates: []ir.Program{*r.Program}, Machine: machineOf(c),
 		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
 	if err := codegen.Match(bundle); err != nil {
 		return nil, &ir.InternalError{Pass: "match", Err: err}
@@ -99,7 +99,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 		return nil, err
 	}
 	c := job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	M, err := job.Train.MicroBatches(topo.Ranks())
 	if err != nil {
 		return nil, err
@@ -214,7 +214,7 @@ func machineOf(c *ir.Cluster) codegen.Machine {
 }
 
 // StageNames lists a program's stages in order (for timelines).
-func StageNames(p *codegen.Program) []string {
+func StageNames(p *ir.Program) []string {
 	var out []string
 	for _, l := range p.Layouts {
 		out = append(out, l.Stage)

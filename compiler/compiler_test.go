@@ -22,7 +22,7 @@ func busBytes(b *codegen.Bundle) float64 {
 	p := b.Template(0)
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
-			if in.Op == codegen.Collective {
+			if in.Op == ir.Collective {
 				n += float64(in.Bytes) * in.Coll.BusFactor(in.Group.Size())
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"amspc/codegen"
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/passes"
@@ -107,13 +106,13 @@ func prediction(r *Result) *cost.Prediction {
 	pr := &cost.Prediction{Step: tl.Step, Compute: tl.Compute, Exposed: tl.Exposed,
 		PeakBytes: tl.PeakBytes, PersistentBytes: tl.PersistentBytes, M: int64(r.Micro)}
 	for _, sp := range tl.Spans {
-		if sp.Stream != codegen.Compute {
+		if sp.Stream != ir.Compute {
 			pr.CommTime += sp.Dur
 		}
 	}
 	for s := range prog.Streams {
 		for _, in := range prog.Streams[s] {
-			if in.Op == codegen.Collective {
+			if in.Op == ir.Collective {
 				cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
 				pr.CommIntra += cc.Intra
 				pr.CommInter += cc.Inter

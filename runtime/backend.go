@@ -3,7 +3,6 @@ package runtime
 import (
 	"fmt"
 
-	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
@@ -58,7 +57,7 @@ type Backend interface {
 // non-finite checks back in batches).
 type KernelError struct {
 	Stream int
-	Instr  *codegen.Instr
+	Instr  *ir.Instr
 	Err    error
 }
 
@@ -121,7 +120,7 @@ func (m Mem) IsHost() bool { return m.f32 != nil || m.i32 != nil || (m.N == 0 &&
 
 // KernelCall is one kernel instruction with its operands resolved.
 type KernelCall struct {
-	Instr *codegen.Instr
+	Instr *ir.Instr
 	// Args and Outs are the storage of Instr.Args and Instr.Outs,
 	// ArgShapes and OutShapes their shapes.
 	Args, Outs           []Mem

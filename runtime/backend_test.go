@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"amspc/codegen"
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/runtime"
@@ -237,10 +236,10 @@ func TestBackendOpaque(t *testing.T) {
 }
 
 // transient says whether some instruction of p allocates buffer name.
-func transient(p *codegen.Program, name string) bool {
+func transient(p *ir.Program, name string) bool {
 	for _, ins := range p.Streams {
 		for _, in := range ins {
-			if in.Op == codegen.Alloc && p.Buffers[in.Buf].Name == name {
+			if in.Op == ir.Alloc && p.Buffers[in.Buf].Name == name {
 				return true
 			}
 		}

@@ -2,9 +2,9 @@ package runtime
 
 // Collectives.
 //
-// Comm is how the executor runs a codegen.Collective instruction: every
+// Comm is how the executor runs a ir.Collective instruction: every
 // member of a group calls the same collective with the same member list
-// (codegen.Group.Ranks, identical on every member) and the same sizes.
+// (ir.Group.Ranks, identical on every member) and the same sizes.
 // A group instance is (stream, member list); on one instance the k-th
 // call of each member meets the k-th call of every other member, so the
 // two comm streams of a rank, and different groups on one stream, never
@@ -29,14 +29,13 @@ import (
 	"sync"
 	"unsafe"
 
-	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
 
 // ControlStream is the stream of the runtime's own collectives (the
 // step's loss across processes), apart from the plan's two comm streams.
-const ControlStream = codegen.NumStreams
+const ControlStream = ir.NumStreams
 
 // World is the ranks a run spans, seen from one process: which of them
 // this process runs (every rank for a LocalWorld, one for an MPI
@@ -66,8 +65,8 @@ func allRanks(n int) []int {
 // Comm performs collectives among the ranks of a group. Buffers are
 // float32 (the CPU backend computes in fp32; bf16 values are stored as
 // float32). g is the ordered member list and must contain Rank(); stream
-// keeps independent call sequences apart (codegen.CommGather,
-// codegen.CommReduce). A Comm may be used from several goroutines at
+// keeps independent call sequences apart (ir.CommGather,
+// ir.CommReduce). A Comm may be used from several goroutines at
 // once, one per stream.
 type Comm interface {
 	Rank() int
@@ -122,7 +121,7 @@ func (e *CommError) Unwrap() error { return e.Err }
 // the sizes and the aliasing rules).
 type commCall struct {
 	rank   int
-	kind   codegen.Coll
+	kind   ir.Coll
 	root   int
 	in     []float32
 	out    []float32
@@ -191,9 +190,9 @@ func (m *memo) get(key memoKey, f func() any) any {
 
 func (c *commCall) String() string {
 	switch c.kind {
-	case codegen.AllGather, codegen.ReduceScatter:
+	case ir.AllGather, ir.ReduceScatter:
 		return fmt.Sprintf("%s(in %d, out %d)", c.kind, len(c.in), len(c.out))
-	case codegen.Broadcast:
+	case ir.Broadcast:
 		return fmt.Sprintf("%s(%d, root %d)", c.kind, len(c.out), c.root)
 	}
 	return fmt.Sprintf("%s(%d)", c.kind, len(c.out))
@@ -237,7 +236,7 @@ func commIndex(g []int, n, rank int) (int, error) {
 func (c *commCall) check(g []int, idx int) error {
 	n := len(g)
 	switch c.kind {
-	case codegen.AllGather:
+	case ir.AllGather:
 		m := len(c.in)
 		if len(c.out) != n*m {
 			return fmt.Errorf("%w: rank %d called %s: len(out) must be %d x %d = %d", ErrCommInvalid, c.rank, c, n, m, n*m)
@@ -245,7 +244,7 @@ func (c *commCall) check(g []int, idx int) error {
 		if commOverlap(c.in, c.out) && !commSame(c.in, c.out[idx*m:(idx+1)*m]) {
 			return fmt.Errorf("%w: rank %d called %s: in overlaps out but is not its part %d", ErrCommInvalid, c.rank, c, idx)
 		}
-	case codegen.ReduceScatter:
+	case ir.ReduceScatter:
 		m := len(c.out)
 		if len(c.in) != n*m {
 			return fmt.Errorf("%w: rank %d called %s: len(in) must be %d x %d = %d", ErrCommInvalid, c.rank, c, n, m, n*m)
@@ -253,7 +252,7 @@ func (c *commCall) check(g []int, idx int) error {
 		if commOverlap(c.in, c.out) && !commSame(c.out, c.in[idx*m:(idx+1)*m]) {
 			return fmt.Errorf("%w: rank %d called %s: out overlaps in but is not its part %d", ErrCommInvalid, c.rank, c, idx)
 		}
-	case codegen.Broadcast:
+	case ir.Broadcast:
 		for _, r := range g {
 			if r == c.root {
 				return nil

@@ -23,12 +23,11 @@ package runtime
 // milliseconds and return. No goroutines are created, so none can leak.
 
 import (
+	"amspc/ir"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
-
-	"amspc/codegen"
 )
 
 // LocalWorld is n ranks in one process.
@@ -150,12 +149,12 @@ func (c *localComm) Abort(err error) { c.w.Abort(err) }
 func (c *localComm) replicas() *replicaMemo { return &c.w.reps }
 
 func (c *localComm) AllGather(stream int, g []int, in, out []float32) error {
-	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out})
+	return c.w.run(stream, g, commCall{rank: c.rank, kind: ir.AllGather, in: in, out: out})
 }
 
 // AllGatherShared gathers into one buffer for all members (sharingComm).
 func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]float32, func(), *memo, error) {
-	op, err := c.w.rendezvous(stream, g, commCall{rank: c.rank, kind: codegen.AllGather, in: in, out: out, shared: true})
+	op, err := c.w.rendezvous(stream, g, commCall{rank: c.rank, kind: ir.AllGather, in: in, out: out, shared: true})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -171,15 +170,15 @@ func (c *localComm) AllGatherShared(stream int, g []int, in, out []float32) ([]f
 }
 
 func (c *localComm) ReduceScatter(stream int, g []int, in, out []float32) error {
-	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.ReduceScatter, in: in, out: out})
+	return c.w.run(stream, g, commCall{rank: c.rank, kind: ir.ReduceScatter, in: in, out: out})
 }
 
 func (c *localComm) AllReduce(stream int, g []int, buf []float32) error {
-	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.AllReduce, out: buf})
+	return c.w.run(stream, g, commCall{rank: c.rank, kind: ir.AllReduce, out: buf})
 }
 
 func (c *localComm) Broadcast(stream int, g []int, root int, buf []float32) error {
-	return c.w.run(stream, g, commCall{rank: c.rank, kind: codegen.Broadcast, root: root, out: buf})
+	return c.w.run(stream, g, commCall{rank: c.rank, kind: ir.Broadcast, root: root, out: buf})
 }
 
 // run is one member's call: rendezvous, share, second barrier.
@@ -281,7 +280,7 @@ func (op *commOp) share(idx int) {
 	me := &op.calls[idx]
 	n := len(op.calls)
 	switch me.kind {
-	case codegen.AllGather:
+	case ir.AllGather:
 		m := len(me.in)
 		if me.shared {
 			copy(op.result[idx*m:(idx+1)*m], me.in)
@@ -293,14 +292,14 @@ func (op *commOp) share(idx int) {
 				copy(dst, op.calls[i].in)
 			}
 		}
-	case codegen.ReduceScatter:
+	case ir.ReduceScatter:
 		m := len(me.out)
 		parts := make([][]float32, n)
 		for i := range op.calls {
 			parts[i] = op.calls[i].in[idx*m : (idx+1)*m]
 		}
 		commFold([][]float32{me.out}, parts)
-	case codegen.AllReduce:
+	case ir.AllReduce:
 		l := len(me.out)
 		lo, hi := idx*l/n, (idx+1)*l/n
 		if lo == hi {
@@ -311,7 +310,7 @@ func (op *commOp) share(idx int) {
 			parts[i] = op.calls[i].out[lo:hi]
 		}
 		commFold(parts, parts)
-	case codegen.Broadcast:
+	case ir.Broadcast:
 		if me.rank == me.root {
 			return
 		}

@@ -65,6 +65,7 @@ import (
 	"unsafe"
 
 	"amspc/codegen"
+	"amspc/ir"
 )
 
 // MPIWorld is this process's view of an MPI job: it runs one rank (its
@@ -123,7 +124,7 @@ func NewMPIWorld(b *codegen.Bundle, rank int) (*MPIWorld, error) {
 		for s := range p.Streams {
 			for i := range p.Streams[s] {
 				in := &p.Streams[s][i]
-				if in.Op != codegen.Collective {
+				if in.Op != ir.Collective {
 					continue
 				}
 				g := in.Group.Ranks(b.Topo, r)
@@ -165,7 +166,7 @@ func streamName(s int) string {
 	if s == ControlStream {
 		return "control"
 	}
-	return codegen.StreamName(s)
+	return ir.StreamName(s)
 }
 
 // Size is the number of ranks (processes).

@@ -45,9 +45,9 @@ func benchWorld(b *testing.B) (*MPIWorld, []int) {
 	}
 	rank, size := benchMPI[0], benchMPI[1]
 	f := ir.Factor{S0: size, S1: 1}
-	bundle := &codegen.Bundle{Topo: codegen.Topology{GPUsPerNode: size, Nodes: 1}, Templates: []codegen.Program{{
-		Streams: [codegen.NumStreams][]codegen.Instr{codegen.CommGather: {{Op: codegen.Collective, Coll: codegen.ReduceScatter,
-			Group: codegen.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}}}}}},
+	bundle := &codegen.Bundle{Topo: ir.Topology{GPUsPerNode: size, Nodes: 1}, Templates: []ir.Program{{
+		Streams: [ir.NumStreams][]ir.Instr{ir.CommGather: {{Op: ir.Collective, Coll: ir.ReduceScatter,
+			Group: ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}}}}}},
 		RankTemplate: make([]int32, size)}
 	w, err := NewMPIWorld(bundle, rank)
 	if err != nil {
@@ -76,8 +76,8 @@ func BenchmarkMPIReduceScatter(b *testing.B) {
 			name string
 			f    func() error
 		}{
-			{"ordered", func() error { return w.Comm(w.rank).ReduceScatter(codegen.CommGather, g, in, out) }},
-			{"native", func() error { return w.NativeReduceScatter(codegen.CommGather, g, in, out) }},
+			{"ordered", func() error { return w.Comm(w.rank).ReduceScatter(ir.CommGather, g, in, out) }},
+			{"native", func() error { return w.NativeReduceScatter(ir.CommGather, g, in, out) }},
 		} {
 			b.Run(fmt.Sprintf("%dMiB/%s", mib, c.name), func(b *testing.B) {
 				b.SetBytes(int64(4 * elems))

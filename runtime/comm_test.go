@@ -12,17 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"amspc/codegen"
 	"amspc/ir"
 )
 
 // commTopo is 2 nodes x 4 GPUs.
-var commTopo = codegen.Topology{GPUsPerNode: 4, Nodes: 2}
+var commTopo = ir.Topology{GPUsPerNode: 4, Nodes: 2}
 
 // commGroups are group shapes of commTopo: the world, replicas of a 2x1
 // shard across both nodes, GPU pairs, a node, and the same GPU on both
 // nodes.
-var commGroups = []codegen.Group{
+var commGroups = []ir.Group{
 	{Outer: ir.Factor{S0: 4, S1: 2}, Inner: ir.Factor{S0: 1, S1: 1}},
 	{Outer: ir.Factor{S0: 4, S1: 2}, Inner: ir.Factor{S0: 2, S1: 1}},
 	{Outer: ir.Factor{S0: 2, S1: 1}, Inner: ir.Factor{S0: 1, S1: 1}},
@@ -87,7 +86,7 @@ func TestCommCollectives(t *testing.T) {
 				if len(g) != grp.Size() || g[idx] != r {
 					return fmt.Errorf("group %v, index %d", g, idx)
 				}
-				const s = codegen.CommGather
+				const s = ir.CommGather
 
 				// all-gather: out[i*m+k] = 100*g[i] + k
 				in := make([]float32, m)
@@ -187,10 +186,10 @@ func TestCommConcurrent(t *testing.T) {
 	w := NewLocalWorld(commTopo.Ranks())
 	streams := []struct {
 		stream int
-		groups []codegen.Group
+		groups []ir.Group
 	}{
-		{codegen.CommGather, []codegen.Group{commGroups[0], commGroups[1], commGroups[2]}},
-		{codegen.CommReduce, []codegen.Group{commGroups[4], commGroups[0], commGroups[3], commGroups[1]}},
+		{ir.CommGather, []ir.Group{commGroups[0], commGroups[1], commGroups[2]}},
+		{ir.CommReduce, []ir.Group{commGroups[4], commGroups[0], commGroups[3], commGroups[1]}},
 	}
 	errs := commRun(t, w, func(c Comm) error {
 		r := c.Rank()
@@ -290,7 +289,7 @@ func TestCommDeterminism(t *testing.T) {
 	for r := range inputs {
 		inputs[r] = commMixed(rng, elems)
 	}
-	for _, grp := range []codegen.Group{commGroups[0], commGroups[1]} {
+	for _, grp := range []ir.Group{commGroups[0], commGroups[1]} {
 		t.Run(grp.String(), func(t *testing.T) {
 			// The reference: a sequential left fold in group order.
 			fold := func(g []int) []float32 {
@@ -317,7 +316,7 @@ func TestCommDeterminism(t *testing.T) {
 					n, idx := len(g), grp.Index(commTopo, r)
 					want := fold(g)
 					buf := slices.Clone(inputs[r])
-					if err := c.AllReduce(codegen.CommReduce, g, buf); err != nil {
+					if err := c.AllReduce(ir.CommReduce, g, buf); err != nil {
 						return err
 					}
 					if err := commCheck("all_reduce", buf, want); err != nil {
@@ -325,7 +324,7 @@ func TestCommDeterminism(t *testing.T) {
 					}
 					m := elems / n
 					out := make([]float32, m)
-					if err := c.ReduceScatter(codegen.CommReduce, g, inputs[r][:n*m], out); err != nil {
+					if err := c.ReduceScatter(ir.CommReduce, g, inputs[r][:n*m], out); err != nil {
 						return err
 					}
 					return commCheck("reduce_scatter", out, want[idx*m:(idx+1)*m])
@@ -423,13 +422,13 @@ func TestCommAbort(t *testing.T) {
 	g := commGroups[0].Ranks(commTopo, 0)
 	results := make(chan error, nr)
 	for r := range nr - 1 {
-		go func() { results <- w.Comm(r).AllReduce(codegen.CommReduce, g, make([]float32, 1024)) }()
+		go func() { results <- w.Comm(r).AllReduce(ir.CommReduce, g, make([]float32, 1024)) }()
 	}
 	// Wait until the others are in the rendezvous, so the abort is of
 	// waiting calls (not a timing assumption: it polls the state).
 	for {
 		w.mu.Lock()
-		op := w.ops[commOpKey{codegen.CommReduce, commGroupKey(g), 0}]
+		op := w.ops[commOpKey{ir.CommReduce, commGroupKey(g), 0}]
 		in := op != nil && op.arrived == nr-1
 		w.mu.Unlock()
 		if in {
@@ -449,7 +448,7 @@ func TestCommAbort(t *testing.T) {
 			t.Fatal("ranks still waiting 1s after the abort")
 		}
 	}
-	if err := w.Comm(nr-1).AllReduce(codegen.CommReduce, g, make([]float32, 1024)); !errors.Is(err, boom) {
+	if err := w.Comm(nr-1).AllReduce(ir.CommReduce, g, make([]float32, 1024)); !errors.Is(err, boom) {
 		t.Errorf("call after abort: %v", err)
 	}
 	select {
@@ -480,7 +479,7 @@ func TestCommAbortUnderLoad(t *testing.T) {
 					grp := commGroups[(it+s)%len(commGroups)]
 					g := grp.Ranks(commTopo, r)
 					buf := make([]float32, 4096)
-					if err := c.AllReduce(codegen.CommGather+s, g, buf); err != nil {
+					if err := c.AllReduce(ir.CommGather+s, g, buf); err != nil {
 						errs[s] = err
 						return
 					}

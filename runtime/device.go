@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 
-	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 	"amspc/kernels/gpu"
@@ -429,7 +428,7 @@ const maxChecks = 4096
 // the flags is instruction in's result of n elements, on stream s.
 type pendingCheck struct {
 	s  int
-	in *codegen.Instr
+	in *ir.Instr
 	n  int64
 }
 
@@ -437,7 +436,7 @@ type pendingCheck struct {
 // result of n elements of instruction in, its flag (the last of addrs)
 // the next free slot; flushChecks reports what it finds. With every slot
 // in flight it flushes first.
-func (b *deviceBackend) checkFinite(s int, in *codegen.Instr, n int64, l *gpu.Launch, addrs []uint64) error {
+func (b *deviceBackend) checkFinite(s int, in *ir.Instr, n int64, l *gpu.Launch, addrs []uint64) error {
 	for {
 		b.checks.Lock()
 		if len(b.checks.pending) < maxChecks {

@@ -187,7 +187,7 @@ func TestDeviceProfile(t *testing.T) {
 			t.Errorf("%v on the device: %v s, %v", in.Kern, s, err)
 		}
 	}
-	for _, c := range []codegen.Coll{codegen.AllGather, codegen.ReduceScatter, codegen.AllReduce, codegen.Broadcast} {
+	for _, c := range []ir.Coll{ir.AllGather, ir.ReduceScatter, ir.AllReduce, ir.Broadcast} {
 		s, err := runtime.MeasureCollectiveOn(b.Topo, c, F(4, 1), 1<<12, 1, dev)
 		if err != nil || !(s > 0) {
 			t.Errorf("%v on the device: %v s, %v", c, s, err)

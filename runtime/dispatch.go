@@ -5,7 +5,6 @@ import (
 	"math"
 	"sort"
 
-	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
@@ -13,7 +12,7 @@ import (
 // attr is a kernel's attribute. Validate has checked that every kernel
 // carries its op's attributes, so a missing one is a runtime bug, never
 // a zero.
-func attr(in *codegen.Instr, name string) ir.AttrVal {
+func attr(in *ir.Instr, name string) ir.AttrVal {
 	for _, a := range in.Attrs {
 		if a.Name == name {
 			return a.Val
@@ -187,7 +186,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 
 // kernel runs one kernel instruction on stream s: its operands resolved
 // into a KernelCall, launched on the rank's backend.
-func (k *rank) kernel(s int, in *codegen.Instr) error {
+func (k *rank) kernel(s int, in *ir.Instr) error {
 	c := &k.calls[s]
 	*c = KernelCall{Instr: in, Step: k.step, Losses: &k.losses,
 		Args: c.Args[:0], Outs: c.Outs[:0], ArgShapes: c.ArgShapes[:0], OutShapes: c.OutShapes[:0]}
@@ -230,7 +229,7 @@ func (k *rank) kernel(s int, in *codegen.Instr) error {
 // sharedPack is the packing of a matmul's operand 1 when it lies in a
 // shared gather (a weight every local rank of the group reads): computed
 // by the first rank to need it, reused by the others; else nil.
-func (k *rank) sharedPack(in *codegen.Instr) *kernels.PackedB {
+func (k *rank) sharedPack(in *ir.Instr) *kernels.PackedB {
 	root, off := k.offset(in.Args[1])
 	k.mu.Lock()
 	m := k.memos[root]
@@ -244,7 +243,7 @@ func (k *rank) sharedPack(in *codegen.Instr) *kernels.PackedB {
 
 // packOperand packs b, operand 1 of matmul instruction in, as the
 // product reads it: B for MatMul, B^T for MatMulGradA.
-func (k *rank) packOperand(in *codegen.Instr, b []float32) *kernels.PackedB {
+func (k *rank) packOperand(in *ir.Instr, b []float32) *kernels.PackedB {
 	s := k.shape(in.Args[1])
 	kk, n := int(s[0]), int(s[1])
 	if in.Kern == ir.MatMul {
@@ -295,7 +294,7 @@ func cpuAdamW(c *KernelCall) error {
 
 // decayed lists the ranges of this rank's os-shard (n elements) of stage
 // in.Stage's flat params that hold params with weight decay.
-func (k *rank) decayed(in *codegen.Instr, n int64) ([]kernels.Range, error) {
+func (k *rank) decayed(in *ir.Instr, n int64) ([]kernels.Range, error) {
 	lay := k.p.Layouts[in.Stage]
 	sp, sos := int64(lay.PShard.Size()), int64(lay.OSShard.Size())
 	if sp < 1 || sos < 1 || n*sp*sos != lay.Padded {

@@ -31,14 +31,14 @@ func TestEveryOpHasACPUKernel(t *testing.T) {
 // the 2-D param, padding untouched.
 func TestAdamWOnFlatShards(t *testing.T) {
 	const lr, b1, b2, eps, wd = 1e-2, 0.9, 0.95, 1e-8, 0.1
-	grp2 := codegen.Group{Outer: ir.Factor{S0: 2, S1: 1}, Inner: ir.Factor{S0: 1, S1: 1}}
+	grp2 := ir.Group{Outer: ir.Factor{S0: 2, S1: 1}, Inner: ir.Factor{S0: 1, S1: 1}}
 	// norm [6] at 0, w [4,5] at 6, padding to 32; 16 elements per rank.
-	lay := codegen.Layout{Stage: "s", Padded: 32, Params: []codegen.Slot{
+	lay := ir.Layout{Stage: "s", Padded: 32, Params: []ir.Slot{
 		{Name: "norm", Offset: 0, Elems: 6}, {Name: "w", Offset: 6, Elems: 20, Decay: true}},
-		PShard: codegen.Group{Outer: ir.Factor{S0: 1, S1: 1}, Inner: ir.Factor{S0: 1, S1: 1}}, OSShard: grp2,
+		PShard: ir.Group{Outer: ir.Factor{S0: 1, S1: 1}, Inner: ir.Factor{S0: 1, S1: 1}}, OSShard: grp2,
 		P: 0, Master: -1, M: 3, V: 4}
-	prog := codegen.Program{
-		Buffers: []codegen.Buffer{
+	prog := ir.Program{
+		Buffers: []ir.Buffer{
 			{Name: "P", DType: ir.F32, Elems: 32, Parent: -1},
 			{Name: "P[os]", DType: ir.F32, Elems: 16, Parent: 0, Part: grp2},
 			{Name: "G", DType: ir.F32, Elems: 32, Parent: -1},
@@ -46,13 +46,13 @@ func TestAdamWOnFlatShards(t *testing.T) {
 			{Name: "OS.v", DType: ir.F32, Elems: 16, Parent: -1},
 			{Name: "G[os]", DType: ir.F32, Elems: 16, Parent: 2, Part: grp2},
 		},
-		Layouts: []codegen.Layout{lay},
+		Layouts: []ir.Layout{lay},
 	}
-	step := codegen.Instr{Op: codegen.Kernel, Kern: ir.AdamWStep, Args: []int32{1, 3, 4, 5}, Outs: []int32{1, 3, 4},
+	step := ir.Instr{Op: ir.Kernel, Kern: ir.AdamWStep, Args: []int32{1, 3, 4, 5}, Outs: []int32{1, 3, 4},
 		Attrs: []ir.Attr{ir.FloatAttr("lr", lr), ir.FloatAttr("beta1", b1), ir.FloatAttr("beta2", b2),
 			ir.FloatAttr("eps", eps), ir.FloatAttr("weight_decay", wd)}}
-	prog.Streams[codegen.Compute] = []codegen.Instr{step}
-	b := &codegen.Bundle{Model: "adamw", Topo: codegen.Topology{GPUsPerNode: 2, Nodes: 1}, Micro: 1, Templates: []codegen.Program{prog}}
+	prog.Streams[ir.Compute] = []ir.Instr{step}
+	b := &codegen.Bundle{Model: "adamw", Topo: ir.Topology{GPUsPerNode: 2, Nodes: 1}, Micro: 1, Templates: []ir.Program{prog}}
 	if err := codegen.Validate(b); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestAdamWOnFlatShards(t *testing.T) {
 				k.f(2)[i] = float32(x)
 			}
 			k.step = s
-			if err := k.kernel(codegen.Compute, &b.Templates[0].Streams[codegen.Compute][0]); err != nil {
+			if err := k.kernel(ir.Compute, &b.Templates[0].Streams[ir.Compute][0]); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -184,17 +184,17 @@ func TestBackwardThroughDispatch(t *testing.T) {
 
 			// One buffer per value, one instruction per op.
 			ids := map[*ir.Value]int32{}
-			var prog codegen.Program
+			var prog ir.Program
 			buf := func(v *ir.Value) int32 {
 				if id, ok := ids[v]; ok {
 					return id
 				}
 				ids[v] = int32(len(prog.Buffers))
-				prog.Buffers = append(prog.Buffers, codegen.Buffer{Name: v.Name, DType: v.DType, Elems: v.Shape.NumElements(), Parent: -1, Shape: v.Shape})
+				prog.Buffers = append(prog.Buffers, ir.Buffer{Name: v.Name, DType: v.DType, Elems: v.Shape.NumElements(), Parent: -1, Shape: v.Shape})
 				return ids[v]
 			}
-			instr := func(op *ir.Op) codegen.Instr {
-				k := codegen.Instr{Op: codegen.Kernel, Kern: op.Kind, Attrs: op.Attrs}
+			instr := func(op *ir.Op) ir.Instr {
+				k := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs}
 				for _, a := range op.Args {
 					k.Args = append(k.Args, buf(a))
 				}
@@ -205,12 +205,12 @@ func TestBackwardThroughDispatch(t *testing.T) {
 			}
 			fi := instr(fwd)
 			buf(dy)
-			var bi []codegen.Instr
+			var bi []ir.Instr
 			for _, op := range rec.ops {
 				bi = append(bi, instr(op))
 			}
-			prog.Streams[codegen.Compute] = append([]codegen.Instr{fi}, bi...)
-			b := &codegen.Bundle{Model: "ops", Topo: codegen.Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1, Templates: []codegen.Program{prog}}
+			prog.Streams[ir.Compute] = append([]ir.Instr{fi}, bi...)
+			b := &codegen.Bundle{Model: "ops", Topo: ir.Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1, Templates: []ir.Program{prog}}
 			if err := codegen.Validate(b); err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +231,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 				R[i] = float32(rng.NormFloat64())
 			}
 			J := func() float64 {
-				if err := k.kernel(codegen.Compute, &fi); err != nil {
+				if err := k.kernel(ir.Compute, &fi); err != nil {
 					t.Fatal(err)
 				}
 				var s float64
@@ -242,7 +242,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 			}
 			J()
 			for i := range bi {
-				if err := k.kernel(codegen.Compute, &bi[i]); err != nil {
+				if err := k.kernel(ir.Compute, &bi[i]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -278,17 +278,17 @@ func TestBackwardThroughDispatch(t *testing.T) {
 // gradient of the cross_entropy kernel's loss.
 func TestCrossEntropyGradThroughDispatch(t *testing.T) {
 	const rows, vocab, scale = 6, 7, 0.37
-	prog := codegen.Program{Buffers: []codegen.Buffer{
+	prog := ir.Program{Buffers: []ir.Buffer{
 		{Name: "logits", DType: ir.F32, Elems: rows * vocab, Parent: -1, Shape: []int64{2, 3, vocab}},
 		{Name: "targets", DType: ir.I32, Elems: rows, Parent: -1, Shape: []int64{2, 3}},
 		{Name: "loss", DType: ir.F32, Elems: 1, Parent: -1, Shape: []int64{}},
 		{Name: "dlogits", DType: ir.F32, Elems: rows * vocab, Parent: -1, Shape: []int64{2, 3, vocab}},
 	}}
-	fwd := codegen.Instr{Op: codegen.Kernel, Kern: ir.CrossEntropy, Args: []int32{0, 1}, Outs: []int32{2}}
-	bwd := codegen.Instr{Op: codegen.Kernel, Kern: ir.CrossEntropyGrad, Args: []int32{0, 1}, Outs: []int32{3},
+	fwd := ir.Instr{Op: ir.Kernel, Kern: ir.CrossEntropy, Args: []int32{0, 1}, Outs: []int32{2}}
+	bwd := ir.Instr{Op: ir.Kernel, Kern: ir.CrossEntropyGrad, Args: []int32{0, 1}, Outs: []int32{3},
 		Attrs: []ir.Attr{ir.FloatAttr("scale", scale)}}
-	prog.Streams[codegen.Compute] = []codegen.Instr{fwd, bwd}
-	b := &codegen.Bundle{Model: "ce", Topo: codegen.Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1, Templates: []codegen.Program{prog}}
+	prog.Streams[ir.Compute] = []ir.Instr{fwd, bwd}
+	b := &codegen.Bundle{Model: "ce", Topo: ir.Topology{GPUsPerNode: 1, Nodes: 1}, Micro: 1, Templates: []ir.Program{prog}}
 	if err := codegen.Validate(b); err != nil {
 		t.Fatal(err)
 	}
@@ -302,12 +302,12 @@ func TestCrossEntropyGradThroughDispatch(t *testing.T) {
 		k.ints(1)[i] = int32(rng.IntN(vocab))
 	}
 	loss := func() float64 {
-		if err := k.kernel(codegen.Compute, &fwd); err != nil {
+		if err := k.kernel(ir.Compute, &fwd); err != nil {
 			t.Fatal(err)
 		}
 		return float64(k.f(2)[0])
 	}
-	if err := k.kernel(codegen.Compute, &bwd); err != nil {
+	if err := k.kernel(ir.Compute, &bwd); err != nil {
 		t.Fatal(err)
 	}
 	const h = 1e-2

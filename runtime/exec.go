@@ -27,10 +27,10 @@ import (
 // rank is one rank's execution state.
 type rank struct {
 	b    *codegen.Bundle
-	p    *codegen.Program
+	p    *ir.Program
 	r    int
 	comm Comm
-	topo codegen.Topology
+	topo ir.Topology
 
 	// be holds the buffers and runs the kernels; host says it is the CPU
 	// backend, whose memory the rank may read (shared gathers, pooling).
@@ -77,7 +77,7 @@ type rank struct {
 	data   *Data // shared by all ranks
 	losses []float64
 	events []chan struct{}
-	calls  [codegen.NumStreams]KernelCall // each stream's scratch
+	calls  [ir.NumStreams]KernelCall // each stream's scratch
 
 	timeMu sync.Mutex
 	timing map[string]*Timing // per instruction kind, summed over steps
@@ -113,7 +113,7 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 	trans := map[int32]bool{}
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
-			if in.Op == codegen.Alloc {
+			if in.Op == ir.Alloc {
 				trans[in.Buf] = true
 			}
 		}
@@ -164,16 +164,16 @@ func (k *rank) findShareable(trans map[int32]bool) []bool {
 	for _, ins := range k.p.Streams {
 		for _, in := range ins {
 			switch in.Op {
-			case codegen.Kernel:
+			case ir.Kernel:
 				for _, o := range in.Outs {
 					ok[root(o)] = false
 				}
-			case codegen.Load:
+			case ir.Load:
 				ok[root(in.Buf)] = false
-			case codegen.Collective:
+			case ir.Collective:
 				r := root(in.Out)
 				switch {
-				case in.Coll != codegen.AllGather:
+				case in.Coll != ir.AllGather:
 					ok[r] = false
 				case r == in.Out:
 					whole[r] = true
@@ -200,7 +200,7 @@ func (k *rank) findOverwritten() []bool {
 	seen := make([]bool, len(k.p.Buffers))
 	for _, ins := range k.p.Streams {
 		for i, in := range ins {
-			if in.Op != codegen.Alloc {
+			if in.Op != ir.Alloc {
 				continue
 			}
 			id := in.Buf
@@ -215,7 +215,7 @@ func (k *rank) findOverwritten() []bool {
 // writtenBeforeRead says whether the instructions ins, from the start,
 // write every element of root buffer id before reading any of it that
 // they have not written, and before any Record, Free or Load of it.
-func (k *rank) writtenBeforeRead(id int32, ins []codegen.Instr) bool {
+func (k *rank) writtenBeforeRead(id int32, ins []ir.Instr) bool {
 	var done elemRanges
 	whole := k.p.Buffers[id].Elems
 	// part is the span of root id that buffer b covers, or false.
@@ -225,13 +225,13 @@ func (k *rank) writtenBeforeRead(id int32, ins []codegen.Instr) bool {
 	}
 	for _, x := range ins {
 		switch x.Op {
-		case codegen.Record:
+		case ir.Record:
 			return false
-		case codegen.Free, codegen.Load:
+		case ir.Free, ir.Load:
 			if x.Buf == id {
 				return false
 			}
-		case codegen.Kernel:
+		case ir.Kernel:
 			for _, a := range x.Args {
 				if sp, mine := part(a); mine && !done.cover(sp) {
 					return false
@@ -242,9 +242,9 @@ func (k *rank) writtenBeforeRead(id int32, ins []codegen.Instr) bool {
 					done.add(sp)
 				}
 			}
-		case codegen.Collective:
+		case ir.Collective:
 			reads := []int32{x.In}
-			if x.Coll == codegen.Broadcast || x.In == x.Out {
+			if x.Coll == ir.Broadcast || x.In == x.Out {
 				reads = append(reads, x.Out)
 			}
 			for _, b := range reads {
@@ -432,9 +432,9 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 		k.events[i] = make(chan struct{})
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, codegen.NumStreams)
+	errs := make([]error, ir.NumStreams)
 	var failed atomic.Bool
-	for s := 0; s < codegen.NumStreams; s++ {
+	for s := 0; s < ir.NumStreams; s++ {
 		wg.Add(1)
 		go func(s int) {
 			defer wg.Done()
@@ -455,7 +455,7 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 	// ones now. (Its collectives read through the host, which reports
 	// the ones before: no NaN leaves a rank unreported.)
 	if err := k.be.Sync(); err != nil {
-		err = k.fail(codegen.Compute, nil, err)
+		err = k.fail(ir.Compute, nil, err)
 		k.comm.Abort(err)
 		return err
 	}
@@ -464,7 +464,7 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 
 func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err error) {
 	ins := k.p.Streams[s]
-	var cur *codegen.Instr
+	var cur *ir.Instr
 	// With a gate, a stream holds its place through a run of kernels (the
 	// next one finds its inputs in this core's caches) and gives it up
 	// before anything that may block.
@@ -482,27 +482,27 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 		cur = in
 		if k.gate != nil {
 			switch {
-			case in.Op == codegen.Kernel && !held:
+			case in.Op == ir.Kernel && !held:
 				k.gate <- struct{}{}
 				held = true
-			case (in.Op == codegen.Wait || in.Op == codegen.Collective) && held:
+			case (in.Op == ir.Wait || in.Op == ir.Collective) && held:
 				<-k.gate
 				held = false
 			}
 		}
 		switch in.Op {
-		case codegen.Alloc:
+		case ir.Alloc:
 			if err := k.alloc(in.Buf); err != nil {
 				return k.fail(s, in, err)
 			}
-		case codegen.Free:
+		case ir.Free:
 			k.free(in.Buf)
-		case codegen.Record:
+		case ir.Record:
 			if err := k.be.Record(s, int(in.Event)); err != nil {
 				return k.fail(s, in, err)
 			}
 			close(k.events[in.Event])
-		case codegen.Wait:
+		case ir.Wait:
 			select {
 			case <-k.events[in.Event]:
 			case <-abort:
@@ -511,12 +511,12 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			if err := k.be.Wait(s, int(in.Event)); err != nil {
 				return k.fail(s, in, err)
 			}
-		case codegen.Load:
+		case ir.Load:
 			k.wrote(in.Buf)
 			if err := k.load(in); err != nil {
 				return k.fail(s, in, err)
 			}
-		case codegen.Kernel:
+		case ir.Kernel:
 			t0 := time.Now()
 			if err := k.kernel(s, in); err != nil {
 				return k.fail(s, in, err)
@@ -525,7 +525,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			// A collective woken while both cores compute would wait for
 			// the scheduler's 10 ms preemption: let it run now.
 			goruntime.Gosched()
-		case codegen.Collective:
+		case ir.Collective:
 			t0 := time.Now()
 			if err := k.collective(s, in); err != nil {
 				if failed.Load() || errors.Is(err, ErrCommAborted) {
@@ -541,15 +541,15 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 
 // fail wraps an error with where it happened: rank, stream, op and the
 // source position of the op, so a NaN or a bad id names its origin.
-func (k *rank) fail(s int, in *codegen.Instr, err error) error {
+func (k *rank) fail(s int, in *ir.Instr, err error) error {
 	if ke, ok := errors.AsType[*KernelError](err); ok { // found after its launch: where it happened
 		s, in, err = ke.Stream, ke.Instr, ke.Err
 	}
 	if in == nil {
-		return fmt.Errorf("rank %d %s: %v", k.r, codegen.StreamName(s), err)
+		return fmt.Errorf("rank %d %s: %v", k.r, ir.StreamName(s), err)
 	}
 	what := in.Op.String()
-	if in.Op == codegen.Kernel {
+	if in.Op == ir.Kernel {
 		what = in.Kern.String()
 	}
 	where := ""
@@ -562,13 +562,13 @@ func (k *rank) fail(s int, in *codegen.Instr, err error) error {
 	if in.Pos.IsValid() {
 		where += " at " + in.Pos.String()
 	}
-	return fmt.Errorf("rank %d %s: %s%s: %v", k.r, codegen.StreamName(s), what, where, err)
+	return fmt.Errorf("rank %d %s: %s%s: %v", k.r, ir.StreamName(s), what, where, err)
 }
 
-func (k *rank) collective(s int, in *codegen.Instr) (err error) {
+func (k *rank) collective(s int, in *ir.Instr) (err error) {
 	g := in.Group.Ranks(k.topo, k.r)
 	k.wrote(in.Out)
-	if r, _ := k.offset(in.Out); k.reps != nil && in.Coll == codegen.AllGather && r == in.Out {
+	if r, _ := k.offset(in.Out); k.reps != nil && in.Coll == ir.AllGather && r == in.Out {
 		// Once the gather is done, the buffer holds what every replica's
 		// holds.
 		defer func() {
@@ -579,7 +579,7 @@ func (k *rank) collective(s int, in *codegen.Instr) (err error) {
 			}
 		}()
 	}
-	if k.host && in.Coll == codegen.AllGather {
+	if k.host && in.Coll == ir.AllGather {
 		if sc, ok := k.comm.(sharingComm); ok {
 			if r, _ := k.offset(in.Out); k.shareable[r] {
 				// A write into a buffer that shows a shared gather: this
@@ -603,11 +603,11 @@ func (k *rank) collective(s int, in *codegen.Instr) (err error) {
 	}
 	c := memComm{k.be, k.comm}
 	switch in.Coll {
-	case codegen.AllGather:
+	case ir.AllGather:
 		return c.AllGather(s, g, k.m(in.In), k.m(in.Out))
-	case codegen.ReduceScatter:
+	case ir.ReduceScatter:
 		return c.ReduceScatter(s, g, k.m(in.In), k.m(in.Out))
-	case codegen.AllReduce:
+	case ir.AllReduce:
 		buf := k.m(in.Out)
 		if in.In != in.Out {
 			if err := k.be.Copy(s, buf, k.m(in.In)); err != nil {
@@ -615,7 +615,7 @@ func (k *rank) collective(s int, in *codegen.Instr) (err error) {
 			}
 		}
 		return c.AllReduce(s, g, buf)
-	case codegen.Broadcast:
+	case ir.Broadcast:
 		return c.Broadcast(s, g, g[0], k.m(in.Out))
 	}
 	return fmt.Errorf("unknown collective %v", in.Coll)

@@ -5,19 +5,18 @@ import (
 	"math"
 	"slices"
 
-	"amspc/codegen"
 	"amspc/ir"
 )
 
 // RunKernel runs kernel instruction in of program p as rank 0 of topo on
 // backend be (nil: the CPU's), its operands filled as MeasureKernel fills
 // them, and returns its results' values.
-func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codegen.Instr) ([][]float32, error) {
+func RunKernel(be Backend, topo ir.Topology, p *ir.Program, in *ir.Instr) ([][]float32, error) {
 	k, err := probeRank(topo, p, in, 0, be)
 	if err != nil {
 		return nil, err
 	}
-	if err := k.kernel(codegen.Compute, in); err != nil {
+	if err := k.kernel(ir.Compute, in); err != nil {
 		return nil, err
 	}
 	var outs [][]float32
@@ -33,12 +32,12 @@ func RunKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codege
 
 // FirstOfEachKind is the first kernel instruction of each op on p's
 // compute stream, in program order.
-func FirstOfEachKind(p *codegen.Program) []*codegen.Instr {
-	var out []*codegen.Instr
+func FirstOfEachKind(p *ir.Program) []*ir.Instr {
+	var out []*ir.Instr
 	seen := map[ir.OpKind]bool{}
-	for i := range p.Streams[codegen.Compute] {
-		in := &p.Streams[codegen.Compute][i]
-		if in.Op == codegen.Kernel && !seen[in.Kern] {
+	for i := range p.Streams[ir.Compute] {
+		in := &p.Streams[ir.Compute][i]
+		if in.Op == ir.Kernel && !seen[in.Kern] {
 			seen[in.Kern] = true
 			out = append(out, in)
 		}
@@ -61,7 +60,7 @@ func KernelTolerance(dt ir.DType) float64 {
 // backend from the same operands and returns the largest difference of
 // any result element, relative to its result's largest magnitude, and an
 // error naming the first result beyond KernelTolerance.
-func CheckKernel(be Backend, topo codegen.Topology, p *codegen.Program, in *codegen.Instr) (float64, error) {
+func CheckKernel(be Backend, topo ir.Topology, p *ir.Program, in *ir.Instr) (float64, error) {
 	want, err := RunKernel(nil, topo, p, in)
 	if err != nil {
 		return 0, fmt.Errorf("%v on the CPU: %w", in.Kern, err)

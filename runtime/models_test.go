@@ -148,7 +148,7 @@ func hierarchical(b *codegen.Bundle) int {
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
 			mesh := in.Group.Outer.Div(in.Group.Inner)
-			if in.Op == codegen.Collective && mesh.S0 == 1 && mesh.S1 > 1 && b.Topo.GPUsPerNode > 1 {
+			if in.Op == ir.Collective && mesh.S0 == 1 && mesh.S1 > 1 && b.Topo.GPUsPerNode > 1 {
 				n++
 			}
 		}

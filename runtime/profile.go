@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"amspc/codegen"
 	"amspc/ir"
 )
 
@@ -41,15 +40,15 @@ const maxCalls = 256
 // every kernel accepts (floats in [0.1, 1), ids inside the vocabulary),
 // so any kernel of a compiled program can be measured without running
 // the program.
-func MeasureKernel(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, reps int) (float64, error) {
+func MeasureKernel(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int) (float64, error) {
 	return MeasureKernelOn(topo, p, in, reps, nil)
 }
 
 // MeasureKernelOn is MeasureKernel with each rank on the backend
 // newBackend gives it (nil: the CPU's); a sample ends when every rank's
 // backend has finished its work (Sync).
-func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, reps int, newBackend func(int) (Backend, error)) (float64, error) {
-	if in.Op != codegen.Kernel {
+func MeasureKernelOn(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int, newBackend func(int) (Backend, error)) (float64, error) {
+	if in.Op != ir.Kernel {
 		return 0, fmt.Errorf("instruction %s is not a kernel", in.Op)
 	}
 	n := topo.Ranks()
@@ -83,7 +82,7 @@ func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Inst
 			defer func() { <-k.gate }()
 		}
 		for range calls {
-			if err := k.kernel(codegen.Compute, in); err != nil {
+			if err := k.kernel(ir.Compute, in); err != nil {
 				return err
 			}
 			k.losses = k.losses[:0]
@@ -95,7 +94,7 @@ func MeasureKernelOn(topo codegen.Topology, p *codegen.Program, in *codegen.Inst
 // probeRank is rank r of program p on backend be (nil: the CPU's) with
 // the operands and results of kernel instruction in allocated alone and
 // filled with probe values (fillOn).
-func probeRank(topo codegen.Topology, p *codegen.Program, in *codegen.Instr, r int, be Backend) (*rank, error) {
+func probeRank(topo ir.Topology, p *ir.Program, in *ir.Instr, r int, be Backend) (*rank, error) {
 	k := &rank{p: p, r: r, topo: topo, step: 1}
 	k.setBackend(be)
 	bound := idBound(k, in)
@@ -140,7 +139,7 @@ func fillOn(k *rank, id int32, seed uint64, bound int32) error {
 // idBound is the exclusive bound of the token ids a kernel reads (the op
 // table's IDs: the vocabulary of an embedding or of the logits); 1 for a
 // kernel that reads none.
-func idBound(k *rank, in *codegen.Instr) int32 {
+func idBound(k *rank, in *ir.Instr) int32 {
 	d := in.Kern.Info().IDs
 	if d == nil {
 		return 1
@@ -178,11 +177,11 @@ func fillProbe(k *rank, id int32, seed uint64, bound int32) {
 // float32 elements (nccl-tests' size: all-gather's output, reduce-
 // scatter's input, all-reduce's buffer, broadcast's payload) when every
 // group of shape f (f.S0 GPUs in each of f.S1 nodes, the groups of
-// codegen.Group{Outer: f}) runs it at once on a LocalWorld of topo's
+// ir.Group{Outer: f}) runs it at once on a LocalWorld of topo's
 // ranks, over reps samples after a warm-up. elems must divide by the
 // group's size. The CPU backend stores every float as float32, so this
 // is also the time of a bf16 collective of the same element count.
-func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems int, reps int) (float64, error) {
+func MeasureCollective(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int) (float64, error) {
 	return MeasureCollectiveOn(topo, c, f, elems, reps, nil)
 }
 
@@ -190,7 +189,7 @@ func MeasureCollective(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems
 // newBackend (nil: the CPU's), through the runtime's collectives on
 // backend memory (device memory staged through the host); a sample ends
 // when every rank's backend has finished (Sync).
-func MeasureCollectiveOn(topo codegen.Topology, c codegen.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
+func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
 	n := topo.Ranks()
 	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
 		return 0, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
@@ -200,7 +199,7 @@ func MeasureCollectiveOn(topo codegen.Topology, c codegen.Coll, f ir.Factor, ele
 		return 0, fmt.Errorf("%d elements do not split over a group of %d", elems, size)
 	}
 	w := NewLocalWorld(n)
-	grp := codegen.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
 	type member struct {
 		comm    memComm
 		g       []int
@@ -218,9 +217,9 @@ func MeasureCollectiveOn(topo codegen.Topology, c codegen.Coll, f ir.Factor, ele
 		m := member{comm: memComm{be, w.Comm(r)}, g: grp.Ranks(topo, r)}
 		inN, outN := 0, elems
 		switch c {
-		case codegen.AllGather:
+		case ir.AllGather:
 			inN = elems / size
-		case codegen.ReduceScatter:
+		case ir.ReduceScatter:
 			inN, outN = elems, elems/size
 		}
 		var err error
@@ -244,15 +243,15 @@ func MeasureCollectiveOn(topo codegen.Topology, c codegen.Coll, f ir.Factor, ele
 		for range calls {
 			var err error
 			switch c {
-			case codegen.AllGather:
-				err = m.comm.AllGather(codegen.CommGather, m.g, m.in, m.out)
-			case codegen.ReduceScatter:
-				err = m.comm.ReduceScatter(codegen.CommGather, m.g, m.in, m.out)
-			case codegen.AllReduce:
+			case ir.AllGather:
+				err = m.comm.AllGather(ir.CommGather, m.g, m.in, m.out)
+			case ir.ReduceScatter:
+				err = m.comm.ReduceScatter(ir.CommGather, m.g, m.in, m.out)
+			case ir.AllReduce:
 				// Zeros: repeated sums stay finite.
-				err = m.comm.AllReduce(codegen.CommGather, m.g, m.out)
-			case codegen.Broadcast:
-				err = m.comm.Broadcast(codegen.CommGather, m.g, m.g[0], m.out)
+				err = m.comm.AllReduce(ir.CommGather, m.g, m.out)
+			case ir.Broadcast:
+				err = m.comm.Broadcast(ir.CommGather, m.g, m.g[0], m.out)
 			default:
 				err = fmt.Errorf("unknown collective %v", c)
 			}

@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"testing"
 
-	"amspc/codegen"
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/runtime"
@@ -36,8 +35,8 @@ func TestMeasureEveryKernel(t *testing.T) {
 }
 
 func TestMeasureCollective(t *testing.T) {
-	topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
-	for _, c := range []codegen.Coll{codegen.AllGather, codegen.ReduceScatter, codegen.AllReduce, codegen.Broadcast} {
+	topo := ir.Topology{GPUsPerNode: 4, Nodes: 2}
+	for _, c := range []ir.Coll{ir.AllGather, ir.ReduceScatter, ir.AllReduce, ir.Broadcast} {
 		for _, f := range []ir.Factor{{S0: 2, S1: 1}, {S0: 4, S1: 2}, {S0: 1, S1: 2}} {
 			s, err := runtime.MeasureCollective(topo, c, f, 1024, 2)
 			if err != nil {
@@ -48,10 +47,10 @@ func TestMeasureCollective(t *testing.T) {
 			}
 		}
 	}
-	if _, err := runtime.MeasureCollective(topo, codegen.AllGather, ir.Factor{S0: 3, S1: 1}, 1023, 1); err == nil {
+	if _, err := runtime.MeasureCollective(topo, ir.AllGather, ir.Factor{S0: 3, S1: 1}, 1023, 1); err == nil {
 		t.Error("a group shape that does not divide the topology was measured")
 	}
-	if _, err := runtime.MeasureCollective(topo, codegen.AllGather, ir.Factor{S0: 4, S1: 1}, 1022, 1); err == nil {
+	if _, err := runtime.MeasureCollective(topo, ir.AllGather, ir.Factor{S0: 4, S1: 1}, 1022, 1); err == nil {
 		t.Error("a size that does not split over the group was measured")
 	}
 }

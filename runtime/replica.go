@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"amspc/codegen"
 	"amspc/ir"
 	"amspc/kernels"
 )
@@ -151,11 +150,11 @@ func newReplicaState(memo *replicaMemo, k *rank) *replicaState {
 	for _, ins := range p.Streams {
 		for _, in := range ins {
 			switch {
-			case in.Op == codegen.Collective && in.Coll == codegen.AllGather:
+			case in.Op == ir.Collective && in.Coll == ir.AllGather:
 				if r, _ := k.offset(in.Out); r == in.Out {
 					gathers[r]++
 				}
-			case in.Op == codegen.Kernel && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA):
+			case in.Op == ir.Kernel && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA):
 				r, off := k.offset(in.Args[1])
 				if st.group[r].stage < 0 {
 					continue
@@ -231,7 +230,7 @@ func (m *replicaMemo) finish(e *replicaEntry, i int) {
 // in a stable replicated P buffer, else nil; done, when not nil, is to be
 // called once the kernel has run: that was the rank's last use of the
 // packing in this generation.
-func (k *rank) replicaPack(in *codegen.Instr) (pack *kernels.PackedB, done func(), err error) {
+func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), err error) {
 	st := k.reps
 	root, off := k.offset(in.Args[1])
 	b := k.m(in.Args[1]).f32

@@ -50,7 +50,7 @@ func (d *Data) fill(dst []int32, t, m, dp, r, shift int) {
 	}
 }
 
-func (k *rank) load(in *codegen.Instr) error {
+func (k *rank) load(in *ir.Instr) error {
 	for _, inp := range k.p.Inputs {
 		if inp.Buf == in.Buf {
 			m := k.m(in.Buf)
@@ -100,7 +100,7 @@ func InitParam(dst []float32, init ir.Init, seed uint64, name string) {
 }
 
 // layoutFlat is a layout's full initial flat buffer (padding zero).
-func layoutFlat(lay *codegen.Layout, seed uint64) []float32 {
+func layoutFlat(lay *ir.Layout, seed uint64) []float32 {
 	flat := make([]float32, lay.Padded)
 	for _, s := range lay.Params {
 		InitParam(flat[s.Offset:s.Offset+s.Elems], s.Init, seed, s.Name)
@@ -110,7 +110,7 @@ func layoutFlat(lay *codegen.Layout, seed uint64) []float32 {
 
 // initialFlats computes every layout's full initial flat buffer, once for
 // all the ranks of this process.
-func initialFlats(p *codegen.Program, seed uint64) [][]float32 {
+func initialFlats(p *ir.Program, seed uint64) [][]float32 {
 	flats := make([][]float32, len(p.Layouts))
 	for li := range p.Layouts {
 		flats[li] = layoutFlat(&p.Layouts[li], seed)
@@ -549,8 +549,8 @@ func CheckVocab(b *codegen.Bundle, tokens []int32) error {
 		for _, in := range p.Inputs {
 			input[in.Buf] = true
 		}
-		for _, in := range p.Streams[codegen.Compute] {
-			if in.Op != codegen.Kernel {
+		for _, in := range p.Streams[ir.Compute] {
+			if in.Op != ir.Kernel {
 				continue
 			}
 			d := in.Kern.Info().IDs

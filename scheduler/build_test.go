@@ -14,7 +14,7 @@ import (
 )
 
 // buildFor compiles tiny on 2 nodes x 4 ranks under uniform factors f.
-func buildFor(t *testing.T, f cost.Factors) *codegen.Program {
+func buildFor(t *testing.T, f cost.Factors) *ir.Program {
 	t.Helper()
 	_, prog, err := compileTiny(t, f)
 	if err != nil {
@@ -33,13 +33,13 @@ func TestEveryTripleBuilds(t *testing.T) {
 	}
 	for _, f := range space {
 		prog := buildFor(t, f)
-		if len(prog.Streams[codegen.Compute]) == 0 {
+		if len(prog.Streams[ir.Compute]) == 0 {
 			t.Errorf("%v: empty compute stream", f)
 		}
 		if err := wellFormed(prog); err != nil {
 			t.Errorf("%v: %v", f, err)
 		}
-		b := &codegen.Bundle{Model: "tiny", Topo: codegen.Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 2, Templates: []codegen.Program{*prog}}
+		b := &codegen.Bundle{Model: "tiny", Topo: ir.Topology{GPUsPerNode: 4, Nodes: 2}, Micro: 2, Templates: []ir.Program{*prog}}
 		if err := codegen.Match(b); err != nil {
 			t.Errorf("%v: collective matching: %v", f, err)
 		}
@@ -85,7 +85,7 @@ func TestTraceIsJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(sb.String()), &doc); err != nil {
 		t.Fatalf("trace is not JSON: %v", err)
 	}
-	if len(doc.TraceEvents) != 2*(1+codegen.NumStreams+len(tl.Spans)) {
+	if len(doc.TraceEvents) != 2*(1+ir.NumStreams+len(tl.Spans)) {
 		t.Errorf("%d events for %d spans", len(doc.TraceEvents), len(tl.Spans))
 	}
 }

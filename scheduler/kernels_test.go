@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"amspc/codegen"
 	"amspc/cost"
 	"amspc/internal/testjob"
 	"amspc/ir"
@@ -15,10 +14,10 @@ import (
 
 // compileTiny builds tiny on 2 nodes x 4 ranks under f, with extra
 // sections, and returns the passes' state too.
-func compileTiny(t *testing.T, f cost.Factors, extra ...string) (*passes.State, *codegen.Program, error) {
+func compileTiny(t *testing.T, f cost.Factors, extra ...string) (*passes.State, *ir.Program, error) {
 	t.Helper()
 	job := testjob.Load(t, "tiny", extra...)
-	topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
+	topo := ir.Topology{GPUsPerNode: 4, Nodes: 2}
 	M, err := job.Train.MicroBatches(topo.Ranks())
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +70,8 @@ func TestOneKernelPerOp(t *testing.T) {
 			// recompute's second run of a block's forward is ops of its
 			// own (the recompute pass's copies), each run once too.
 			runs := map[string]int{}
-			for _, in := range prog.Streams[codegen.Compute] {
-				if in.Op == codegen.Kernel && in.Micro == 0 && in.Pos.IsValid() {
+			for _, in := range prog.Streams[ir.Compute] {
+				if in.Op == ir.Kernel && in.Micro == 0 && in.Pos.IsValid() {
 					sig := fmt.Sprint(in.Kern, in.Args, in.Outs)
 					runs[sig]++
 					if n := runs[sig]; n > 1 {
@@ -93,36 +92,36 @@ func TestOneKernelPerOp(t *testing.T) {
 // kernelsUseLiveBuffers follows the buffers that the compute stream alone
 // allocates and frees: each kernel's operands and results among them are
 // live, allocs and frees alternate, nothing is left at the end.
-func kernelsUseLiveBuffers(p *codegen.Program) error {
+func kernelsUseLiveBuffers(p *ir.Program) error {
 	other := map[int32]bool{} // allocated or freed on a communication stream
-	for s := codegen.CommGather; s < codegen.NumStreams; s++ {
+	for s := ir.CommGather; s < ir.NumStreams; s++ {
 		for _, in := range p.Streams[s] {
-			if in.Op == codegen.Alloc || in.Op == codegen.Free {
+			if in.Op == ir.Alloc || in.Op == ir.Free {
 				other[in.Buf] = true
 			}
 		}
 	}
 	transient := map[int32]bool{}
-	for _, in := range p.Streams[codegen.Compute] {
-		if in.Op == codegen.Alloc && !other[in.Buf] {
+	for _, in := range p.Streams[ir.Compute] {
+		if in.Op == ir.Alloc && !other[in.Buf] {
 			transient[in.Buf] = true
 		}
 	}
 	live := map[int32]bool{}
-	for i, in := range p.Streams[codegen.Compute] {
+	for i, in := range p.Streams[ir.Compute] {
 		at := func(format string, a ...any) error {
 			return fmt.Errorf("compute %d (%v %v): %s", i, in.Op, in.Kern, fmt.Sprintf(format, a...))
 		}
 		switch in.Op {
-		case codegen.Alloc, codegen.Free:
+		case ir.Alloc, ir.Free:
 			if !transient[in.Buf] {
 				continue
 			}
-			if live[in.Buf] == (in.Op == codegen.Alloc) {
+			if live[in.Buf] == (in.Op == ir.Alloc) {
 				return at("b%d %s while live=%v", in.Buf, in.Op, live[in.Buf])
 			}
-			live[in.Buf] = in.Op == codegen.Alloc
-		case codegen.Kernel:
+			live[in.Buf] = in.Op == ir.Alloc
+		case ir.Kernel:
 			seen := map[int32]bool{}
 			for _, id := range append(append([]int32{}, in.Args...), in.Outs...) {
 				if transient[id] && !live[id] {
@@ -164,8 +163,8 @@ func TestAdamWFromTheOptimizerPass(t *testing.T) {
 		// What the scheduler may not look at.
 		s.Job.Train.Optimizer = ir.AdamW{}
 		n := 0
-		for _, in := range prog.Streams[codegen.Compute] {
-			if in.Op != codegen.Kernel || in.Kern != ir.AdamWStep {
+		for _, in := range prog.Streams[ir.Compute] {
+			if in.Op != ir.Kernel || in.Kern != ir.AdamWStep {
 				continue
 			}
 			n++
@@ -204,7 +203,7 @@ func TestAdamWFromTheOptimizerPass(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.mutate(s.States)
-		topo := codegen.Topology{GPUsPerNode: 4, Nodes: 2}
+		topo := ir.Topology{GPUsPerNode: 4, Nodes: 2}
 		err = s.Distribute(&passes.Distribution{Groups: cost.Uniform("", p2os8, ir.RecomputeNone, 2).Groups, Topo: topo, Micro: 2, Depth: 2}, passes.Options{})
 		var ice *ir.InternalError
 		if !errors.As(err, &ice) || err.Error() != c.want {

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sort"
 
-	"amspc/codegen"
 	"amspc/cost"
+	"amspc/ir"
 )
 
 // Span is one instruction on the predicted timeline.
@@ -72,7 +72,7 @@ type flight struct {
 // collective times are each measured with every rank doing that one
 // thing, so full speed is the speed of one stream per rank. It fails on
 // a deadlock.
-func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, error) {
+func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error) {
 	if m == nil || m.Topo == nil {
 		return nil, fmt.Errorf("simulate: no machine")
 	}
@@ -80,9 +80,9 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 		return nil, fmt.Errorf("simulate: FLOP rate %g x %g is not positive", m.PeakFLOPS, m.Efficiency)
 	}
 	var tl Timeline
-	at := [codegen.NumStreams]int{}
-	clock := [codegen.NumStreams]float64{}
-	var fl [codegen.NumStreams]*flight
+	at := [ir.NumStreams]int{}
+	clock := [ir.NumStreams]float64{}
+	var fl [ir.NumStreams]*flight
 	// Event times (NaN: not recorded yet) and live buffers by id.
 	recorded := make([]float64, p.Events)
 	for i := range recorded {
@@ -93,7 +93,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 	n := 0
 	for s := range p.Streams {
 		for i := range p.Streams[s] {
-			if op := p.Streams[s][i].Op; op == codegen.Kernel || op == codegen.Collective {
+			if op := p.Streams[s][i].Op; op == ir.Kernel || op == ir.Collective {
 				n++
 			}
 		}
@@ -128,10 +128,10 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 	for {
 		// Run every stream as far as it goes without a collective's end.
 		progress := false
-		for s := 0; s < codegen.NumStreams; s++ {
+		for s := 0; s < ir.NumStreams; s++ {
 			for fl[s] == nil && at[s] < len(p.Streams[s]) {
 				in := &p.Streams[s][at[s]]
-				if in.Op == codegen.Wait {
+				if in.Op == ir.Wait {
 					if int(in.Event) >= len(recorded) || math.IsNaN(recorded[in.Event]) {
 						break
 					}
@@ -140,7 +140,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 				var dur float64
 				name := ""
 				switch in.Op {
-				case codegen.Kernel:
+				case ir.Kernel:
 					shapes = shapes[:0]
 					for _, a := range in.Args {
 						b := &p.Buffers[a]
@@ -158,7 +158,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 						fl[s] = &flight{start: clock[s], solo: dur, work: dur, cpu: 1, span: len(tl.Spans), transfering: true}
 						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: name, Stage: stageName(in.Stage)})
 					}
-				case codegen.Collective:
+				case ir.Collective:
 					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
 					if cc.Time > 0 {
 						// The span is filled in when the collective ends.
@@ -168,21 +168,21 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 						}
 						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: in.Coll.String() + " " + in.Group.String(), Stage: stageName(in.Stage)})
 					}
-				case codegen.Record:
+				case ir.Record:
 					for int(in.Event) >= len(recorded) {
 						recorded = append(recorded, math.NaN())
 					}
 					recorded[in.Event] = clock[s]
-				case codegen.Alloc:
+				case ir.Alloc:
 					if allocated[in.Buf] {
-						return nil, fmt.Errorf("%s %d: alloc of %s, already allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
+						return nil, fmt.Errorf("%s %d: alloc of %s, already allocated", ir.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = true
 					live++
 					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems), in.Buf, true})
-				case codegen.Free:
+				case ir.Free:
 					if !allocated[in.Buf] {
-						return nil, fmt.Errorf("%s %d: free of %s, not allocated", codegen.StreamName(s), at[s], p.Buffers[in.Buf].Name)
+						return nil, fmt.Errorf("%s %d: free of %s, not allocated", ir.StreamName(s), at[s], p.Buffers[in.Buf].Name)
 					}
 					allocated[in.Buf] = false
 					live--
@@ -195,7 +195,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 				}
 				if dur > 0 {
 					tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Dur: dur, Name: name, Stage: stageName(in.Stage)})
-					if s == codegen.Compute {
+					if s == ir.Compute {
 						tl.Compute += dur
 					}
 				}
@@ -224,19 +224,19 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 			sp := &tl.Spans[f.span]
 			sp.Dur = max(now-sp.Start, f.solo)
 			clock[s] = sp.Start + sp.Dur
-			if s == codegen.Compute && p.Streams[s][at[s]].Op == codegen.Kernel {
+			if s == ir.Compute && p.Streams[s][at[s]].Op == ir.Kernel {
 				tl.Compute += sp.Dur
 			}
 			at[s]++
 			fl[s] = nil
 		}
 	}
-	for s := 0; s < codegen.NumStreams; s++ {
+	for s := 0; s < ir.NumStreams; s++ {
 		if at[s] < len(p.Streams[s]) {
 			var stuck []string
-			for s := 0; s < codegen.NumStreams; s++ {
+			for s := 0; s < ir.NumStreams; s++ {
 				if at[s] < len(p.Streams[s]) {
-					stuck = append(stuck, fmt.Sprintf("%s at %d waits e%d", codegen.StreamName(s), at[s], p.Streams[s][at[s]].Event))
+					stuck = append(stuck, fmt.Sprintf("%s at %d waits e%d", ir.StreamName(s), at[s], p.Streams[s][at[s]].Event))
 				}
 			}
 			return nil, fmt.Errorf("deadlock: %v", stuck)
@@ -295,7 +295,7 @@ func Simulate(p *codegen.Program, m *cost.Machine, stages []string) (*Timeline, 
 // advance moves the collectives in flight from now to the next event: a
 // flight starting, finishing its latency, or finishing. It returns the
 // stream whose collective finished (-1 if none did) and the new time.
-func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
+func advance(fl *[ir.NumStreams]*flight, now float64) (int, float64) {
 	// Rates while transferring: 1/load on the most loaded link used.
 	var nvl, nic, cpu float64
 	for _, f := range fl {
@@ -363,11 +363,11 @@ func advance(fl *[codegen.NumStreams]*flight, now float64) (int, float64) {
 
 // Transient lists the buffers some instruction allocates; the rest
 // (shards of P, G, OS) live for the whole run.
-func Transient(p *codegen.Program) map[int32]bool {
+func Transient(p *ir.Program) map[int32]bool {
 	out := map[int32]bool{}
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
-			if in.Op == codegen.Alloc {
+			if in.Op == ir.Alloc {
 				out[in.Buf] = true
 			}
 		}

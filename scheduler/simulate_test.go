@@ -3,7 +3,6 @@ package scheduler_test
 import (
 	"testing"
 
-	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/internal/testjob"
@@ -15,12 +14,12 @@ import (
 // kernel lasts exactly the machine's KernelTime of its instruction, a
 // collective never less than one flat call alone. It returns how many
 // collectives contention slowed.
-func checkSpans(t *testing.T, p *codegen.Program, m *cost.Machine, tl *Timeline) (slowed int) {
+func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
 	t.Helper()
 	for _, sp := range tl.Spans {
 		in := p.Streams[sp.Stream][sp.Index]
 		switch in.Op {
-		case codegen.Kernel:
+		case ir.Kernel:
 			var shapes [][]int64
 			for _, a := range in.Args {
 				b := p.Buffers[a]
@@ -33,22 +32,22 @@ func checkSpans(t *testing.T, p *codegen.Program, m *cost.Machine, tl *Timeline)
 			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
 			switch {
 			case m.SharedCores && sp.Dur < want:
-				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", codegen.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
+				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
 			case m.SharedCores && sp.Dur > want*(1+1e-9):
 				slowed++
 			case !m.SharedCores && sp.Dur != want:
-				t.Fatalf("%s %d %s: %g s, KernelTime %g s", codegen.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
+				t.Fatalf("%s %d %s: %g s, KernelTime %g s", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
 			}
-		case codegen.Collective:
+		case ir.Collective:
 			solo := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
 			if sp.Dur < solo {
-				t.Fatalf("%s %d %s: %g s, sooner than alone (%g s)", codegen.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, solo)
+				t.Fatalf("%s %d %s: %g s, sooner than alone (%g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, solo)
 			}
 			if sp.Dur > solo*(1+1e-9) {
 				slowed++
 			}
 		default:
-			t.Fatalf("%s %d: a span for %v", codegen.StreamName(sp.Stream), sp.Index, in.Op)
+			t.Fatalf("%s %d: a span for %v", ir.StreamName(sp.Stream), sp.Index, in.Op)
 		}
 	}
 	return slowed
@@ -147,13 +146,13 @@ func TestSimulateLLaMAContention(t *testing.T) {
 
 // twoCollectives runs collective a on the gather stream and b on the
 // reduce stream, both from time 0.
-func twoCollectives(t *testing.T, m *cost.Machine, a, b codegen.Instr) (da, db float64) {
+func twoCollectives(t *testing.T, m *cost.Machine, a, b ir.Instr) (da, db float64) {
 	t.Helper()
-	buf := codegen.Buffer{Name: "x", DType: ir.BF16, Elems: 1 << 29, Parent: -1}
-	p := &codegen.Program{Buffers: []codegen.Buffer{buf, buf, buf, buf}}
+	buf := ir.Buffer{Name: "x", DType: ir.BF16, Elems: 1 << 29, Parent: -1}
+	p := &ir.Program{Buffers: []ir.Buffer{buf, buf, buf, buf}}
 	a.In, a.Out, b.In, b.Out = 0, 1, 2, 3
-	p.Streams[codegen.CommGather] = []codegen.Instr{a}
-	p.Streams[codegen.CommReduce] = []codegen.Instr{b}
+	p.Streams[ir.CommGather] = []ir.Instr{a}
+	p.Streams[ir.CommReduce] = []ir.Instr{b}
 	tl, err := Simulate(p, m, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +164,8 @@ func twoCollectives(t *testing.T, m *cost.Machine, a, b codegen.Instr) (da, db f
 	return tl.Spans[0].Dur, tl.Spans[1].Dur
 }
 
-func coll(c ir.Coll, s0, s1 int, bytes int64) codegen.Instr {
-	return codegen.Instr{Op: codegen.Collective, Coll: c, Group: ir.Group{Outer: ir.Factor{S0: s0, S1: s1}, Inner: ir.Factor{S0: 1, S1: 1}},
+func coll(c ir.Coll, s0, s1 int, bytes int64) ir.Instr {
+	return ir.Instr{Op: ir.Collective, Coll: c, Group: ir.Group{Outer: ir.Factor{S0: s0, S1: s1}, Inner: ir.Factor{S0: 1, S1: 1}},
 		Bytes: bytes, DType: ir.BF16, Stage: -1, Micro: -1}
 }
 
@@ -177,7 +176,7 @@ func coll(c ir.Coll, s0, s1 int, bytes int64) codegen.Instr {
 func TestContention(t *testing.T) {
 	topo := &cost.Topology{GPUsPerNode: 8, Nodes: 4, IntraBW: 200e9, InterBW: 100e9, IntraLatency: 3.4e-6, InterLat: 14e-6}
 	m := &cost.Machine{Topo: topo, PeakFLOPS: 312e12, Efficiency: 0.5, MemBW: 2e12, MatMulHalf: 64}
-	solo := func(in codegen.Instr) cost.CollCost {
+	solo := func(in ir.Instr) cost.CollCost {
 		return topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
 	}
 	near := func(what string, got, want float64) {
@@ -188,7 +187,7 @@ func TestContention(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		a, b codegen.Instr
+		a, b ir.Instr
 	}{
 		{"inside the node", coll(ir.AllGather, 8, 1, 1<<30), coll(ir.ReduceScatter, 8, 1, 1<<30)},
 		{"across nodes", coll(ir.AllGather, 8, 4, 1<<30), coll(ir.ReduceScatter, 8, 4, 1<<30)},

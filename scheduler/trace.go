@@ -6,7 +6,7 @@ import (
 	"io"
 	"strconv"
 
-	"amspc/codegen"
+	"amspc/ir"
 )
 
 // WriteTrace writes a timeline in Chrome's trace event format (JSON
@@ -28,14 +28,14 @@ func WriteTrace(w io.Writer, tl *Timeline, ranks []int) error {
 	for _, r := range ranks {
 		sep()
 		fmt.Fprintf(bw, `{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"rank %d"}}`, r, r)
-		for s := 0; s < codegen.NumStreams; s++ {
+		for s := 0; s < ir.NumStreams; s++ {
 			sep()
-			fmt.Fprintf(bw, `{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%q}}`, r, s, codegen.StreamName(s))
+			fmt.Fprintf(bw, `{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%q}}`, r, s, ir.StreamName(s))
 		}
 		for _, sp := range tl.Spans {
 			sep()
 			fmt.Fprintf(bw, `{"ph":"X","name":%q,"cat":%q,"pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{"stage":%q,"index":%d}}`,
-				sp.Name, codegen.StreamName(sp.Stream), r, sp.Stream, us(sp.Start), us(sp.Dur), sp.Stage, sp.Index)
+				sp.Name, ir.StreamName(sp.Stream), r, sp.Stream, us(sp.Start), us(sp.Dur), sp.Stage, sp.Index)
 		}
 	}
 	bw.WriteString("\n]}\n")

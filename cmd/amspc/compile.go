@@ -73,7 +73,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	size := len(codegen.Encode(bundle))
-	var n [codegen.NumStreams]int
+	var n [ir.NumStreams]int
 	for i := range prog.Streams {
 		n[i] = len(prog.Streams[i])
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/cost/profile"
@@ -88,7 +87,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	c := job.Cluster
-	topo := codegen.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
+	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	plans := profilePlans(job)
 	var results []*compiler.Result
 	var labels []string
@@ -166,9 +165,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	// (their sum is the step's compute time, overlap aside).
 	p0 := results[0].Bundle.Template(0)
 	calls, step := 0, 0.0
-	for i := range p0.Streams[codegen.Compute] {
-		in := &p0.Streams[codegen.Compute][i]
-		if in.Op == codegen.Kernel {
+	for i := range p0.Streams[ir.Compute] {
+		in := &p0.Streams[ir.Compute][i]
+		if in.Op == ir.Kernel {
 			s, _ := prof.KernelTime(in.Kern, profile.KernelShapes(p0, in), in.Flops)
 			calls, step = calls+1, step+s
 		}
@@ -211,8 +210,8 @@ func profilePlans(job *ir.Job) []cost.Plan {
 
 // profKernel is one distinct kernel: an instruction of a template.
 type profKernel struct {
-	prog   *codegen.Program
-	in     *codegen.Instr
+	prog   *ir.Program
+	in     *ir.Instr
 	shapes [][]int64
 	dtype  ir.DType
 	key    string
@@ -230,7 +229,7 @@ func distinctKernels(results []*compiler.Result) []profKernel {
 			for s := range p.Streams {
 				for i := range p.Streams[s] {
 					in := &p.Streams[s][i]
-					if in.Op != codegen.Kernel {
+					if in.Op != ir.Kernel {
 						continue
 					}
 					k := profKernel{prog: p, in: in, shapes: profile.KernelShapes(p, in), dtype: p.Buffers[in.Outs[0]].DType}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"amspc/chart"
-	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/internal/outfile"
@@ -231,7 +230,7 @@ func dropEmpty(sb *chart.StackedBars) {
 // streams meanwhile: one entry per collective kind, then the wait with
 // no collective in flight. Where several kinds are in flight at once the
 // wait is split evenly between them.
-func exposedByKind(prog *codegen.Program, tl *scheduler.Timeline) []float64 {
+func exposedByKind(prog *ir.Program, tl *scheduler.Timeline) []float64 {
 	out := make([]float64, int(ir.NumColls)+1)
 	type interval struct {
 		lo, hi float64
@@ -243,11 +242,11 @@ func exposedByKind(prog *codegen.Program, tl *scheduler.Timeline) []float64 {
 			continue
 		}
 		iv := interval{sp.Start, sp.Start + sp.Dur, -1}
-		if sp.Stream == codegen.Compute {
+		if sp.Stream == ir.Compute {
 			busy = append(busy, iv)
 			continue
 		}
-		if in := &prog.Streams[sp.Stream][sp.Index]; in.Op == codegen.Collective {
+		if in := &prog.Streams[sp.Stream][sp.Index]; in.Op == ir.Collective {
 			iv.kind = int(in.Coll)
 			comm = append(comm, iv)
 		}
@@ -346,8 +345,8 @@ func chosenTimeline(job *ir.Job, e *cost.Estimate, cfg cost.Config) (*chart.Time
 	tl := res.Timeline
 	out := &chart.Timeline{Title: fmt.Sprintf("The chosen plan's step on rank 0 (%s, simulated: %s, %d micro-batches), one lane per stream",
 		e.Plan.Name, dur(tl.Step), res.Micro), End: tl.Step}
-	for s := 0; s < codegen.NumStreams; s++ {
-		lane := chart.Lane{Name: codegen.StreamName(s)}
+	for s := 0; s < ir.NumStreams; s++ {
+		lane := chart.Lane{Name: ir.StreamName(s)}
 		for _, sp := range tl.Spans {
 			if sp.Stream == s && sp.Dur > 0 {
 				lane.Spans = append(lane.Spans, chart.Span{Start: sp.Start, Dur: sp.Dur, Name: sp.Name})

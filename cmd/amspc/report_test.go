@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/ir"
@@ -125,16 +124,16 @@ func TestReportStepBars(t *testing.T) {
 // TestExposedByKind: the compute stream's waits are given to the kinds in
 // flight, split evenly where two are, and to "none" where none is.
 func TestExposedByKind(t *testing.T) {
-	prog := &codegen.Program{}
-	prog.Streams[codegen.CommGather] = []ir.Instr{{Op: codegen.Collective, Coll: ir.AllGather}}
-	prog.Streams[codegen.CommReduce] = []ir.Instr{{Op: codegen.Kernel}, {Op: codegen.Collective, Coll: ir.ReduceScatter}}
+	prog := &ir.Program{}
+	prog.Streams[ir.CommGather] = []ir.Instr{{Op: ir.Collective, Coll: ir.AllGather}}
+	prog.Streams[ir.CommReduce] = []ir.Instr{{Op: ir.Kernel}, {Op: ir.Collective, Coll: ir.ReduceScatter}}
 	tl := &scheduler.Timeline{Step: 5, Spans: []scheduler.Span{
-		{Stream: codegen.Compute, Start: 0, Dur: 1},
-		{Stream: codegen.Compute, Start: 3, Dur: 1},
-		{Stream: codegen.CommGather, Index: 0, Start: 0.5, Dur: 2},      // all-gather 0.5 to 2.5
-		{Stream: codegen.CommReduce, Index: 0, Start: 1, Dur: 0.5},      // a kernel: not communication
-		{Stream: codegen.CommReduce, Index: 1, Start: 2, Dur: 1.5},      // reduce-scatter 2 to 3.5
-		{Stream: codegen.Compute, Start: 4.5, Dur: 0, Name: "a record"}, // no time
+		{Stream: ir.Compute, Start: 0, Dur: 1},
+		{Stream: ir.Compute, Start: 3, Dur: 1},
+		{Stream: ir.CommGather, Index: 0, Start: 0.5, Dur: 2},      // all-gather 0.5 to 2.5
+		{Stream: ir.CommReduce, Index: 0, Start: 1, Dur: 0.5},      // a kernel: not communication
+		{Stream: ir.CommReduce, Index: 1, Start: 2, Dur: 1.5},      // reduce-scatter 2 to 3.5
+		{Stream: ir.Compute, Start: 4.5, Dur: 0, Name: "a record"}, // no time
 	}}
 	got := exposedByKind(prog, tl)
 	want := make([]float64, ir.NumColls+1)
