@@ -1,6 +1,7 @@
 package main
 
 import (
+	"amspc/runtime"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -132,17 +133,23 @@ func stepDirs(t *testing.T, ck string) []string {
 	return out
 }
 
-// TestSaveLock: a second writer is refused while the lock is held,
-// naming the holder's pid and host; a lock whose process is gone (same
-// host) is taken over with a note.
-func TestSaveLock(t *testing.T) {
+// lockedDir makes a checkpoint directory for the lock tests: this host's
+// name, the directory and its lock file's path.
+func lockedDir(t *testing.T) (host, ck, lock string) {
 	host, err := os.Hostname()
 	if err != nil {
 		t.Skip(err)
 	}
-	ck := filepath.Join(t.TempDir(), "ck")
+	ck = filepath.Join(t.TempDir(), "ck")
 	os.MkdirAll(ck, 0o755)
-	lock := filepath.Join(ck, ".amspc-lock")
+	return host, ck, filepath.Join(ck, runtime.LockName)
+}
+
+// TestSaveLock: a second writer is refused while the lock is held,
+// naming the holder's pid and host; a lock whose process is gone (same
+// host) is taken over with a note.
+func TestSaveLock(t *testing.T) {
+	host, ck, lock := lockedDir(t)
 	hold := func(pid int, host string) {
 		b, _ := json.Marshal(map[string]any{"pid": pid, "host": host, "started": "2025-01-02T03:04:05Z"})
 		if err := os.WriteFile(lock, b, 0o644); err != nil {
@@ -477,13 +484,7 @@ func liveProcess(t *testing.T) int {
 // any pid after a reboot (another boot id). A live holder started when
 // the lock says, on this boot, still holds it.
 func TestSaveLockReusedPID(t *testing.T) {
-	host, err := os.Hostname()
-	if err != nil {
-		t.Skip(err)
-	}
-	ck := filepath.Join(t.TempDir(), "ck")
-	os.MkdirAll(ck, 0o755)
-	lock := filepath.Join(ck, ".amspc-lock")
+	host, ck, lock := lockedDir(t)
 	hold := func(l map[string]any) {
 		l["host"], l["started"] = host, "2025-01-02T03:04:05Z"
 		b, _ := json.Marshal(l)

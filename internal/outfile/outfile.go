@@ -138,48 +138,43 @@ func create(path string, stdout io.Writer, exclusive bool) (*File, error) {
 // throughFD reports whether path is, or links through, an open file
 // descriptor's name (/dev/fd/N, /proc/PID/fd/N, as /dev/stdout does).
 func throughFD(path string) bool {
-	p := path
-	for range 40 {
+	chain, _ := links(path)
+	for _, p := range chain {
 		if fdPath.MatchString(filepath.Clean(p)) {
 			return true
 		}
-		fi, err := os.Lstat(p)
-		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			return false
-		}
-		t, err := os.Readlink(p)
-		if err != nil {
-			return false
-		}
-		if !filepath.IsAbs(t) {
-			t = filepath.Join(filepath.Dir(p), t)
-		}
-		p = t
 	}
 	return false
 }
 
 var fdPath = regexp.MustCompile(`^/(proc/[^/]+|dev)/fd/[0-9]+$`)
 
-// linkTarget follows the links at path to the name at their end, which
-// does not exist (path itself when it is no link).
+// linkTarget follows the links at path to the name at their end.
 func linkTarget(path string) (string, error) {
-	p := path
-	for range 40 {
+	chain, err := links(path)
+	return chain[len(chain)-1], err
+}
+
+// links is path and every name its symbolic links lead to, in order; the
+// last is no link (or could not be read).
+func links(path string) ([]string, error) {
+	chain := []string{path}
+	for p := path; len(chain) <= 40; {
 		fi, err := os.Lstat(p)
 		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			return p, nil
+			return chain, nil
 		}
 		t, err := os.Readlink(p)
 		if err != nil {
-			return "", err
+			return chain, err
 		}
 		if !filepath.IsAbs(t) {
 			t = filepath.Join(filepath.Dir(p), t)
 		}
 		p = t
+		chain = append(chain, p)
 	}
-	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
+	return chain, fmt.Errorf("%s: too many levels of symbolic links", path)
 }
 
 // Path is the path the file was created with ("standard output" for -).
