@@ -192,7 +192,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	sort.SliceStable(all, func(i, j int) bool { return res.less(all[i], all[j]) })
+	sort.SliceStable(all, func(i, j int) bool { return res.Less(all[i], all[j]) })
 	for _, e := range all {
 		if len(res.Top) >= opts.Top || !e.Feasible || (ev != nil && !e.Simulated) {
 			break
@@ -206,7 +206,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		if ev != nil && !e.Simulated {
 			continue
 		}
-		if e.Feasible && (res.Chosen == nil || res.less(e, res.Chosen)) {
+		if e.Feasible && (res.Chosen == nil || res.Less(e, res.Chosen)) {
 			res.Chosen = e
 		}
 		if res.Fastest == nil || res.Objective.Score(e) < res.Objective.Score(res.Fastest) {
@@ -222,8 +222,9 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// less orders feasible plans by the objective; ties go to the earlier.
-func (r *Result) less(a, b *cost.Estimate) bool {
+// Less orders plans as the plan table ranks them: feasible first, then
+// simulated, then by the objective; ties go to the earlier.
+func (r *Result) Less(a, b *cost.Estimate) bool {
 	if a.Feasible != b.Feasible {
 		return a.Feasible
 	}

@@ -77,7 +77,7 @@ func runExport(stdout, stderr io.Writer, file, target string, job *ir.Job, r *pl
 			continue
 		}
 		o, no := t.express(c.Plan.Name, c.Plan.Groups[cost.Blocks], dp, c, job, cfg)
-		if no == "" && (best == nil || exportBetter(r.Objective, c, best)) {
+		if no == "" && (best == nil || exportBetter(r, c, best)) {
 			best, bestOut = c, o
 		}
 	}
@@ -109,18 +109,13 @@ func runExport(stdout, stderr io.Writer, file, target string, job *ir.Job, r *pl
 }
 
 // exportBetter ranks the rows an export may fall back to as the plan
-// table does (feasible first, simulated first, then the objective), and
-// rows that do not fit by the memory they need.
-func exportBetter(obj planner.Objective, a, b *cost.Estimate) bool {
-	switch {
-	case a.Feasible != b.Feasible:
-		return a.Feasible
-	case !a.Feasible:
+// table does (planner.Result.Less), and rows that do not fit by the
+// memory they need.
+func exportBetter(r *planner.Result, a, b *cost.Estimate) bool {
+	if !a.Feasible && !b.Feasible {
 		return a.Mem.Total < b.Mem.Total
-	case a.Simulated != b.Simulated:
-		return a.Simulated
 	}
-	return obj.Score(a) < obj.Score(b)
+	return r.Less(a, b)
 }
 
 func pick(c bool, a, b string) string {
