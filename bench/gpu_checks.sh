@@ -27,7 +27,7 @@ case ${1:-} in
 build)
 	mkdir -p $d
 	go build -o $d/amspc ./cmd/amspc
-	go test -c -o $d/cudalib.test ./runtime/cudalib
+	go test -c -o $d/cudalib.test ./engine/cudalib
 	# amspc on Open MPI, for tiny on 8 processes sharing the GPU (run
 	# skips it where the GPU machine has no mpirun).
 	if pkg-config --exists ompi-c 2>/dev/null; then
@@ -50,12 +50,12 @@ run)
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
 	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120; do
-		(cd runtime/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
+		(cd engine/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
 	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
 	# Attention forward at TinyLlama's shapes: fp32 CUDA cores against
 	# bf16 tensor cores (mma.cu).
-	(cd runtime/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' || true
+	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then

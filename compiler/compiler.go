@@ -23,7 +23,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 // Options steer a compilation.
@@ -46,7 +46,7 @@ type Result struct {
 	State    *passes.State
 	Program  *ir.Program
 	Bundle   *codegen.Bundle
-	Timeline *scheduler.Timeline // rank 0's simulated step
+	Timeline *simulator.Timeline // rank 0's simulated step
 	Micro    int                 // micro-batches per step
 	// Fits says the program's simulated peak, with the allocator's
 	// allowance and the GPU's reserve, fits the GPU's memory.
@@ -121,7 +121,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	}
 	prog := s.Prog
 	mach := m.Machine
-	tl, err := scheduler.Simulate(prog, mach, StageNames(prog))
+	tl, err := simulator.Simulate(prog, mach, StageNames(prog))
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 		if prog, err = passes.Reschedule(s, depth); err != nil {
 			return nil, err
 		}
-		if tl, err = scheduler.Simulate(prog, mach, StageNames(prog)); err != nil {
+		if tl, err = simulator.Simulate(prog, mach, StageNames(prog)); err != nil {
 			return nil, err
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 // Evaluator is the planner's view of the compiler (planner.Evaluator):
@@ -119,7 +119,7 @@ func prediction(r *Result) *cost.Prediction {
 			}
 		}
 	}
-	trans := scheduler.Transient(prog)
+	trans := simulator.Transient(prog)
 	for id, b := range prog.Buffers {
 		if b.IsView() || trans[int32(id)] {
 			continue

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"amspc/cost"
-	"amspc/runtime"
+	"amspc/engine"
 )
 
 const ckptUsage = `usage: amspc ckpt COMMAND ...
@@ -50,7 +50,7 @@ func ckptInfo(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	m, err := runtime.ReadManifest(dir)
+	m, err := engine.ReadManifest(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt info: %v\n", err)
 		return exitUser
@@ -80,7 +80,7 @@ func ckptInfo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "model hash %s (of its params' names and shapes)\n", m.ModelHash)
 	}
 	// Damage seen without reading the files; their hashes are verify's.
-	if damage := runtime.CheckFiles(dir, m); len(damage) > 0 {
+	if damage := engine.CheckFiles(dir, m); len(damage) > 0 {
 		for _, d := range damage {
 			fmt.Fprintf(stderr, "amspc ckpt info: %s: %s\n", dir, d)
 		}
@@ -97,7 +97,7 @@ func ckptVerify(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	m, damage, err := runtime.VerifyCheckpoint(dir)
+	m, damage, err := engine.VerifyCheckpoint(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt verify: %v\n", err)
 		return exitUser
@@ -137,7 +137,7 @@ func ckptExport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "amspc ckpt export: -o FILE is required")
 		return exitUser
 	}
-	m, err := runtime.ExportCheckpoint(dir, *out, *optimizer)
+	m, err := engine.ExportCheckpoint(dir, *out, *optimizer)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
 		return exitUser
@@ -168,13 +168,13 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	var params []runtime.ParamShape
+	var params []engine.ParamShape
 	for _, v := range job.Graph.Params() {
-		params = append(params, runtime.ParamShape{Name: v.Name, Shape: v.Shape})
+		params = append(params, engine.ParamShape{Name: v.Name, Shape: v.Shape})
 	}
 	// From the header alone: the memory the import holds, and the step
 	// it writes.
-	info, err := runtime.InspectImport(file)
+	info, err := engine.InspectImport(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: %v\n", err)
 		return exitUser
@@ -184,13 +184,13 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 			file, cost.GiB(float64(info.Bytes)), cost.GiB(avail))
 		return exitUser
 	}
-	release, err := runtime.PrepareSave(*out, runtime.NewModelID(job.Graph.Name, params), info.Step, "", *overwrite, stderr)
+	release, err := engine.PrepareSave(*out, engine.NewModelID(job.Graph.Name, params), info.Step, "", *overwrite, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: -o: %v\n", err)
 		return exitUser
 	}
 	defer release()
-	m, err := runtime.ImportWeights(file, job.Graph.Name, params, *out)
+	m, err := engine.ImportWeights(file, job.Graph.Name, params, *out)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt import: %v\n", err)
 		return exitUser

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"amspc/runtime"
+	"amspc/engine"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -142,7 +142,7 @@ func lockedDir(t *testing.T) (host, ck, lock string) {
 	}
 	ck = filepath.Join(t.TempDir(), "ck")
 	os.MkdirAll(ck, 0o755)
-	return host, ck, filepath.Join(ck, runtime.LockName)
+	return host, ck, filepath.Join(ck, engine.LockName)
 }
 
 // TestSaveLock: a second writer is refused while the lock is held,

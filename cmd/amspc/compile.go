@@ -17,7 +17,7 @@ import (
 	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/passes"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 // BundleName is the plan file compile writes into its output directory.
@@ -187,7 +187,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc trace: %v\n", err)
 		return exitUser
 	}
-	if err := outfile.Write(*out, stdout, func(w io.Writer) error { return scheduler.WriteTrace(w, tl, ranks) }); err != nil {
+	if err := outfile.Write(*out, stdout, func(w io.Writer) error { return simulator.WriteTrace(w, tl, ranks) }); err != nil {
 		fmt.Fprintf(stderr, "amspc trace: -o: %v\n", err)
 		return exitUser
 	}
@@ -199,7 +199,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 // it was compiled for, without the source files, and with the measured
 // profile at profilePath when it is not empty: the prediction compile
 // printed, when it was compiled with that profile.
-func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*scheduler.Timeline, error) {
+func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*simulator.Timeline, error) {
 	mc := b.Machine
 	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
 		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
@@ -219,7 +219,7 @@ func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*scheduler.Ti
 		}
 	}
 	tmpl := b.Template(r)
-	return scheduler.Simulate(tmpl, m, compiler.StageNames(tmpl))
+	return simulator.Simulate(tmpl, m, compiler.StageNames(tmpl))
 }
 
 // readBundle reads a plan bundle, or the bundle inside a compile output

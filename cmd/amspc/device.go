@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"amspc/engine"
+	"amspc/engine/cudalib"
 	"amspc/kernels/gpu/hostc"
-	"amspc/runtime"
-	"amspc/runtime/cudalib"
 )
 
 // openCUDA loads CUDA and returns the backend maker of --device cuda and
@@ -18,7 +18,7 @@ import (
 // node as GPUs, its local GPU; ranks beyond the GPUs share them, their
 // collectives staged through the host). Its error is one sentence: the
 // missing library, or no GPU.
-func openCUDA(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), func() int64, error) {
+func openCUDA(o engine.DeviceOptions) (func(int) (engine.Backend, error), func() int64, error) {
 	l, err := cudalib.Load()
 	if err != nil {
 		return nil, nil, err
@@ -41,7 +41,7 @@ func openCUDA(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), func
 		}
 		return p
 	}
-	return func(r int) (runtime.Backend, error) {
+	return func(r int) (engine.Backend, error) {
 		g, err := l.NewGPU(r % len(devs))
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", r%len(devs), err)
@@ -54,7 +54,7 @@ func openCUDA(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), func
 		mu.Lock()
 		gpus = append(gpus, g)
 		mu.Unlock()
-		return runtime.NewDeviceBackendWith(g, o), nil
+		return engine.NewDeviceBackendWith(g, o), nil
 	}, peak, nil
 }
 
@@ -63,6 +63,6 @@ func openCUDA(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), func
 // host) on a GPU simulated on the CPU, ops.cu compiled as C
 // (kernels/gpu/hostc), one per rank. It checks the GPU path, under
 // mpirun too, where there is no GPU; it is slow.
-func openSim(o runtime.DeviceOptions) (func(int) (runtime.Backend, error), error) {
-	return func(int) (runtime.Backend, error) { return runtime.NewDeviceBackendWith(hostc.NewDevice(), o), nil }, nil
+func openSim(o engine.DeviceOptions) (func(int) (engine.Backend, error), error) {
+	return func(int) (engine.Backend, error) { return engine.NewDeviceBackendWith(hostc.NewDevice(), o), nil }, nil
 }

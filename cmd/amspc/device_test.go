@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"amspc/runtime/cudalib"
+	"amspc/engine/cudalib"
 )
 
 // TestDeviceCuda: without a GPU (this machine kind, CI), --device cuda

@@ -21,7 +21,7 @@ import (
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
-	"amspc/runtime"
+	"amspc/engine"
 )
 
 // The MPI tests launch the amspc binary under Open MPI's mpirun, 8
@@ -376,7 +376,7 @@ func TestMPICheckpoint(t *testing.T) {
 	mustRun(8, "--steps", fmt.Sprint(end), "--shard", plan, "--log", path("full.jsonl"), tiny)
 	full := lossLines(t, path("full.jsonl"))[at:]
 	mustRun(8, "--steps", fmt.Sprint(at), "--shard", plan, "--save", path("ck"), tiny)
-	m, err := runtime.ReadManifest(path("ck"))
+	m, err := engine.ReadManifest(path("ck"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestMPIKilledDuringSave(t *testing.T) {
 	// Kill one as soon as a save's directory exists that the manifest
 	// does not name.
 	committed := func() string {
-		m, err := runtime.ReadManifest(ck)
+		m, err := engine.ReadManifest(ck)
 		if err != nil {
 			return ""
 		}
@@ -451,7 +451,7 @@ func TestMPIKilledDuringSave(t *testing.T) {
 		t.Fatalf("no save was seen in progress:\n%s", job.output())
 	}
 	job.endsFailing(t, 10*time.Second, "a rank was killed")
-	m, err := runtime.ReadManifest(ck)
+	m, err := engine.ReadManifest(ck)
 	if err != nil {
 		t.Fatalf("the checkpoint does not load after the crash: %v", err)
 	}
@@ -464,7 +464,7 @@ func TestMPIKilledDuringSave(t *testing.T) {
 	if out, err := mpirun(t, 8, bin, "run", "--steps", fmt.Sprint(m.Step+1), "--resume", ck, "--save", ck, tiny); err != nil {
 		t.Fatalf("resume after the crash: %v\n%s", err, out)
 	}
-	m2, err := runtime.ReadManifest(ck)
+	m2, err := engine.ReadManifest(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestMPINaNOnOneRank(t *testing.T) {
 	if st := run([]string{"run", "--steps", "0", "--save", path("ck0"), tiny}, &stdout, &stderr); st != exitOK {
 		t.Fatal(stderr.String())
 	}
-	if _, err := runtime.ExportCheckpoint(path("ck0"), path("w.safetensors"), false); err != nil {
+	if _, err := engine.ExportCheckpoint(path("ck0"), path("w.safetensors"), false); err != nil {
 		t.Fatal(err)
 	}
 	stdout.Reset()
@@ -554,7 +554,7 @@ func TestMPIStopsOnSignal(t *testing.T) {
 	if n := strings.Count(s, "stopped by terminated after step "); n != 1 {
 		t.Fatalf("%d stop messages, want 1:\n%s", n, s)
 	}
-	m, err := runtime.ReadManifest(ck)
+	m, err := engine.ReadManifest(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,7 +602,7 @@ func TestMPISimDevice(t *testing.T) {
 // manifest's sizes and SHA-256s to match.
 func poisonCheckpoint(t *testing.T, dir, name string, from, n int64) {
 	t.Helper()
-	m, err := runtime.ReadManifest(dir)
+	m, err := engine.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,7 +650,7 @@ func poisonCheckpoint(t *testing.T, dir, name string, from, n int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, runtime.ManifestName), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, engine.ManifestName), append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"amspc/engine"
 	"amspc/internal/outfile"
-	"amspc/runtime"
 )
 
 // besideOutput is where a command says what it wrote to out: standard
@@ -48,8 +48,8 @@ func notAnInput(flag, out string, inputs ...string) error {
 // manifest and the files it names (none when it cannot be read; export
 // then reports why).
 func checkpointFiles(dir string) []string {
-	out := []string{filepath.Join(dir, runtime.ManifestName)}
-	if m, err := runtime.ReadManifest(dir); err == nil {
+	out := []string{filepath.Join(dir, engine.ManifestName)}
+	if m, err := engine.ReadManifest(dir); err == nil {
 		for _, f := range m.Files {
 			out = append(out, filepath.Join(dir, filepath.FromSlash(f.Path)))
 		}

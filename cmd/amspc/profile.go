@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	goruntime "runtime"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -13,10 +13,10 @@ import (
 	"amspc/compiler"
 	"amspc/cost"
 	"amspc/cost/profile"
+	"amspc/engine"
 	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/passes"
-	"amspc/runtime"
 )
 
 // runProfile measures, on the backend amspc runs on (local ranks: one
@@ -46,7 +46,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
 		return exitUser
 	}
-	var newBackend func(int) (runtime.Backend, error)
+	var newBackend func(int) (engine.Backend, error)
 	if *tensorCores && *device != "cuda" {
 		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")
 		return exitUser
@@ -55,7 +55,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, _, err = openCUDA(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
+		if newBackend, _, err = openCUDA(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc profile: --device cuda: %v\n", err)
 			return exitUser
 		}
@@ -121,7 +121,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	t0 := time.Now()
 	ks := distinctKernels(results)
 	for i, k := range ks {
-		s, err := runtime.MeasureKernelOn(topo, k.prog, k.in, *reps, newBackend)
+		s, err := engine.MeasureKernelOn(topo, k.prog, k.in, *reps, newBackend)
 		if err != nil {
 			fmt.Fprintf(stderr, "amspc profile: %v %s: %v\n", k.in.Kern, profile.FormatShapes(k.shapes), err)
 			return exitUser
@@ -145,7 +145,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 				if n == 0 {
 					continue
 				}
-				s, err := runtime.MeasureCollectiveOn(topo, coll, f, n, *reps, newBackend)
+				s, err := engine.MeasureCollectiveOn(topo, coll, f, n, *reps, newBackend)
 				if err != nil {
 					fmt.Fprintf(stderr, "amspc profile: %v over %v: %v\n", coll, f, err)
 					return exitUser
@@ -173,7 +173,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: %s on %d local ranks (%d x %d), GOMAXPROCS %d, plans %s\n",
-		file, job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, goruntime.GOMAXPROCS(0), strings.Join(labels, ", "))
+		file, job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, runtime.GOMAXPROCS(0), strings.Join(labels, ", "))
 	fmt.Fprintf(stdout, "  kernels: %d distinct (rank 0 calls %d per step), measured in %s\n", len(ks), calls, dur(kernelTime.Seconds()))
 	printSlowest(stdout, ks)
 	fmt.Fprintf(stdout, "  collectives: 4 kinds x %d group shapes x %d sizes (%s to %s), measured in %s\n",
@@ -272,9 +272,9 @@ func profileMeta(job *ir.Job, plans []string, reps int, device string) []profile
 	return []profile.MetaEntry{
 		{Key: "backend", Value: backend},
 		{Key: "ranks", Value: fmt.Sprintf("%d (%d nodes x %d per node), all measured at once", c.GPUs(), c.Nodes, c.GPUsPerNode)},
-		{Key: "gomaxprocs", Value: fmt.Sprint(goruntime.GOMAXPROCS(0))},
+		{Key: "gomaxprocs", Value: fmt.Sprint(runtime.GOMAXPROCS(0))},
 		{Key: "cpu", Value: cpuModel()},
-		{Key: "go", Value: goruntime.Version() + " " + goruntime.GOOS + "/" + goruntime.GOARCH},
+		{Key: "go", Value: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH},
 		{Key: "model", Value: job.Graph.Name},
 		{Key: "plans", Value: strings.Join(plans, ", ")},
 		{Key: "reps", Value: fmt.Sprintf("%d (median, after a warm-up)", reps)},

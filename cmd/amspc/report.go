@@ -14,7 +14,7 @@ import (
 	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/planner"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 func runReport(args []string, stdout, stderr io.Writer) int {
@@ -230,7 +230,7 @@ func dropEmpty(sb *chart.StackedBars) {
 // streams meanwhile: one entry per collective kind, then the wait with
 // no collective in flight. Where several kinds are in flight at once the
 // wait is split evenly between them.
-func exposedByKind(prog *ir.Program, tl *scheduler.Timeline) []float64 {
+func exposedByKind(prog *ir.Program, tl *simulator.Timeline) []float64 {
 	out := make([]float64, int(ir.NumColls)+1)
 	type interval struct {
 		lo, hi float64

@@ -17,7 +17,7 @@ import (
 	"amspc/cost"
 	"amspc/ir"
 	"amspc/planner"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 // TestReportFile: amspc report writes one self-contained page (no
@@ -127,7 +127,7 @@ func TestExposedByKind(t *testing.T) {
 	prog := &ir.Program{}
 	prog.Streams[ir.CommGather] = []ir.Instr{{Op: ir.Collective, Coll: ir.AllGather}}
 	prog.Streams[ir.CommReduce] = []ir.Instr{{Op: ir.Kernel}, {Op: ir.Collective, Coll: ir.ReduceScatter}}
-	tl := &scheduler.Timeline{Step: 5, Spans: []scheduler.Span{
+	tl := &simulator.Timeline{Step: 5, Spans: []simulator.Span{
 		{Stream: ir.Compute, Start: 0, Dur: 1},
 		{Stream: ir.Compute, Start: 3, Dur: 1},
 		{Stream: ir.CommGather, Index: 0, Start: 0.5, Dur: 2},      // all-gather 0.5 to 2.5

@@ -16,10 +16,10 @@ import (
 	"amspc"
 	"amspc/codegen"
 	"amspc/cost"
+	"amspc/engine"
 	"amspc/internal/outfile"
 	"amspc/passes"
-	"amspc/runtime"
-	"amspc/scheduler"
+	"amspc/simulator"
 )
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
@@ -70,19 +70,19 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		fmt.Fprintf(stderr, "amspc run: --progress must be auto, bar or lines, not %q\n", *progress)
 		return exitUser
 	}
-	var newBackend func(int) (runtime.Backend, error)
+	var newBackend func(int) (engine.Backend, error)
 	var gpuPeak func() int64
 	switch *device {
 	case "cpu":
 	case "cuda":
 		var err error
-		if newBackend, gpuPeak, err = openCUDA(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
+		if newBackend, gpuPeak, err = openCUDA(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", err)
 			return exitUser
 		}
 	case "sim":
 		var err error
-		if newBackend, err = openSim(runtime.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
+		if newBackend, err = openSim(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --device sim: %v\n", err)
 			return exitUser
 		}
@@ -115,7 +115,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	if *save != "" {
 		// Found now, not after training.
-		if err := runtime.CheckWritable(*save); err != nil {
+		if err := engine.CheckWritable(*save); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --save: %v\n", err)
 			return exitUser
 		}
@@ -123,7 +123,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	// A plan bundle (or compile's output directory) runs as it is; a
 	// model file is compiled first.
 	var bundle *codegen.Bundle
-	var predicted *scheduler.Timeline
+	var predicted *simulator.Timeline
 	dataPath, profilePath := "", ""
 	var err error
 	if isPlan(file) {
@@ -161,8 +161,8 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	if !set["steps"] {
 		n = int(tr.Steps)
 	}
-	r := &runtime.Run{Bundle: bundle, Seed: uint64(tr.Seed),
-		Data:       &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
+	r := &engine.Run{Bundle: bundle, Seed: uint64(tr.Seed),
+		Data:       &engine.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
 		NewBackend: newBackend}
 	// Under mpirun or srun (an mpi build), this process runs one rank;
 	// only rank 0 prints and logs.
@@ -208,7 +208,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	if err := r.Check(); err != nil {
 		return refuse(err)
 	}
-	if err := runtime.CheckVocab(bundle, tokens); err != nil {
+	if err := engine.CheckVocab(bundle, tokens); err != nil {
 		return refuse(err)
 	}
 	// The local backend holds every rank in this process: refuse a plan
@@ -530,7 +530,7 @@ func readBounded(path string, limit int64) ([]byte, error) {
 // stopped ends a run stopped by a signal at a step boundary: it writes a
 // checkpoint when --save is given, says where, and returns 128 + the
 // signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would.
-func stopped(r *runtime.Run, sig os.Signal, save string, checkpoint func() bool, bar bool, stdout, stderr io.Writer) int {
+func stopped(r *engine.Run, sig os.Signal, save string, checkpoint func() bool, bar bool, stdout, stderr io.Writer) int {
 	name, code := "a signal on another process", 130
 	if s, ok := sig.(syscall.Signal); ok {
 		name, code = s.String(), 128+int(s)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"amspc/runtime"
+	"amspc/engine"
 )
 
 // TestRunStopsOnSignal: SIGINT, SIGTERM and SIGHUP stop amspc run at the next step
@@ -70,7 +70,7 @@ func TestRunStopsOnSignal(t *testing.T) {
 			if !strings.Contains(stderr.String(), "stopped by "+c.name+" after step") || !strings.Contains(stderr.String(), "; saved "+dir) {
 				t.Errorf("stderr %q\nstdout:\n%s", stderr.String(), strings.Join(out, "\n"))
 			}
-			m, err := runtime.ReadManifest(dir)
+			m, err := engine.ReadManifest(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

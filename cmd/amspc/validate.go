@@ -6,16 +6,16 @@ import (
 	"io"
 	"math"
 	"os"
-	goruntime "runtime"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/engine"
 	"amspc/ir"
 	"amspc/planner"
-	"amspc/runtime"
 )
 
 // runValidate checks the planner's predictions on this machine: it
@@ -187,7 +187,7 @@ func (s *validationSummary) markdown(w io.Writer) {
 		prof = "`" + s.Profile + "`"
 	}
 	fmt.Fprintf(w, "### %s: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps per plan in rotation after %d.\n\n",
-		s.Model, len(s.Rows), s.Plans, s.Ranks, cpuModel(), goruntime.GOMAXPROCS(0), prof, s.Data, s.Steps, s.Warmup)
+		s.Model, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, s.Warmup)
 	fmt.Fprintf(w, "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error)
@@ -291,11 +291,11 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 			hi++
 		}
 		batch := rows[lo:hi]
-		runs := make([]*runtime.Run, len(batch))
+		runs := make([]*engine.Run, len(batch))
 		for i, row := range batch {
 			tr := row.result.Job.Train
-			runs[i] = &runtime.Run{Bundle: row.result.Bundle, Seed: uint64(tr.Seed),
-				Data: &runtime.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+			runs[i] = &engine.Run{Bundle: row.result.Bundle, Seed: uint64(tr.Seed),
+				Data: &engine.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 			if err := runs[i].Start(); err != nil {
 				return fmt.Errorf("%s: %v", row.Plan, err)
 			}
@@ -320,7 +320,7 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 			row.result = nil
 		}
 		lo = hi
-		goruntime.GC()
+		runtime.GC()
 	}
 	return nil
 }

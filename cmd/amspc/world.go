@@ -4,12 +4,12 @@ import (
 	"os"
 	"strconv"
 
-	"amspc/runtime"
+	"amspc/engine"
 )
 
 // procWorld is the MPI job this process is one rank of.
 type procWorld struct {
-	world runtime.World
+	world engine.World
 	rank  int
 	// finish ends the process's part of the job after a clean run; abort
 	// ends every process of the job with a status; barrier returns when

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"amspc/codegen"
-	"amspc/runtime"
+	"amspc/engine"
 )
 
 // openWorld joins the MPI job that started this process (mpirun, srun),
@@ -20,11 +20,11 @@ func openWorld(b *codegen.Bundle) (*procWorld, error) {
 	if _, ok := launchedSize(); !ok {
 		return nil, nil
 	}
-	rank, size, err := runtime.InitMPI()
+	rank, size, err := engine.InitMPI()
 	if err != nil {
 		return nil, err
 	}
-	pw := &procWorld{rank: rank, abort: runtime.AbortMPI, barrier: runtime.BarrierMPI, finish: runtime.FinalizeMPI}
+	pw := &procWorld{rank: rank, abort: engine.AbortMPI, barrier: engine.BarrierMPI, finish: engine.FinalizeMPI}
 	if n := b.Topo.Ranks(); size != n {
 		launcher := "mpirun"
 		if os.Getenv("SLURM_STEP_ID") != "" {
@@ -32,11 +32,11 @@ func openWorld(b *codegen.Bundle) (*procWorld, error) {
 		}
 		return pw, fmt.Errorf("the job has %d processes, the plan %d ranks (%d nodes x %d per node): launch it with %s -n %d", size, n, b.Topo.Nodes, b.Topo.GPUsPerNode, launcher, n)
 	}
-	w, err := runtime.NewMPIWorld(b, rank)
+	w, err := engine.NewMPIWorld(b, rank)
 	if err != nil {
 		// This process's own failure: it reports it and ends the job.
 		fmt.Fprintf(os.Stderr, "amspc run: rank %d: %v\n", rank, err)
-		runtime.AbortMPI(1)
+		engine.AbortMPI(1)
 		os.Exit(1) // not reached: MPI_Abort ends the process
 	}
 	pw.world, pw.finish = w, w.Finalize

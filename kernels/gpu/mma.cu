@@ -4,7 +4,7 @@
 // documents (so a GPU test checks that layout against a plain product),
 // and FlashAttention-2's forward and backward on it. Not part of ops.cu:
 // NVRTC compiles this file only for `--tensor-cores`
-// (runtime.DeviceOptions.TensorCoreAttention) and its tests. The
+// (engine.DeviceOptions.TensorCoreAttention) and its tests. The
 // kernels are developed against shim.h's emulation of amsp_mma_16816,
 // which the probe pins to the hardware's.
 //

@@ -1,0 +1,505 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+
+	"amspc/ir"
+	"amspc/kernels"
+	"amspc/kernels/gpu"
+)
+
+// Device is a GPU as the device backend drives it: memory by address,
+// the launch plans of package gpu (ops.cu kernels and cuBLASLt matmuls)
+// on the plan's streams, and events. runtime/cudalib's CUDA context is
+// one; kernels/gpu/hostc's host-simulated GPU is another, which the tests
+// run every plan on.
+type Device interface {
+	Name() string
+	Alloc(bytes int64) (uint64, error)
+	Free(addr uint64)
+	// Upload and Download copy between host bytes and device memory once
+	// every stream's work is done.
+	Upload(addr uint64, src []byte) error
+	Download(dst []byte, addr uint64) error
+	Copy(s int, dst, src uint64, bytes int64) error
+	// Zero sets bytes bytes at addr to zero on stream s.
+	Zero(s int, addr uint64, bytes int64) error
+	// Launch enqueues l on stream s; addrs[i] is the address of l.Args[i]
+	// when that is a pointer.
+	Launch(s int, l *gpu.Launch, addrs []uint64) error
+	Gemm(s int, g *gpu.Gemm, a, b, out uint64) error
+	Record(s, ev int) error
+	Wait(s, ev int) error
+	Sync() error
+}
+
+// deviceBackend is a Backend on a Device: fp32 in four bytes, bf16 in
+// two; each instruction runs its gpu.Plan in fp32 (bf16 operands widened
+// exactly into scratch memory, bf16 results rounded to nearest even and
+// packed: the CPU backend's arithmetic; a matmul of two bf16 operands
+// takes them as they are, accumulating in fp32), and every result is checked for
+// NaN and Inf on the device (first_nonfinite_f32, after rounding) before
+// the next instruction.
+type deviceBackend struct {
+	dev  Device
+	opts DeviceOptions
+
+	// Results' non-finite checks in flight: each flags a slot of a
+	// device array, read back in one copy when the host next waits for
+	// the device anyway (a read, a loss, Sync) or the slots run out, so a
+	// kernel costs no round trip to the host.
+	checks struct {
+		sync.Mutex
+		slots   uint64 // maxChecks flags, gpu.NoneNonFinite until flagged
+		pending []pendingCheck
+	}
+
+	// Freed device memory by size, reused by the next allocation of that
+	// size (each step asks for the same sizes again): a step allocates
+	// from the device only until it reaches its largest working set.
+	mu    sync.Mutex
+	sizes map[uint64]int64
+	free  map[int64][]uint64
+}
+
+// NewDeviceBackend is the backend that runs a rank on dev.
+func NewDeviceBackend(dev Device) Backend {
+	return NewDeviceBackendWith(dev, DeviceOptions{})
+}
+
+// DeviceOptions choose among a device backend's kernels.
+type DeviceOptions struct {
+	// TensorCoreAttention runs attention and its gradient on bf16
+	// operands with mma.cu's tensor-core kernels (head dims a multiple
+	// of 16 up to 128): the probabilities and ds enter the products
+	// rounded to bf16, within bf16's precision of the fp32 kernels.
+	TensorCoreAttention bool
+}
+
+// NewDeviceBackendWith is NewDeviceBackend with options.
+func NewDeviceBackendWith(dev Device, o DeviceOptions) Backend {
+	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int64][]uint64{}}
+}
+
+// alloc is bytes of device memory, from the free lists when they have
+// that size; its contents are undefined.
+func (b *deviceBackend) alloc(bytes int64) (uint64, error) {
+	b.mu.Lock()
+	if l := b.free[bytes]; len(l) > 0 {
+		a := l[len(l)-1]
+		b.free[bytes] = l[:len(l)-1]
+		b.sizes[a] = bytes
+		b.mu.Unlock()
+		return a, nil
+	}
+	b.mu.Unlock()
+	a, err := b.dev.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	b.sizes[a] = bytes
+	b.mu.Unlock()
+	return a, nil
+}
+
+// release puts memory from alloc on its size's free list.
+func (b *deviceBackend) release(addr uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, ok := b.sizes[addr]
+	if !ok {
+		panic(fmt.Sprintf("runtime: release of device address %#x, which alloc did not give", addr))
+	}
+	delete(b.sizes, addr)
+	b.free[n] = append(b.free[n], addr)
+}
+
+func (b *deviceBackend) Name() string { return b.dev.Name() }
+
+// elemBytes is a dtype's bytes on the device.
+func elemBytes(dt ir.DType) int64 {
+	if dt == ir.BF16 {
+		return 2
+	}
+	return 4
+}
+
+func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
+	if dt != ir.F32 && dt != ir.I32 && dt != ir.BF16 {
+		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (use precision = bf16 or fp32)", dt)}
+	}
+	e := elemBytes(dt)
+	addr, err := b.alloc(e * n)
+	if err != nil {
+		return Mem{}, err
+	}
+	if err := b.dev.Zero(0, addr, e*n); err != nil {
+		b.release(addr)
+		return Mem{}, err
+	}
+	return DeviceMem(dt, n, addr, e), nil
+}
+
+func (b *deviceBackend) Free(m Mem) { b.release(m.Addr) }
+
+func (b *deviceBackend) Copy(s int, dst, src Mem) error {
+	if dst.DType != src.DType || dst.N != src.N {
+		return fmt.Errorf("copy of %d %v into %d %v", src.N, src.DType, dst.N, dst.DType)
+	}
+	if dst.Addr == src.Addr || dst.N == 0 {
+		return nil
+	}
+	return b.dev.Copy(s, dst.Addr, src.Addr, dst.Elem*dst.N)
+}
+
+func (b *deviceBackend) Record(s, ev int) error { return b.dev.Record(s, ev) }
+func (b *deviceBackend) Wait(s, ev int) error   { return b.dev.Wait(s, ev) }
+func (b *deviceBackend) Sync() error {
+	if err := b.dev.Sync(); err != nil {
+		return err
+	}
+	return b.flushChecks()
+}
+
+func (b *deviceBackend) Read(dst []float32, m Mem) error {
+	raw := make([]byte, m.Elem*m.N)
+	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	if err := b.flushChecks(); err != nil {
+		return err
+	}
+	for i := range dst {
+		if m.DType == ir.BF16 {
+			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+		} else {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+	return nil
+}
+
+// Write stores src in m; into bf16, each value rounded to nearest even
+// (kernels.RoundBF16, as bf16_round; a NaN stays one).
+func (b *deviceBackend) Write(m Mem, src []float32) error {
+	raw := make([]byte, m.Elem*int64(len(src)))
+	for i, v := range src {
+		if m.DType == ir.BF16 {
+			u := math.Float32bits(kernels.RoundBF16(v))
+			if v != v {
+				u |= 0x00400000
+			}
+			binary.LittleEndian.PutUint16(raw[2*i:], uint16(u>>16))
+		} else {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		}
+	}
+	return b.dev.Upload(m.Addr, raw)
+}
+
+func (b *deviceBackend) ReadInts(dst []int32, m Mem) error {
+	raw := make([]byte, 4*m.N)
+	if err := b.dev.Download(raw, m.Addr); err != nil {
+		return err
+	}
+	if err := b.flushChecks(); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return nil
+}
+
+func (b *deviceBackend) WriteInts(m Mem, src []int32) error {
+	raw := make([]byte, 4*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	return b.dev.Upload(m.Addr, raw)
+}
+
+func (b *deviceBackend) download8(addr uint64) (uint64, error) {
+	var raw [8]byte
+	if err := b.dev.Download(raw[:], addr); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(raw[:]), nil
+}
+
+// Launch runs the instruction in fp32: bf16 operands widened into
+// scratch memory (an operand that is also a result, once), its plan,
+// then every result checked for NaN and Inf, bf16 results rounded first
+// and packed after.
+func (b *deviceBackend) Launch(s int, c *KernelCall) error {
+	var scratch []uint64
+	defer func() {
+		for _, a := range scratch {
+			b.release(a)
+		}
+	}()
+	wide := map[uint64]Mem{} // a bf16 operand's address: its fp32 copy
+	f32 := func(m Mem, widen bool) (Mem, error) {
+		if m.DType != ir.BF16 {
+			return m, nil
+		}
+		if w, ok := wide[m.Addr]; ok && w.N == m.N {
+			return w, nil
+		}
+		a, err := b.alloc(4 * m.N)
+		if err != nil {
+			return Mem{}, err
+		}
+		scratch = append(scratch, a)
+		w := DeviceMem(ir.F32, m.N, a, 4)
+		if widen {
+			l := gpu.BF16Widen(m.N)
+			if err := b.dev.Launch(s, &l, []uint64{a, m.Addr, 0}); err != nil {
+				return Mem{}, err
+			}
+		}
+		wide[m.Addr] = w
+		return w, nil
+	}
+	fc := *c
+	fc.Args, fc.Outs = make([]Mem, len(c.Args)), make([]Mem, len(c.Outs))
+	// A matmul of two bf16 operands reads them as they are (cuBLASLt's
+	// bf16 inputs), and so does attention on tensor cores (gpu.RawBF16);
+	// every other bf16 operand is widened.
+	types := make([]ir.DType, len(c.Args))
+	for i, m := range c.Args {
+		types[i] = m.DType
+	}
+	var heads int64
+	if k := c.Instr.Kern; k == ir.Attention || k == ir.AttentionGrad {
+		heads = c.attr("heads").Int
+	}
+	raw := gpu.RawBF16(c.Instr.Kern, types, c.ArgShapes, heads, b.opts.TensorCoreAttention)
+	var err error
+	for i, m := range c.Args {
+		if raw {
+			fc.Args[i] = m
+		} else if fc.Args[i], err = f32(m, true); err != nil {
+			return err
+		}
+	}
+	for i, m := range c.Outs {
+		if fc.Outs[i], err = f32(m, false); err != nil {
+			return err
+		}
+	}
+	if err := b.runPlan(s, &fc); err != nil {
+		return err
+	}
+	for i, o := range fc.Outs {
+		// A bf16 result is rounded, checked and packed in one pass
+		// (bf16_finish), an fp32 one checked.
+		var l gpu.Launch
+		var addrs []uint64
+		if c.Outs[i].DType == ir.BF16 {
+			l, addrs = gpu.BF16Finish(o.N), []uint64{c.Outs[i].Addr, o.Addr, 0, 0}
+		} else if o.DType != ir.I32 && o.N > 0 {
+			l, addrs = gpu.CheckFinite(o.N), []uint64{o.Addr, 0, 0}
+		} else {
+			continue
+		}
+		if err := b.checkFinite(s, c.Instr, o.N, &l, addrs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runPlan runs the plan of an instruction on fp32 memory: copies, the
+// matmul or the kernels with their scratch memory, then the host's part
+// (an id out of range, the loss).
+func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
+	in := c.Instr
+	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
+		Ints: func(i int) ([]int32, error) {
+			ids := make([]int32, c.Args[i].N)
+			return ids, b.ReadInts(ids, c.Args[i])
+		}}
+	for _, m := range c.Args {
+		oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, m.DType), append(oc.ArgElems, m.N)
+	}
+	for _, m := range c.Outs {
+		oc.OutTypes, oc.OutElems = append(oc.OutTypes, m.DType), append(oc.OutElems, m.N)
+	}
+	for _, r := range c.Decayed {
+		oc.Decayed = append(oc.Decayed, [2]int{r.Lo, r.Hi})
+	}
+	p, err := gpu.PlanOp(oc)
+	if err != nil {
+		return err
+	}
+	for _, cp := range p.Copies {
+		if err := b.Copy(s, c.Outs[cp[0]], c.Args[cp[1]]); err != nil {
+			return err
+		}
+	}
+	if p.Gemm != nil {
+		if err := b.dev.Gemm(s, p.Gemm, c.Args[0].Addr, c.Args[1].Addr, c.Outs[0].Addr); err != nil {
+			return err
+		}
+	}
+	scratch := make([]uint64, len(p.Scratch))
+	defer func() {
+		for _, a := range scratch {
+			if a != 0 {
+				b.release(a)
+			}
+		}
+	}()
+	for i, sb := range p.Scratch {
+		if scratch[i], err = b.alloc(sb.Bytes); err != nil {
+			return err
+		}
+		if sb.Init == nil && sb.Fill == 0 {
+			err = b.dev.Zero(s, scratch[i], sb.Bytes)
+		} else {
+			err = b.dev.Upload(scratch[i], sb.Content())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for li := range p.Launches {
+		l := &p.Launches[li]
+		addrs := make([]uint64, len(l.Args))
+		for i, a := range l.Args {
+			switch a.Kind {
+			case gpu.Operand:
+				addrs[i] = c.Args[a.N].Addr
+			case gpu.Result:
+				addrs[i] = c.Outs[a.N].Addr
+			case gpu.Scratch:
+				addrs[i] = scratch[a.N]
+			}
+		}
+		if err := b.dev.Launch(s, l, addrs); err != nil {
+			return fmt.Errorf("%s: %w", l.Kernel, err)
+		}
+	}
+	if p.Bad >= 0 {
+		first, err := b.download8(scratch[p.Bad])
+		if err != nil {
+			return err
+		}
+		if err := b.flushChecks(); err != nil { // an earlier NaN is the first error
+			return err
+		}
+		if first < uint64(p.BadLimit) {
+			ids := make([]int32, c.Args[p.BadOperand].N)
+			if err := b.ReadInts(ids, c.Args[p.BadOperand]); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s %d at position %d is outside [0, %d)", p.BadWhat, ids[first], first, p.BadVocab)
+		}
+	}
+	if p.Loss >= 0 {
+		raw := make([]byte, p.Scratch[p.Loss].Bytes)
+		if err := b.dev.Download(raw, scratch[p.Loss]); err != nil {
+			return err
+		}
+		if err := b.flushChecks(); err != nil { // the host has waited for the device: the earlier checks are in
+			return err
+		}
+		loss := gpu.MeanLoss(gpu.Float64s(raw)[:p.LossRows])
+		if err := b.Write(c.Outs[0], []float32{float32(loss)}); err != nil {
+			return err
+		}
+		*c.Losses = append(*c.Losses, loss)
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("loss is %v", loss)
+		}
+	}
+	return nil
+}
+
+// maxChecks is how many results' checks can be in flight.
+const maxChecks = 4096
+
+// A pendingCheck is a result's non-finite check in flight: slot i of
+// the flags is instruction in's result of n elements, on stream s.
+type pendingCheck struct {
+	s  int
+	in *ir.Instr
+	n  int64
+}
+
+// checkFinite launches l (first_nonfinite_f32, or bf16_finish) on the
+// result of n elements of instruction in, its flag (the last of addrs)
+// the next free slot; flushChecks reports what it finds. With every slot
+// in flight it flushes first.
+func (b *deviceBackend) checkFinite(s int, in *ir.Instr, n int64, l *gpu.Launch, addrs []uint64) error {
+	for {
+		b.checks.Lock()
+		if len(b.checks.pending) < maxChecks {
+			break
+		}
+		b.checks.Unlock()
+		if err := b.Sync(); err != nil {
+			return err
+		}
+	}
+	defer b.checks.Unlock()
+	if b.checks.slots == 0 {
+		a, err := b.dev.Alloc(8 * maxChecks)
+		if err != nil {
+			return err
+		}
+		if err := b.dev.Upload(a, noneFlags(maxChecks)); err != nil {
+			b.dev.Free(a)
+			return err
+		}
+		b.checks.slots = a
+	}
+	addrs[len(addrs)-1] = b.checks.slots + 8*uint64(len(b.checks.pending))
+	if err := b.dev.Launch(s, l, addrs); err != nil {
+		return err
+	}
+	b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: n})
+	return nil
+}
+
+// noneFlags is n flags that say none.
+func noneFlags(n int) []byte {
+	raw := make([]byte, 8*n)
+	for i := range n {
+		binary.LittleEndian.PutUint64(raw[8*i:], gpu.NoneNonFinite)
+	}
+	return raw
+}
+
+// flushChecks reads the flags of the checks in flight (waiting for the
+// device) and fails, as a *KernelError naming its instruction, on the
+// first check in launch order that found a NaN or an infinity.
+func (b *deviceBackend) flushChecks() error {
+	b.checks.Lock()
+	defer b.checks.Unlock()
+	p := b.checks.pending
+	if len(p) == 0 {
+		return nil
+	}
+	b.checks.pending = b.checks.pending[:0]
+	raw := make([]byte, 8*len(p))
+	if err := b.dev.Download(raw, b.checks.slots); err != nil {
+		return err
+	}
+	var bad error
+	for i, c := range p {
+		flag := binary.LittleEndian.Uint64(raw[8*i:])
+		if first, v := gpu.NonFinite(flag); first >= 0 && first < int(c.n) && bad == nil {
+			bad = &KernelError{Stream: c.s, Instr: c.in, Err: fmt.Errorf("produced %v at element %d", v, first)}
+		}
+	}
+	if err := b.dev.Upload(b.checks.slots, noneFlags(len(p))); err != nil {
+		return err
+	}
+	return bad
+}

@@ -1,0 +1,38 @@
+package engine
+
+// SharedGatherBuffers is how many of rank 0's buffers a shared all-gather
+// can fill (for tests in package runtime_test).
+func SharedGatherBuffers(r *Run) int {
+	n := 0
+	for _, ok := range r.ranks[0].shareable {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// ReplicaPackings is how many matmuls of r's ranks used a packing of a
+// replicated weight that another rank made, how many times a rank was
+// done with one after its last use in the step, and how many packings
+// are alive.
+func ReplicaPackings(r *Run) (reused, early int64, live int) {
+	if rs, ok := r.World.Comm(0).(replicaSharer); ok {
+		m := rs.replicas()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.reused.Load(), m.early.Load(), len(m.m)
+	}
+	return 0, 0, 0
+}
+
+// Every test that trains local ranks checks that the replicas sharing a
+// weight's packing hold the same bits (replica.go).
+func init() { verifyReplicas = true }
+
+// NoReplicaChecks turns that check off until the returned func, for the
+// benchmarks, which time what `amspc run` runs.
+func NoReplicaChecks() (restore func()) {
+	verifyReplicas = false
+	return func() { verifyReplicas = true }
+}

@@ -1,0 +1,312 @@
+package engine
+
+// Measurements for `amspc profile`: one kernel instruction or one
+// collective, run the way a step runs it, so that a profile predicts what
+// `amspc run` does on this machine. Every rank of the topology is a
+// goroutine and all of them run the same kernel (or the same collective,
+// each on its own group) at once, sharing the machine's cores as the
+// ranks of a step do (the same workers per call, and at most as many
+// ranks computing at once as there are cores). Kernels go through the
+// CPU backend's dispatch (rank.kernel: the op's kernel, bf16 rounding of
+// the results, the finiteness check) and collectives through the local
+// Comm.
+//
+// One sample is the wall time from releasing every rank to the last one
+// finishing, divided by the calls each made: a kernel that takes a few
+// microseconds is called back to back often enough for the sample to
+// span about a tenth of a millisecond, so goroutine wake-up does not
+// dominate it. The result is the median of the samples, after one
+// warm-up sample.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"amspc/ir"
+)
+
+// minSample is the wall time one sample should span.
+const minSample = 100 * time.Microsecond
+
+// maxCalls bounds the back-to-back calls of one sample.
+const maxCalls = 256
+
+// MeasureKernel is the median seconds of one call of kernel instruction
+// in of program p when every rank of topo calls it at once, over reps
+// samples (at least 1) after a warm-up. The instruction's operands and
+// results are allocated for the measurement alone and filled with values
+// every kernel accepts (floats in [0.1, 1), ids inside the vocabulary),
+// so any kernel of a compiled program can be measured without running
+// the program.
+func MeasureKernel(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int) (float64, error) {
+	return MeasureKernelOn(topo, p, in, reps, nil)
+}
+
+// MeasureKernelOn is MeasureKernel with each rank on the backend
+// newBackend gives it (nil: the CPU's); a sample ends when every rank's
+// backend has finished its work (Sync).
+func MeasureKernelOn(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int, newBackend func(int) (Backend, error)) (float64, error) {
+	if in.Op != ir.Kernel {
+		return 0, fmt.Errorf("instruction %s is not a kernel", in.Op)
+	}
+	n := topo.Ranks()
+	ks := make([]*rank, n)
+	gate := shareCores(n) // as a step shares them
+	for r := range ks {
+		var be Backend
+		if newBackend != nil {
+			var err error
+			if be, err = newBackend(r); err != nil {
+				return 0, err
+			}
+		}
+		k, err := probeRank(topo, p, in, r, be)
+		if err != nil {
+			return 0, err
+		}
+		k.gate = gate
+		ks[r] = k
+	}
+	return timeRanks(n, reps, func(r, calls int) (err error) {
+		k := ks[r]
+		defer func() {
+			if e := recover(); e != nil {
+				err = fmt.Errorf("%v", e)
+			}
+		}()
+		if k.gate != nil {
+			// A compute stream holds its place through a run of kernels.
+			k.gate <- struct{}{}
+			defer func() { <-k.gate }()
+		}
+		for range calls {
+			if err := k.kernel(ir.Compute, in); err != nil {
+				return err
+			}
+			k.losses = k.losses[:0]
+		}
+		return k.be.Sync()
+	})
+}
+
+// probeRank is rank r of program p on backend be (nil: the CPU's) with
+// the operands and results of kernel instruction in allocated alone and
+// filled with probe values (fillOn).
+func probeRank(topo ir.Topology, p *ir.Program, in *ir.Instr, r int, be Backend) (*rank, error) {
+	k := &rank{p: p, r: r, topo: topo, step: 1}
+	k.setBackend(be)
+	bound := idBound(k, in)
+	for _, id := range slices.Concat(in.Args, in.Outs) {
+		root, _ := k.offset(id)
+		if k.have[root] {
+			continue
+		}
+		if err := k.alloc(root); err != nil {
+			return nil, err
+		}
+		if err := fillOn(k, root, uint64(r)*7919+uint64(root), bound); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// fillOn fills root buffer id of k as fillProbe fills a host buffer, on
+// k's backend (a bf16 buffer holds the values' bf16 roundings, as every
+// bf16 buffer does).
+func fillOn(k *rank, id int32, seed uint64, bound int32) error {
+	if k.host {
+		fillProbe(k, id, seed, bound)
+		if k.p.Buffers[id].DType == ir.BF16 {
+			roundAll(k.mem[id].f32)
+		}
+		return nil
+	}
+	h := &rank{p: k.p, r: k.r, topo: k.topo}
+	h.setBackend(nil)
+	if err := h.alloc(id); err != nil {
+		return err
+	}
+	fillProbe(h, id, seed, bound)
+	if k.p.Buffers[id].DType == ir.I32 {
+		return k.be.WriteInts(k.mem[id], h.mem[id].i32)
+	}
+	return k.be.Write(k.mem[id], h.mem[id].f32)
+}
+
+// idBound is the exclusive bound of the token ids a kernel reads (the op
+// table's IDs: the vocabulary of an embedding or of the logits); 1 for a
+// kernel that reads none.
+func idBound(k *rank, in *ir.Instr) int32 {
+	d := in.Kern.Info().IDs
+	if d == nil {
+		return 1
+	}
+	args := make([][]int64, len(in.Args))
+	for i, a := range in.Args {
+		args[i] = k.shape(a)
+	}
+	return int32(d.Bound(args, k.shape(in.Outs[0])))
+}
+
+// fillProbe fills buffer id with deterministic values: floats in
+// [0.1, 1) (positive, so Adam's second moment is a valid one), ids in
+// [0, bound).
+func fillProbe(k *rank, id int32, seed uint64, bound int32) {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	next := func() uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x
+	}
+	if s := k.mem[id].i32; s != nil {
+		for i := range s {
+			s[i] = int32(next() % uint64(max(bound, 1)))
+		}
+		return
+	}
+	for i, s := 0, k.mem[id].f32; i < len(s); i++ {
+		s[i] = 0.1 + 0.9*float32(next()>>40)/float32(1<<24)
+	}
+}
+
+// MeasureCollective is the median seconds of one collective c of elems
+// float32 elements (nccl-tests' size: all-gather's output, reduce-
+// scatter's input, all-reduce's buffer, broadcast's payload) when every
+// group of shape f (f.S0 GPUs in each of f.S1 nodes, the groups of
+// ir.Group{Outer: f}) runs it at once on a LocalWorld of topo's
+// ranks, over reps samples after a warm-up. elems must divide by the
+// group's size. The CPU backend stores every float as float32, so this
+// is also the time of a bf16 collective of the same element count.
+func MeasureCollective(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int) (float64, error) {
+	return MeasureCollectiveOn(topo, c, f, elems, reps, nil)
+}
+
+// MeasureCollectiveOn is MeasureCollective on the ranks' backends from
+// newBackend (nil: the CPU's), through the runtime's collectives on
+// backend memory (device memory staged through the host); a sample ends
+// when every rank's backend has finished (Sync).
+func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
+	n := topo.Ranks()
+	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
+		return 0, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
+	}
+	size := f.Size()
+	if elems < size || elems%size != 0 {
+		return 0, fmt.Errorf("%d elements do not split over a group of %d", elems, size)
+	}
+	w := NewLocalWorld(n)
+	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	type member struct {
+		comm    memComm
+		g       []int
+		in, out Mem
+	}
+	ms := make([]member, n)
+	for r := range ms {
+		be := NewCPUBackend()
+		if newBackend != nil {
+			var err error
+			if be, err = newBackend(r); err != nil {
+				return 0, err
+			}
+		}
+		m := member{comm: memComm{be, w.Comm(r)}, g: grp.Ranks(topo, r)}
+		inN, outN := 0, elems
+		switch c {
+		case ir.AllGather:
+			inN = elems / size
+		case ir.ReduceScatter:
+			inN, outN = elems, elems/size
+		}
+		var err error
+		if m.out, err = be.Alloc(ir.F32, int64(outN)); err != nil {
+			return 0, err
+		}
+		if m.in, err = be.Alloc(ir.F32, int64(inN)); err != nil {
+			return 0, err
+		}
+		ones := make([]float32, inN)
+		for i := range ones {
+			ones[i] = 1
+		}
+		if err := be.Write(m.in, ones); err != nil {
+			return 0, err
+		}
+		ms[r] = m
+	}
+	return timeRanks(n, reps, func(r, calls int) error {
+		m := &ms[r]
+		for range calls {
+			var err error
+			switch c {
+			case ir.AllGather:
+				err = m.comm.AllGather(ir.CommGather, m.g, m.in, m.out)
+			case ir.ReduceScatter:
+				err = m.comm.ReduceScatter(ir.CommGather, m.g, m.in, m.out)
+			case ir.AllReduce:
+				// Zeros: repeated sums stay finite.
+				err = m.comm.AllReduce(ir.CommGather, m.g, m.out)
+			case ir.Broadcast:
+				err = m.comm.Broadcast(ir.CommGather, m.g, m.g[0], m.out)
+			default:
+				err = fmt.Errorf("unknown collective %v", c)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return m.comm.be.Sync()
+	})
+}
+
+// timeRanks runs body(r, calls) on n goroutines released together and
+// returns the median over reps samples of the wall time per call, after
+// a warm-up sample that also sets how many calls a sample makes. The
+// first error of a rank is returned; a body must not block forever when
+// another rank failed (a Comm's rendezvous errors need the same calls on
+// every member, which the bodies here make).
+func timeRanks(n, reps int, body func(r, calls int) error) (float64, error) {
+	sample := func(calls int) (time.Duration, error) {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for r := range n {
+			wg.Go(func() {
+				<-gate
+				errs[r] = body(r, calls)
+			})
+		}
+		t0 := time.Now()
+		close(gate)
+		wg.Wait()
+		d := time.Since(t0)
+		for r, err := range errs {
+			if err != nil {
+				return 0, fmt.Errorf("rank %d: %w", r, err)
+			}
+		}
+		return d, nil
+	}
+	d, err := sample(1)
+	if err != nil {
+		return 0, err
+	}
+	calls := 1
+	if d < minSample {
+		calls = min(maxCalls, int(minSample/max(d, time.Microsecond))+1)
+	}
+	times := make([]float64, max(reps, 1))
+	for i := range times {
+		d, err := sample(calls)
+		if err != nil {
+			return 0, err
+		}
+		times[i] = d.Seconds() / float64(calls)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}

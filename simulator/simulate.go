@@ -1,0 +1,376 @@
+package simulator
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"amspc/cost"
+	"amspc/ir"
+)
+
+// Span is one instruction on the predicted timeline.
+type Span struct {
+	Stream      int
+	Index       int // position in its stream
+	Start, Dur  float64
+	Name, Stage string
+}
+
+// Timeline is a program's predicted execution on one rank. Every rank
+// runs the same template with the same sizes, and collectives are costed
+// for their whole group, so one rank's timeline is every rank's.
+type Timeline struct {
+	Spans []Span
+	Step  float64
+	// Compute is the compute stream's busy time, Exposed the rest of the
+	// step (communication compute did not hide, and waiting).
+	Compute, Exposed float64
+	// PeakBytes is the most memory live at once: persistent shards plus
+	// transient buffers.
+	PeakBytes, PersistentBytes float64
+	// PeakBuffers are the transient buffers live at the peak, by id in
+	// increasing order: what the peak's transient part holds.
+	PeakBuffers []int32
+	// PeakHostBytes is PeakBytes with every element stored in 4 bytes,
+	// as the CPU backend stores bf16 and f16 (in float32) and i32.
+	PeakHostBytes float64
+}
+
+// flight is a collective under way. It first waits out its latency, which
+// no other collective slows, then moves its bytes: work seconds at full
+// speed, done at a rate of at most 1 that drops while other collectives
+// load the same links.
+//
+// On a machine whose ranks' streams share a processor (SharedCores),
+// kernels are flights too: no latency, their time as work, and a load of
+// 1 on the rank's processor, which a transferring collective's copies
+// load by 1 as well.
+type flight struct {
+	start, solo float64
+	lat, work   float64 // remaining latency and transfer, seconds at full speed
+	nvl, nic    float64 // link loads while transferring (cost.CollCost)
+	cpu         float64 // processor load while transferring (SharedCores)
+	span        int     // its span in the timeline
+	transfering bool
+}
+
+// Simulate replays a program on the machine model: each stream runs its
+// instructions in order; a wait blocks until its event is recorded;
+// a kernel takes m.KernelTime of its kind, argument shapes, dtype and
+// FLOPs; a collective takes the time of one flat NCCL call over its group
+// (cost.Topology.Collective), or longer while collectives on the other
+// stream share its links: collectives moving bytes at the same time over
+// a GPU's NVLink, or over its node's NICs, each progress at 1/load of
+// full speed, load being the sum of their loads of that link when above
+// 1. Latency is not shared. Compute does not contend with communication
+// on GPUs; where a rank's streams share its processor (m.SharedCores: CPU
+// ranks), a kernel and the collectives copying at the same time each
+// progress at 1/n of full speed, n of them running. Profiled kernel and
+// collective times are each measured with every rank doing that one
+// thing, so full speed is the speed of one stream per rank. It fails on
+// a deadlock.
+func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error) {
+	if m == nil || m.Topo == nil {
+		return nil, fmt.Errorf("simulate: no machine")
+	}
+	if !(m.PeakFLOPS > 0) || !(m.Efficiency > 0) {
+		return nil, fmt.Errorf("simulate: FLOP rate %g x %g is not positive", m.PeakFLOPS, m.Efficiency)
+	}
+	var tl Timeline
+	at := [ir.NumStreams]int{}
+	clock := [ir.NumStreams]float64{}
+	var fl [ir.NumStreams]*flight
+	// Event times (NaN: not recorded yet) and live buffers by id.
+	recorded := make([]float64, p.Events)
+	for i := range recorded {
+		recorded[i] = math.NaN()
+	}
+	allocated := make([]bool, len(p.Buffers))
+	live := 0
+	n := 0
+	for s := range p.Streams {
+		for i := range p.Streams[s] {
+			if op := p.Streams[s][i].Op; op == ir.Kernel || op == ir.Collective {
+				n++
+			}
+		}
+	}
+	tl.Spans = make([]Span, 0, n)
+	type memEvent struct {
+		t     float64
+		delta float64
+		host  float64 // delta at 4 bytes per element
+		buf   int32
+		alloc bool // an allocation, not a free (a 0-byte buffer has delta -0 or 0 either way)
+	}
+	var persistentHost float64
+	trans := Transient(p)
+	mem := make([]memEvent, 0, 2*len(trans))
+	for id, b := range p.Buffers {
+		if !b.IsView() && !trans[int32(id)] {
+			tl.PersistentBytes += float64(b.Bytes())
+			persistentHost += 4 * float64(b.Elems)
+		}
+	}
+	stageName := func(i int32) string {
+		if i >= 0 && int(i) < len(stages) {
+			return stages[i]
+		}
+		return ""
+	}
+	var shapes [][]int64
+	// now is the time up to which collectives have progressed; every
+	// flight starts at or after it.
+	now := 0.0
+	for {
+		// Run every stream as far as it goes without a collective's end.
+		progress := false
+		for s := 0; s < ir.NumStreams; s++ {
+			for fl[s] == nil && at[s] < len(p.Streams[s]) {
+				in := &p.Streams[s][at[s]]
+				if in.Op == ir.Wait {
+					if int(in.Event) >= len(recorded) || math.IsNaN(recorded[in.Event]) {
+						break
+					}
+					clock[s] = max(clock[s], recorded[in.Event])
+				}
+				var dur float64
+				name := ""
+				switch in.Op {
+				case ir.Kernel:
+					shapes = shapes[:0]
+					for _, a := range in.Args {
+						b := &p.Buffers[a]
+						if len(b.Shape) > 0 {
+							shapes = append(shapes, b.Shape)
+						} else {
+							shapes = append(shapes, []int64{b.Elems})
+						}
+					}
+					dt := p.Buffers[in.Args[0]].DType
+					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
+					name = in.Kern.String()
+					if m.SharedCores && dur > 0 {
+						// The span is filled in when the kernel ends.
+						fl[s] = &flight{start: clock[s], solo: dur, work: dur, cpu: 1, span: len(tl.Spans), transfering: true}
+						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: name, Stage: stageName(in.Stage)})
+					}
+				case ir.Collective:
+					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+					if cc.Time > 0 {
+						// The span is filled in when the collective ends.
+						fl[s] = &flight{start: clock[s], solo: cc.Time, lat: cc.Latency, work: cc.Time - cc.Latency, nvl: cc.NVLinkLoad, nic: cc.NICLoad, span: len(tl.Spans)}
+						if m.SharedCores {
+							fl[s].cpu = 1
+						}
+						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: in.Coll.String() + " " + in.Group.String(), Stage: stageName(in.Stage)})
+					}
+				case ir.Record:
+					for int(in.Event) >= len(recorded) {
+						recorded = append(recorded, math.NaN())
+					}
+					recorded[in.Event] = clock[s]
+				case ir.Alloc:
+					if allocated[in.Buf] {
+						return nil, fmt.Errorf("%s %d: alloc of %s, already allocated", ir.StreamName(s), at[s], p.Buffers[in.Buf].Name)
+					}
+					allocated[in.Buf] = true
+					live++
+					mem = append(mem, memEvent{clock[s], float64(p.Buffers[in.Buf].Bytes()), 4 * float64(p.Buffers[in.Buf].Elems), in.Buf, true})
+				case ir.Free:
+					if !allocated[in.Buf] {
+						return nil, fmt.Errorf("%s %d: free of %s, not allocated", ir.StreamName(s), at[s], p.Buffers[in.Buf].Name)
+					}
+					allocated[in.Buf] = false
+					live--
+					mem = append(mem, memEvent{clock[s], -float64(p.Buffers[in.Buf].Bytes()), -4 * float64(p.Buffers[in.Buf].Elems), in.Buf, false})
+				}
+				if fl[s] != nil {
+					// Blocked until the collective ends (advance).
+					progress = true
+					break
+				}
+				if dur > 0 {
+					tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Dur: dur, Name: name, Stage: stageName(in.Stage)})
+					if s == ir.Compute {
+						tl.Compute += dur
+					}
+				}
+				clock[s] += dur
+				at[s]++
+				progress = true
+			}
+		}
+		if progress {
+			continue
+		}
+		// Advance the collectives to the next start, phase change or end.
+		inFlight := false
+		for s := range fl {
+			inFlight = inFlight || fl[s] != nil
+		}
+		if !inFlight {
+			break
+		}
+		s, t := advance(&fl, now)
+		now = t
+		if s >= 0 {
+			// Never sooner than alone (floating point may round the
+			// last of the work away).
+			f := fl[s]
+			sp := &tl.Spans[f.span]
+			sp.Dur = max(now-sp.Start, f.solo)
+			clock[s] = sp.Start + sp.Dur
+			if s == ir.Compute && p.Streams[s][at[s]].Op == ir.Kernel {
+				tl.Compute += sp.Dur
+			}
+			at[s]++
+			fl[s] = nil
+		}
+	}
+	for s := 0; s < ir.NumStreams; s++ {
+		if at[s] < len(p.Streams[s]) {
+			var stuck []string
+			for s := 0; s < ir.NumStreams; s++ {
+				if at[s] < len(p.Streams[s]) {
+					stuck = append(stuck, fmt.Sprintf("%s at %d waits e%d", ir.StreamName(s), at[s], p.Streams[s][at[s]].Event))
+				}
+			}
+			return nil, fmt.Errorf("deadlock: %v", stuck)
+		}
+	}
+	if live > 0 {
+		var names []string
+		for id, a := range allocated {
+			if a {
+				names = append(names, p.Buffers[id].Name)
+			}
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("buffers still allocated at the end of the step: %v", names)
+	}
+	for s := range clock {
+		tl.Step = max(tl.Step, clock[s])
+	}
+	tl.Exposed = tl.Step - tl.Compute
+	// Peak memory: frees before allocations at equal times (a buffer
+	// freed as another is allocated does not coexist with it).
+	slices.SortStableFunc(mem, func(a, b memEvent) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.delta, b.delta)
+	})
+	cur, host := tl.PersistentBytes, persistentHost
+	tl.PeakBytes, tl.PeakHostBytes = cur, host
+	peak := -1 // the event that first reaches the peak
+	for i, e := range mem {
+		cur += e.delta
+		host += e.host
+		if cur > tl.PeakBytes {
+			tl.PeakBytes, peak = cur, i
+		}
+		tl.PeakHostBytes = max(tl.PeakHostBytes, host)
+	}
+	atPeak := map[int32]int{}
+	for _, e := range mem[:peak+1] {
+		if e.alloc {
+			atPeak[e.buf]++
+		} else {
+			atPeak[e.buf]--
+		}
+	}
+	for id, n := range atPeak {
+		if n > 0 {
+			tl.PeakBuffers = append(tl.PeakBuffers, id)
+		}
+	}
+	slices.Sort(tl.PeakBuffers)
+	return &tl, nil
+}
+
+// advance moves the collectives in flight from now to the next event: a
+// flight starting, finishing its latency, or finishing. It returns the
+// stream whose collective finished (-1 if none did) and the new time.
+func advance(fl *[ir.NumStreams]*flight, now float64) (int, float64) {
+	// Rates while transferring: 1/load on the most loaded link used.
+	var nvl, nic, cpu float64
+	for _, f := range fl {
+		if f != nil && f.transfering && f.start <= now {
+			nvl += f.nvl
+			nic += f.nic
+			cpu += f.cpu
+		}
+	}
+	rate := func(f *flight) float64 {
+		r := 1.0
+		if f.nvl > 0 && nvl > 1 {
+			r = min(r, 1/nvl)
+		}
+		if f.nic > 0 && nic > 1 {
+			r = min(r, 1/nic)
+		}
+		if f.cpu > 0 && cpu > 1 {
+			r = min(r, 1/cpu)
+		}
+		return r
+	}
+	next := math.Inf(1)
+	for _, f := range fl {
+		switch {
+		case f == nil:
+		case f.start > now:
+			next = min(next, f.start)
+		case !f.transfering:
+			next = min(next, now+f.lat)
+		default:
+			next = min(next, now+f.work/rate(f))
+		}
+	}
+	dt := next - now
+	done := -1
+	for s, f := range fl {
+		switch {
+		case f == nil || f.start > now:
+		case !f.transfering:
+			f.lat -= dt
+			if f.lat <= 0 || now+f.lat <= now {
+				f.lat, f.transfering = 0, true
+			}
+		default:
+			f.work -= dt * rate(f)
+			// Floating point: a flight whose remainder no longer moves
+			// the clock has ended.
+			if (f.work <= 0 || next+f.work/rate(f) <= next) && done < 0 {
+				done = s
+			}
+		}
+	}
+	// A flight moving no bytes ends when its latency does.
+	if done < 0 {
+		for s, f := range fl {
+			if f != nil && f.start <= now && f.transfering && f.work <= 0 {
+				done = s
+				break
+			}
+		}
+	}
+	return done, next
+}
+
+// Transient lists the buffers some instruction allocates; the rest
+// (shards of P, G, OS) live for the whole run.
+func Transient(p *ir.Program) map[int32]bool {
+	out := map[int32]bool{}
+	for s := range p.Streams {
+		for _, in := range p.Streams[s] {
+			if in.Op == ir.Alloc {
+				out[in.Buf] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,243 @@
+package simulator_test
+
+import (
+	"testing"
+
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/internal/testjob"
+	"amspc/ir"
+	. "amspc/simulator"
+)
+
+// checkSpans checks the simulator's invariants on a timeline of p: a
+// kernel lasts exactly the machine's KernelTime of its instruction, a
+// collective never less than one flat call alone. It returns how many
+// collectives contention slowed.
+func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
+	t.Helper()
+	for _, sp := range tl.Spans {
+		in := p.Streams[sp.Stream][sp.Index]
+		switch in.Op {
+		case ir.Kernel:
+			var shapes [][]int64
+			for _, a := range in.Args {
+				b := p.Buffers[a]
+				if len(b.Shape) > 0 {
+					shapes = append(shapes, b.Shape)
+				} else {
+					shapes = append(shapes, []int64{b.Elems})
+				}
+			}
+			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
+			switch {
+			case m.SharedCores && sp.Dur < want:
+				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
+			case m.SharedCores && sp.Dur > want*(1+1e-9):
+				slowed++
+			case !m.SharedCores && sp.Dur != want:
+				t.Fatalf("%s %d %s: %g s, KernelTime %g s", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
+			}
+		case ir.Collective:
+			solo := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
+			if sp.Dur < solo {
+				t.Fatalf("%s %d %s: %g s, sooner than alone (%g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, solo)
+			}
+			if sp.Dur > solo*(1+1e-9) {
+				slowed++
+			}
+		default:
+			t.Fatalf("%s %d: a span for %v", ir.StreamName(sp.Stream), sp.Index, in.Op)
+		}
+	}
+	return slowed
+}
+
+// TestSimulateInvariants on tiny under every plan of the paper's space.
+func TestSimulateInvariants(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mach := cost.NewMachine(job.Cluster, m.Topo)
+	for _, f := range []cost.Factors{p2os8,
+		{P: ir.Factor{S0: 4, S1: 2}, G: ir.Factor{S0: 4, S1: 2}, OS: ir.Factor{S0: 4, S1: 2}},
+		{P: ir.Factor{S0: 1, S1: 1}, G: ir.Factor{S0: 1, S1: 1}, OS: ir.Factor{S0: 4, S1: 2}}} {
+		prog := buildFor(t, f)
+		tl, err := Simulate(prog, mach, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSpans(t, prog, mach, tl)
+	}
+}
+
+// TestSimulateSharedCores: on CPU ranks a kernel and the collectives
+// copying beside it share the rank's processor, so ZeRO-3 of tiny (which
+// gathers the next stage while computing) is slower than with separate
+// engines, some kernel is slowed, and the work is conserved: the step is
+// at least the busiest stream's work, and at most the sum of every
+// stream's solo work plus the unshared step.
+func TestSimulateSharedCores(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := cost.NewMachine(job.Cluster, m.Topo)
+	if !shared.SharedCores {
+		t.Fatal("the cpu preset's ranks do not share cores")
+	}
+	apart := *shared
+	apart.SharedCores = false
+	f := ir.Factor{S0: 4, S1: 2}
+	prog := buildFor(t, cost.Factors{P: f, G: f, OS: f})
+	a, err := Simulate(prog, &apart, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Simulate(prog, shared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkSpans(t, prog, shared, s) == 0 {
+		t.Error("no kernel or collective was slowed by sharing the processor")
+	}
+	var work float64 // every span's solo time
+	for _, sp := range a.Spans {
+		work += sp.Dur
+	}
+	if s.Step <= a.Step || s.Step > a.Step+work {
+		t.Errorf("shared step %g s, with separate engines %g s, solo work %g s", s.Step, a.Step, work)
+	}
+	if s.Compute < a.Compute {
+		t.Errorf("shared compute %g s < %g s alone", s.Compute, a.Compute)
+	}
+}
+
+// TestSimulateLLaMAContention: ZeRO-3 of LLaMA-7B on 2 nodes gathers the
+// next stage's params while the last stage's gradients are
+// reduce-scattered, both over the NICs: some collectives are slowed, none
+// beyond the invariants.
+func TestSimulateLLaMAContention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles LLaMA-7B")
+	}
+	job := testjob.Load(t, "llama-7b", `cluster a800_x16 { nodes = 2 gpus_per_node = 8 gpu = "A800-80GB" inter_node_bw = 100 GB/s }`,
+		"train { seq_len = 4096 micro_batch = 1 global_batch = 32 precision = bf16\n optimizer = adamw(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }")
+	dp := ir.Factor{S0: 8, S1: 2}
+	r, err := compiler.Compile(job, cost.Uniform("zero3", cost.Factors{P: dp, G: dp, OS: dp}, ir.RecomputeNone, 1), compiler.Options{Depth: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mach := cost.NewMachine(r.Job.Cluster, r.Model.Topo)
+	tl, err := Simulate(r.Program, mach, compiler.StageNames(r.Program))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := checkSpans(t, r.Program, mach, tl); n == 0 {
+		t.Error("no collective slowed by another")
+	}
+	if tl.Step < tl.Compute || tl.Compute <= 0 {
+		t.Errorf("step %g, compute %g", tl.Step, tl.Compute)
+	}
+}
+
+// twoCollectives runs collective a on the gather stream and b on the
+// reduce stream, both from time 0.
+func twoCollectives(t *testing.T, m *cost.Machine, a, b ir.Instr) (da, db float64) {
+	t.Helper()
+	buf := ir.Buffer{Name: "x", DType: ir.BF16, Elems: 1 << 29, Parent: -1}
+	p := &ir.Program{Buffers: []ir.Buffer{buf, buf, buf, buf}}
+	a.In, a.Out, b.In, b.Out = 0, 1, 2, 3
+	p.Streams[ir.CommGather] = []ir.Instr{a}
+	p.Streams[ir.CommReduce] = []ir.Instr{b}
+	tl, err := Simulate(p, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpans(t, p, m, tl)
+	if len(tl.Spans) != 2 {
+		t.Fatalf("%d spans", len(tl.Spans))
+	}
+	return tl.Spans[0].Dur, tl.Spans[1].Dur
+}
+
+func coll(c ir.Coll, s0, s1 int, bytes int64) ir.Instr {
+	return ir.Instr{Op: ir.Collective, Coll: c, Group: ir.Group{Outer: ir.Factor{S0: s0, S1: s1}, Inner: ir.Factor{S0: 1, S1: 1}},
+		Bytes: bytes, DType: ir.BF16, Stage: -1, Micro: -1}
+}
+
+// TestContention: two collectives at once on the same links share their
+// bandwidth (both slower than alone; equal ones each move at half speed
+// while both move bytes); on different links (NVLink inside a node, the
+// NIC for one GPU per node) neither slows.
+func TestContention(t *testing.T) {
+	topo := &cost.Topology{GPUsPerNode: 8, Nodes: 4, IntraBW: 200e9, InterBW: 100e9, IntraLatency: 3.4e-6, InterLat: 14e-6}
+	m := &cost.Machine{Topo: topo, PeakFLOPS: 312e12, Efficiency: 0.5, MemBW: 2e12, MatMulHalf: 64}
+	solo := func(in ir.Instr) cost.CollCost {
+		return topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+	}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if d := got - want; d > 1e-9*want || d < -1e-9*want {
+			t.Errorf("%s: %g s, want %g s", what, got, want)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		a, b ir.Instr
+	}{
+		{"inside the node", coll(ir.AllGather, 8, 1, 1<<30), coll(ir.ReduceScatter, 8, 1, 1<<30)},
+		{"across nodes", coll(ir.AllGather, 8, 4, 1<<30), coll(ir.ReduceScatter, 8, 4, 1<<30)},
+		{"one GPU per node", coll(ir.AllGather, 1, 4, 1<<30), coll(ir.AllReduce, 1, 4, 1<<30)},
+	} {
+		da, db := twoCollectives(t, m, c.a, c.b)
+		sa, sb := solo(c.a), solo(c.b)
+		if !(da > sa.Time && db > sb.Time) {
+			t.Errorf("%s: %g s and %g s, alone %g s and %g s: want both slower", c.name, da, db, sa.Time, sb.Time)
+		}
+		if c.a.Coll == ir.AllGather && c.b.Coll == ir.ReduceScatter {
+			// Same bytes and latency: both move at half speed
+			// throughout.
+			near(c.name, da, sa.Latency+2*(sa.Time-sa.Latency))
+			near(c.name, db, da)
+		}
+	}
+	// Inside the node against one GPU per node: NVLink and the NIC.
+	intra, inter := coll(ir.AllGather, 8, 1, 1<<30), coll(ir.ReduceScatter, 1, 4, 1<<28)
+	da, db := twoCollectives(t, m, intra, inter)
+	near("intra beside inter", da, solo(intra).Time)
+	near("inter beside intra", db, solo(inter).Time)
+	// A flat ring across nodes also uses NVLink: an intra-node
+	// collective beside it slows.
+	flat := coll(ir.AllGather, 8, 4, 1<<30)
+	da, db = twoCollectives(t, m, intra, flat)
+	if !(da > solo(intra).Time && db > solo(flat).Time) {
+		t.Errorf("intra %g s (alone %g s) beside a flat ring across nodes %g s (alone %g s): want both slower", da, solo(intra).Time, db, solo(flat).Time)
+	}
+}
+
+// BenchmarkSimulate replays LLaMA-2-70B's program on 2048 H100s (about
+// 15k instructions).
+func BenchmarkSimulate(b *testing.B) {
+	job := testjob.Load(b, "llama2-70b-gqa")
+	dp := ir.Factor{S0: 8, S1: 256}
+	r, err := compiler.Compile(job, cost.Uniform("zero3", cost.Factors{P: dp, G: dp, OS: dp}, ir.RecomputeFull, 1), compiler.Options{Depth: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mach := cost.NewMachine(r.Job.Cluster, r.Model.Topo)
+	n := 0
+	for _, s := range r.Program.Streams {
+		n += len(s)
+	}
+	b.ReportMetric(float64(n), "instrs")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Simulate(r.Program, mach, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
