@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,6 +49,12 @@ func TestImportDirection(t *testing.T) {
 	if len(pkgs) == 0 {
 		t.Fatal("no packages found")
 	}
+	// A rule naming a package that is gone would pass silently.
+	for _, named := range []string{"ir", "frontend", "engine", "codegen", "internal/outfile", "simulator", "planner", "passes", "compiler"} {
+		if _, ok := pkgs[named]; !ok {
+			t.Errorf("the rules name package %s, which does not exist", named)
+		}
+	}
 	for pkg, imps := range pkgs {
 		for _, imp := range imps {
 			switch {
@@ -55,17 +62,43 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("ir imports %s; ir imports nothing of ours", imp)
 			case strings.HasPrefix(imp, "github.com/alecthomas/participle") && pkg != "frontend":
 				t.Errorf("%s imports participle; only frontend may", pkg)
-			case strings.HasPrefix(pkg, "runtime") && (imp == "amspc/passes" || imp == "amspc/frontend" || imp == "amspc/compiler"):
-				t.Errorf("%s imports %s; the runtime reads plans, not models", pkg, imp)
+			case strings.HasPrefix(pkg, "engine") && (imp == "amspc/passes" || imp == "amspc/frontend" || imp == "amspc/compiler"):
+				t.Errorf("%s imports %s; the engine runs plans, it does not compile models", pkg, imp)
 			case pkg == "codegen" && imp != "amspc/ir" && imp != "amspc/internal/outfile" && strings.HasPrefix(imp, "amspc/"):
 				t.Errorf("codegen imports %s; it encodes what the scheduler decided and imports only ir (and outfile to write it)", imp)
 			case pkg == "internal/outfile" && strings.HasPrefix(imp, "amspc/"):
 				t.Errorf("internal/outfile imports %s; it writes bytes for every package and imports nothing of ours", imp)
-			case pkg == "scheduler" && imp == "amspc/codegen":
-				t.Errorf("scheduler imports codegen; it simulates ir programs, which codegen only encodes")
-			case (pkg == "planner" || pkg == "scheduler" || pkg == "passes") && imp == "amspc/compiler":
+			case pkg == "simulator" && imp == "amspc/codegen":
+				t.Errorf("simulator imports codegen; it simulates ir programs, which codegen only encodes")
+			case (pkg == "planner" || pkg == "simulator" || pkg == "passes") && imp == "amspc/compiler":
 				t.Errorf("%s imports the compiler, which imports it", pkg)
 			}
+		}
+	}
+}
+
+// TestNoStandardNames keeps our package names clear of the standard
+// library's importable packages: a package named runtime, errors or sort
+// makes every file that needs both rename one of them.
+func TestNoStandardNames(t *testing.T) {
+	out, err := exec.Command("go", "list", "std").Output()
+	if err != nil {
+		t.Skipf("go list std: %v", err)
+	}
+	std := map[string]string{}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "internal") || strings.HasPrefix(p, "vendor/") {
+			continue // not importable by us
+		}
+		std[p[strings.LastIndex(p, "/")+1:]] = p
+	}
+	for dir := range imports(t, "../..") {
+		name := dir[strings.LastIndex(dir, "/")+1:]
+		if dir == "." {
+			continue
+		}
+		if p, ok := std[name]; ok {
+			t.Errorf("package %s has the name of the standard library's %s", dir, p)
 		}
 	}
 }
