@@ -67,7 +67,7 @@ func (m *Machine) KernelTime(kind ir.OpKind, shapes [][]int64, dtype ir.DType, f
 		}
 	}
 	if m.MemBW > 0 {
-		t = max(t, float64(trafficElems(kind, shapes))*float64(dtype.Size())/m.MemBW)
+		t = max(t, float64(kind.Info().TrafficElems(shapes))*float64(dtype.Size())/m.MemBW)
 	}
 	return t
 }
@@ -75,102 +75,12 @@ func (m *Machine) KernelTime(kind ir.OpKind, shapes [][]int64, dtype ir.DType, f
 // FlopRate is the FLOP rate of large GEMMs: peak x efficiency.
 func (m *Machine) FlopRate() float64 { return m.PeakFLOPS * m.Efficiency }
 
-func elems(s []int64) int64 {
-	n := int64(1)
-	for _, d := range s {
-		n *= d
-	}
-	return n
-}
-
-// rows is the product of all but the last dimension.
-func rows(s []int64) int64 {
-	if len(s) == 0 {
-		return 1
-	}
-	return elems(s[:len(s)-1])
-}
-
-func last(s []int64) int64 {
-	if len(s) == 0 {
-		return 1
-	}
-	return s[len(s)-1]
-}
-
-// gemmDims gives a matmul kernel's GEMM as m x k times k x n, from its
-// argument shapes: matmul(a [.., m, k], b [k, n]); matmul_grad_a(dy [.., m,
-// n], w [k, n]) = dy·wᵀ; matmul_grad_b(a [.., m, k], dy [.., m, n]) = aᵀ·dy.
-func gemmDims(kind ir.OpKind, shapes [][]int64) (m, k, n int64, ok bool) {
-	if len(shapes) < 2 || len(shapes[1]) == 0 {
-		return 0, 0, 0, false
-	}
-	a, b := shapes[0], shapes[1]
-	switch kind {
-	case ir.MatMul:
-		return rows(a), last(a), last(b), true
-	case ir.MatMulGradA:
-		return rows(a), last(a), b[0], true
-	case ir.MatMulGradB:
-		return last(a), rows(a), last(b), true
-	}
-	return 0, 0, 0, false
-}
-
+// gemmMinDim is the smallest dimension of kind's matrix product on
+// arguments of these shapes; false for an op that is not one.
 func gemmMinDim(kind ir.OpKind, shapes [][]int64) (float64, bool) {
-	m, k, n, ok := gemmDims(kind, shapes)
+	g, ok := kind.Info().GEMMOf(shapes)
 	if !ok {
 		return 0, false
 	}
-	return float64(max(min(m, k, n), 1)), true
-}
-
-// trafficElems is the elements a kernel reads and writes: its arguments
-// and its results, each once (a fused kernel keeps its intermediates in
-// registers and shared memory).
-func trafficElems(kind ir.OpKind, shapes [][]int64) int64 {
-	var in, largest int64
-	for _, s := range shapes {
-		n := elems(s)
-		in += n
-		largest = max(largest, n)
-	}
-	arg := func(i int) int64 {
-		if i < len(shapes) {
-			return elems(shapes[i])
-		}
-		return 0
-	}
-	switch kind {
-	case ir.MatMul, ir.MatMulGradA, ir.MatMulGradB:
-		m, _, n, _ := gemmDims(kind, shapes)
-		return in + m*n
-	case ir.Embed:
-		// Only the looked-up rows of the table are read.
-		if len(shapes) == 2 {
-			out := arg(0) * last(shapes[1])
-			return arg(0) + 2*out
-		}
-	case ir.EmbedGrad:
-		// Scatter-add of dy into the rows the ids name.
-		return arg(0) + 2*arg(1)
-	case ir.CrossEntropy:
-		return in // a scalar loss
-	case ir.SumRows:
-		if len(shapes) > 0 {
-			return in + last(shapes[0])
-		}
-	case ir.RMSNormGrad:
-		return in + arg(0) + arg(1) // dx, dw
-	case ir.LayerNormGrad:
-		return in + arg(0) + 2*arg(1) // dx, dw, db
-	case ir.AttentionGrad:
-		return in + arg(0) + arg(1) + arg(2) // dq, dk, dv
-	case ir.AdamWStep:
-		return in + arg(0) + arg(1) + arg(2) // new weights, m, v
-	}
-	// One result as large as the largest argument: elementwise ops,
-	// norms, rope, attention's output, casts, the backward of
-	// elementwise ops.
-	return in + largest
+	return float64(max(min(g.M, g.K, g.N), 1)), true
 }

@@ -29,8 +29,13 @@ func last(s []int64) int { return int(s[len(s)-1]) }
 // c.Args and writes every buffer of c.Outs in full.
 type cpuKernel func(c *KernelCall) error
 
-// cpuKernels is the CPU backend's kernel of every op a bundle can name
-// (TestEveryOpHasACPUKernel checks the table is complete).
+// cpuUnsupported lists the ops the CPU backend has no kernel for, each
+// with the reason: an op is in cpuKernels or here, never both, never
+// neither (TestEveryOpHasAKernel).
+var cpuUnsupported = map[ir.OpKind]string{}
+
+// cpuKernels is the CPU backend's kernel of every op a bundle can name,
+// by op kind: the backend's one table of them.
 var cpuKernels = map[ir.OpKind]cpuKernel{
 	ir.Embed: func(c *KernelCall) error {
 		t := c.ArgShapes[1]

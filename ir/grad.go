@@ -125,7 +125,7 @@ func initGradOps() {
 	}
 	internal := func(info OpInfo) OpInfo { info.Internal = true; return info }
 	rows := map[OpKind]OpInfo{
-		EmbedGrad: {Name: "embed_grad", Arity: 2, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}}, IDs: &IDOperand{Arg: 0, From: -1, Dim: 0},
+		EmbedGrad: {Name: "embed_grad", Arity: 2, Fusion: FuseGather, Traffic: embedGradTraffic, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}}, IDs: &IDOperand{Arg: 0, From: -1, Dim: 0},
 			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				v, _ := attrInt(attrs, "vocab")
 				dy := args[1].Shape
@@ -134,7 +134,7 @@ func initGradOps() {
 				}
 				return Shape{v, dy[len(dy)-1]}, args[1].DType, nil
 			}), Flops: elementwise(1)},
-		MatMulGradA: {Name: "matmul_grad_a", Arity: 2, Flops: mm,
+		MatMulGradA: {Name: "matmul_grad_a", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradA, Traffic: gemmTraffic(MatMulGradA), Flops: mm,
 			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				dy, b := args[0].Shape, args[1].Shape
 				if len(dy) == 0 || len(b) != 2 || dy[len(dy)-1] != b[1] {
@@ -142,7 +142,7 @@ func initGradOps() {
 				}
 				return append(append(Shape{}, dy[:len(dy)-1]...), b[0]), args[0].DType, nil
 			})},
-		MatMulGradB: {Name: "matmul_grad_b", Arity: 2, Flops: mmB,
+		MatMulGradB: {Name: "matmul_grad_b", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradB, Traffic: gemmTraffic(MatMulGradB), Flops: mmB,
 			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				a, dy := args[0].Shape, args[1].Shape
 				if len(a) == 0 || len(a) != len(dy) || !a[:len(a)-1].Equal(dy[:len(dy)-1]) {
@@ -152,29 +152,29 @@ func initGradOps() {
 			})},
 		// The norms' backward computes every gradient in one pass over
 		// the rows: dx, dw (and layernorm's db, the row sum of dy).
-		RMSNormGrad: {Name: "rmsnorm_grad", Arity: 3, Results: 2, Attrs: []AttrSpec{eps},
+		RMSNormGrad: {Name: "rmsnorm_grad", Arity: 3, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
 			Infer: results(normGrad, lastDim(0)), Flops: elementwise(12)},
-		LayerNormGrad: {Name: "layernorm_grad", Arity: 3, Results: 3, Attrs: []AttrSpec{eps},
+		LayerNormGrad: {Name: "layernorm_grad", Arity: 3, Results: 3, Fusion: FuseRow, Traffic: plusResults(0, 1, 1), Attrs: []AttrSpec{eps},
 			Infer: results(normGrad, lastDim(0), lastDim(2)), Flops: elementwise(19)},
-		SumRows:  {Name: "sum_rows", Arity: 1, Infer: results(lastDim(0)), Flops: elementwise(1)},
-		RoPEGrad: {Name: "rope_grad", Arity: 1, Attrs: ropeAttrs, Infer: results(like(0)), Flops: elementwise(3)},
+		SumRows:  {Name: "sum_rows", Arity: 1, Fusion: FuseRow, Traffic: sumRowsTraffic, Infer: results(lastDim(0)), Flops: elementwise(1)},
+		RoPEGrad: {Name: "rope_grad", Arity: 1, Fusion: FuseRow, Attrs: ropeAttrs, Infer: results(like(0)), Flops: elementwise(3)},
 		// Flash-attention style: one pass gives all three gradients.
-		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Attrs: attnAttrs,
+		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Fusion: FuseAttention, Traffic: plusResults(0, 1, 2), Attrs: attnAttrs,
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
-		SiLUGrad: {Name: "silu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(6)},
-		GELUGrad: {Name: "gelu_grad", Arity: 2, Infer: results(like(0)), Flops: elementwise(10)},
-		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
+		SiLUGrad: {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad: {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
 		// NUMERICS.md, the compiler's one definition of it. The step
 		// count t is supplied at run time; weight_decay is 0 for params
 		// that are not decayed. weights is the fp32 master, or P itself
 		// when P is fp32.
-		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
+		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Fusion: FuseNone, Traffic: plusResults(0, 1, 2), Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
 			Infer: results(adamw, adamw, adamw), Flops: elementwise(17)},
 		// cast(x, dtype=D): D is a DType code (2 bf16, 3 f16, 4 f32);
 		// rounding to nearest even.
-		Cast: {Name: "cast", Arity: 1, Attrs: []AttrSpec{{Name: "dtype", Type: AttrInt, Required: true}},
+		Cast: {Name: "cast", Arity: 1, Fusion: FuseNone, Attrs: []AttrSpec{{Name: "dtype", Type: AttrInt, Required: true}},
 			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				d, _ := attrInt(attrs, "dtype")
 				if dt := DType(d); d < int64(BF16) || d > int64(F32) || !dt.IsFloat() {

@@ -112,6 +112,14 @@ type OpInfo struct {
 	// IDs, for an op that reads token ids (class indices), says which
 	// operand holds them and where their bound is; nil for the others.
 	IDs *IDOperand
+	// Traffic is the elements a kernel reads and writes given its
+	// argument shapes, where it is not TrafficElems' default (opfacts.go).
+	Traffic func(args [][]int64) int64
+	// GEMM, for a matrix product, gives its M, K and N from its two
+	// operands' shapes; nil for the other ops.
+	GEMM func(a, b []int64) GEMM
+	// Fusion is how the op's kernel may fuse with its neighbours.
+	Fusion Fusion
 }
 
 // IDOperand locates an op's token ids: argument Arg holds them, and they
@@ -147,23 +155,23 @@ var opTable [numOps]OpInfo
 func init() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	opTable = [numOps]OpInfo{
-		Embed: {Name: "embed", Arity: 2, Infer: one(inferEmbed), Save: []int{0}, IDs: &IDOperand{Arg: 0, From: 1, Dim: 0},
+		Embed: {Name: "embed", Arity: 2, Fusion: FuseGather, Traffic: embedTraffic, Infer: one(inferEmbed), Save: []int{0}, IDs: &IDOperand{Arg: 0, From: 1, Dim: 0},
 			Flops: func(*Op) float64 { return 0 }}, // a gather, no arithmetic
-		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Infer: one(inferMatMul), Save: []int{0, 1},
+		MatMul: {Name: "matmul", Infix: "@", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: gemmTraffic(MatMul), Infer: one(inferMatMul), Save: []int{0, 1},
 			Flops: func(op *Op) float64 {
 				k := float64(op.Args[1].Shape[0])
 				return 2 * float64(op.Out().Shape.NumElements()) * k
 			}},
-		RMSNorm: {Name: "rmsnorm", Arity: 2, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
+		RMSNorm: {Name: "rmsnorm", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
 			Flops: elementwise(4)}, // square, mean, scale, weight
 		// Backward reads x and w, never the bias.
-		LayerNorm: {Name: "layernorm", Arity: 3, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
+		LayerNorm: {Name: "layernorm", Arity: 3, Fusion: FuseRow, Attrs: []AttrSpec{eps}, Infer: one(inferNorm), Save: []int{0, 1},
 			Flops: elementwise(7)},
-		RoPE: {Name: "rope", Arity: 1, Attrs: []AttrSpec{
+		RoPE: {Name: "rope", Arity: 1, Fusion: FuseRow, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}},
 		}, Infer: one(inferRoPE), Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
-		Attention: {Name: "attention", Arity: 3, Attrs: []AttrSpec{
+		Attention: {Name: "attention", Arity: 3, Fusion: FuseAttention, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "kv_heads", Type: AttrInt}, // defaults to heads
 			{Name: "causal", Type: AttrBool, Default: AttrVal{Type: AttrBool}},
@@ -171,15 +179,15 @@ func init() {
 			// Flash-attention style: q, k, v and the output (plus a
 			// per-row log-sum-exp, negligible), never the s x s scores.
 			Save: []int{0, 1, 2}, SaveOut: true},
-		SiLU: {Name: "silu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(4), Save: []int{0}},
-		GELU: {Name: "gelu", Arity: 1, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
-		Add:  {Name: "add", Infix: "+", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1)},
-		Mul:  {Name: "mul", Infix: "*", Arity: 2, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
-		CrossEntropy: {Name: "cross_entropy", Arity: 2, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1},
+		SiLU: {Name: "silu", Arity: 1, Fusion: FuseElementwise, Infer: one(inferUnary), Flops: elementwise(4), Save: []int{0}},
+		GELU: {Name: "gelu", Arity: 1, Fusion: FuseElementwise, Infer: one(inferUnary), Flops: elementwise(8), Save: []int{0}},
+		Add:  {Name: "add", Infix: "+", Arity: 2, Fusion: FuseElementwise, Infer: one(inferBroadcast), Flops: elementwise(1)},
+		Mul:  {Name: "mul", Infix: "*", Arity: 2, Fusion: FuseElementwise, Infer: one(inferBroadcast), Flops: elementwise(1), Save: []int{0, 1}},
+		CrossEntropy: {Name: "cross_entropy", Arity: 2, Fusion: FuseRow, Traffic: argsOnly, Infer: one(inferCrossEntropy), Flops: crossEntropyFlops, Save: []int{0, 1},
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// transpose(w) of a 2-D tensor, for a weight read both ways (an
 		// embedding table tied to the output head); data movement only.
-		Transpose: {Name: "transpose", Arity: 1, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
+		Transpose: {Name: "transpose", Arity: 1, Fusion: FuseNone, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
 	}
 	initGradOps()
 }

@@ -254,144 +254,163 @@ func PlanOp(c *OpCall) (*Plan, error) {
 			return nil, &ErrUnsupported{fmt.Sprintf("%v with a %v %s", c.Op, dt, what)}
 		}
 	}
+	plan := opPlans[c.Op]
+	if plan == nil {
+		what := fmt.Sprintf("op %v", c.Op)
+		if why, ok := Unsupported[c.Op]; ok {
+			what += " (" + why + ")"
+		}
+		return nil, &ErrUnsupported{what}
+	}
 	p := &Plan{Bad: -1, Loss: -1}
-	as, os := c.ArgShapes, c.OutShapes
-	n := func(i int) int64 { return c.ArgElems[i] }
-	last := func(s []int64) int64 { return s[len(s)-1] }
-	fa := func(name string) float64 { return c.Attr(name).Float }
-	switch c.Op {
-	case ir.Embed:
-		vocab, d, ids := as[1][0], as[1][1], n(0)
+	if err := plan(c, p, raw); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// An opPlan fills p with the launches of one op; raw says its bf16
+// operands are taken as they are (RawBF16).
+type opPlan func(c *OpCall, p *Plan, raw bool) error
+
+// Unsupported lists the ops that have no launch plan, each with the
+// reason (TestEveryOpHasAKernel in package engine reads it with
+// HasPlan): an op must be in one of opPlans and Unsupported.
+var Unsupported = map[ir.OpKind]string{}
+
+// HasPlan says whether op has a launch plan on the GPU.
+func HasPlan(op ir.OpKind) bool { return opPlans[op] != nil }
+
+// n is the element count of operand i; fa is float attribute name.
+func (c *OpCall) n(i int) int64          { return c.ArgElems[i] }
+func (c *OpCall) fa(name string) float64 { return c.Attr(name).Float }
+
+func lastDim(s []int64) int64 { return s[len(s)-1] }
+
+// gemm is a matmul's plan: the op table's GEMM (ir.OpInfo.GEMM) as
+// cuBLASLt's product of kind. The GPU's Gemm names the forward matmul's
+// m, k and n whatever the kind, so a gradient's product is mapped back.
+func gemm(kind GemmKind) opPlan {
+	return func(c *OpCall, p *Plan, raw bool) error {
+		g, ok := c.Op.Info().GEMMOf(c.ArgShapes)
+		if !ok {
+			return fmt.Errorf("%v of shapes %v is not a matrix product", c.Op, c.ArgShapes)
+		}
+		switch kind {
+		case GemmAB: // m x k times k x n
+			p.Gemm = &Gemm{kind, int(g.M), int(g.K), int(g.N), raw}
+		case GemmABt: // dy [m, n] times w [k, n]^T: the product's K is n
+			p.Gemm = &Gemm{kind, int(g.M), int(g.N), int(g.K), raw}
+		case GemmAtB: // a [m, k]^T times dy [m, n]: the product's M is k
+			p.Gemm = &Gemm{kind, int(g.K), int(g.M), int(g.N), raw}
+		}
+		return nil
+	}
+}
+
+// opPlans is the GPU's launch plan of every op it runs, by op kind.
+var opPlans = map[ir.OpKind]opPlan{
+	ir.Embed: func(c *OpCall, p *Plan, _ bool) error {
+		as := c.ArgShapes
+		vocab, d, ids := as[1][0], as[1][1], c.n(0)
 		p.Scratch = []ScratchBuf{{Bytes: 8, Fill: uint64(ids)}}
 		p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(ids), 0, "embed: id", int(vocab)
 		p.Launches = []Launch{elementwise("embed_f32", ids*d, res(0), opnd(0), opnd(1), i64(ids), i64(vocab), i64(d), scr(0))}
-	case ir.EmbedGrad:
-		vocab, d := os[0][0], os[0][1]
+		return nil
+	},
+	ir.EmbedGrad: func(c *OpCall, p *Plan, _ bool) error {
+		vocab, d := c.OutShapes[0][0], c.OutShapes[0][1]
 		ids, err := c.Ints(0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		start, pos := Positions(ids, int(vocab))
 		p.Scratch = []ScratchBuf{{Bytes: 4 * int64(len(start)), Init: int32Bytes(start)}, {Bytes: 4 * int64(max(len(pos), 1)), Init: int32Bytes(pos)}}
 		p.Launches = []Launch{elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d))}
-	case ir.MatMul:
-		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmAB, int(n(0) / k), int(k), int(nn), raw}
-	case ir.MatMulGradA:
-		k, nn := as[1][0], as[1][1]
-		p.Gemm = &Gemm{GemmABt, int(n(0) / nn), int(k), int(nn), raw}
-	case ir.MatMulGradB:
-		k, nn := os[0][0], os[0][1]
-		p.Gemm = &Gemm{GemmAtB, int(n(0) / k), int(k), int(nn), raw}
-	case ir.RMSNorm:
-		d := n(1)
-		rows := n(0) / d
-		p.Launches = []Launch{row("rmsnorm_f32", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(fa("eps")))}
-	case ir.RMSNormGrad:
-		d := n(1)
-		rows := n(0) / d
+		return nil
+	},
+	ir.MatMul:      gemm(GemmAB),
+	ir.MatMulGradA: gemm(GemmABt),
+	ir.MatMulGradB: gemm(GemmAtB),
+	ir.RMSNorm: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Launches = []Launch{row("rmsnorm_f32", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(c.fa("eps")))}
+		return nil
+	},
+	ir.RMSNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
 		p.Scratch = []ScratchBuf{f32Scratch(rows)}
 		p.Launches = []Launch{
-			row("rmsnorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
+			row("rmsnorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
 			columns("rmsnorm_grad_w_f32", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
-	case ir.LayerNorm:
-		d := n(1)
-		rows := n(0) / d
-		p.Launches = []Launch{row("layernorm_f32", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps")))}
-	case ir.LayerNormGrad:
-		d := n(1)
-		rows := n(0) / d
+		return nil
+	},
+	ir.LayerNorm: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Launches = []Launch{row("layernorm_f32", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps")))}
+		return nil
+	},
+	ir.LayerNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
 		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
 		p.Launches = []Launch{
-			row("layernorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(fa("eps"))),
+			row("layernorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
 			columns("layernorm_grad_wb_f32", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
-	case ir.SumRows:
+		return nil
+	},
+	ir.SumRows: func(c *OpCall, p *Plan, _ bool) error {
 		d := c.OutElems[0]
-		p.Launches = []Launch{columns("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(n(0)/d), i64(d))}
-	case ir.RoPE, ir.RoPEGrad:
-		x := as[0]
-		heads := c.Attr("heads").Int
-		sign := 1.0
-		if c.Op == ir.RoPEGrad {
-			sign = -1
-		}
-		p.Launches = []Launch{elementwise("rope_f32", n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
-			f64(fa("theta")), f32(sign))}
-	case ir.Attention, ir.AttentionGrad:
-		q := as[0]
-		heads := c.Attr("heads").Int
-		kvh := c.Attr("kv_heads").Int
-		if kvh == 0 {
-			kvh = heads
-		}
-		b, s, hd := q[0], q[1], q[2]/heads
-		if hd > MaxHeadDim {
-			return nil, &ErrUnsupported{fmt.Sprintf("attention with head dim %d (at most %d)", hd, MaxHeadDim)}
-		}
-		causal := boolArg(c.Attr("causal").Bool)
-		dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
-		rows := b * heads * s
-		geo := AttentionGeometry(int(hd))
-		if c.Op == ir.Attention {
-			p.Scratch = []ScratchBuf{f32Scratch(rows)}
-			p.Launches = []Launch{geo.Launch("attention_f32", s, heads, b, append([]Arg{res(0), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...)}
-			break
-		}
-		// As on the CPU, forward runs again for its log-sum-exp (into a
-		// scratch output); dsum is rowsum(out * dout) of the given out.
-		// attention_dkv_f32 runs a block per query head: with grouped KV
-		// heads into one part per head (scratch), which
-		// attention_dkv_sum_f32 adds up.
-		p.Scratch = []ScratchBuf{f32Scratch(rows), f32Scratch(n(3)), f32Scratch(rows)}
-		dk, dv := res(1), res(2)
-		if kvh != heads {
-			p.Scratch = append(p.Scratch, f32Scratch(n(3)), f32Scratch(n(3)))
-			dk, dv = scr(3), scr(4)
-		}
-		p.Launches = []Launch{
-			geo.Launch("attention_f32", s, heads, b, append([]Arg{scr(1), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...),
-			elementwise("attention_dsum_f32", rows, scr(2), opnd(3), opnd(4), i64(b), i64(s), i64(heads), i64(hd)),
-			geo.Launch("attention_dq_f32", s, heads, b, append([]Arg{res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
-			geo.Launch("attention_dkv_f32", s, heads, b, append([]Arg{dk, dv, opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
-		}
-		if kvh != heads {
-			p.Launches = append(p.Launches, elementwise("attention_dkv_sum_f32", n(1), res(1), res(2), scr(3), scr(4),
-				i64(b), i64(s), i64(heads), i64(kvh), i64(hd)))
-		}
-	case ir.Transpose:
-		p.Launches = []Launch{elementwise("transpose_f32", n(0), res(0), opnd(0), i64(as[0][0]), i64(as[0][1]))}
-	case ir.SiLU, ir.GELU:
-		name := map[ir.OpKind]string{ir.SiLU: "silu_f32", ir.GELU: "gelu_f32"}[c.Op]
-		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), i64(n(0)))}
-	case ir.SiLUGrad, ir.GELUGrad:
-		name := map[ir.OpKind]string{ir.SiLUGrad: "silu_grad_f32", ir.GELUGrad: "gelu_grad_f32"}[c.Op]
-		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), opnd(1), i64(n(0)))}
-	case ir.Add, ir.Mul:
-		name := map[ir.OpKind]string{ir.Add: "add_f32", ir.Mul: "mul_f32"}[c.Op]
-		p.Launches = []Launch{elementwise(name, n(0), res(0), opnd(0), opnd(1), i64(n(0)), i64(n(1)))}
-	case ir.CrossEntropy:
-		v := last(as[0])
-		rows := n(0) / v
+		p.Launches = []Launch{columns("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(c.n(0)/d), i64(d))}
+		return nil
+	},
+	ir.RoPE:          rope(1),
+	ir.RoPEGrad:      rope(-1),
+	ir.Attention:     planAttention,
+	ir.AttentionGrad: planAttention,
+	ir.Transpose: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise("transpose_f32", c.n(0), res(0), opnd(0), i64(c.ArgShapes[0][0]), i64(c.ArgShapes[0][1]))}
+		return nil
+	},
+	ir.SiLU:     unary("silu_f32"),
+	ir.GELU:     unary("gelu_f32"),
+	ir.SiLUGrad: unaryGrad("silu_grad_f32"),
+	ir.GELUGrad: unaryGrad("gelu_grad_f32"),
+	ir.Add:      broadcast("add_f32"),
+	ir.Mul:      broadcast("mul_f32"),
+	ir.CrossEntropy: func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
 		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
 		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
 		if rows > 0 {
 			p.Launches = []Launch{row("cross_entropy_f32", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
 		}
-	case ir.CrossEntropyGrad:
-		v := last(as[0])
-		rows := n(0) / v
-		f := float64(float32(fa("scale"))) / float64(rows)
+		return nil
+	},
+	ir.CrossEntropyGrad: func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
+		f := float64(float32(c.fa("scale"))) / float64(rows)
 		p.Launches = []Launch{row("cross_entropy_grad_f32", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
-	case ir.Cast:
+		return nil
+	},
+	ir.Cast: func(c *OpCall, p *Plan, _ bool) error {
 		// A copy: a bf16 result's storage rounds it (the device backend
 		// computes on fp32 and rounds bf16 results).
 		if dt := ir.DType(c.Attr("dtype").Int); dt != ir.F32 && dt != ir.BF16 {
-			return nil, &ErrUnsupported{fmt.Sprintf("cast to %v", dt)}
+			return &ErrUnsupported{fmt.Sprintf("cast to %v", dt)}
 		}
 		p.Copies = [][2]int{{0, 0}}
-	case ir.AdamWStep:
+		return nil
+	},
+	ir.AdamWStep: func(c *OpCall, p *Plan, _ bool) error {
+		fa := c.fa
 		k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
 		flat := make([]int64, 0, 2*len(c.Decayed))
 		for _, r := range c.Decayed {
@@ -405,10 +424,89 @@ func PlanOp(c *OpCall) (*Plan, error) {
 			l.add(f64(x))
 		}
 		p.Launches = []Launch{l}
-	default:
-		return nil, &ErrUnsupported{fmt.Sprintf("op %v", c.Op)}
+		return nil
+	},
+}
+
+// unary is an elementwise op's plan: kernel(out, x, n).
+func unary(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), i64(c.n(0)))}
+		return nil
 	}
-	return p, nil
+}
+
+// unaryGrad is an elementwise op's gradient: kernel(dx, x, dy, n).
+func unaryGrad(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+// broadcast is a broadcasting binary op: kernel(out, a, b, n, bn).
+func broadcast(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
+		return nil
+	}
+}
+
+// rope rotates (sign 1) or rotates back (-1, the gradient).
+func rope(sign float64) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		x := c.ArgShapes[0]
+		heads := c.Attr("heads").Int
+		p.Launches = []Launch{elementwise("rope_f32", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
+			f64(c.fa("theta")), f32(sign))}
+		return nil
+	}
+}
+
+// planAttention is attention's plan on fp32 CUDA cores, forward or
+// backward.
+func planAttention(c *OpCall, p *Plan, _ bool) error {
+	q := c.ArgShapes[0]
+	heads := c.Attr("heads").Int
+	kvh := c.Attr("kv_heads").Int
+	if kvh == 0 {
+		kvh = heads
+	}
+	b, s, hd := q[0], q[1], q[2]/heads
+	if hd > MaxHeadDim {
+		return &ErrUnsupported{fmt.Sprintf("attention with head dim %d (at most %d)", hd, MaxHeadDim)}
+	}
+	causal := boolArg(c.Attr("causal").Bool)
+	dims := []Arg{i64(b), i64(s), i64(heads), i64(kvh), i64(hd), causal}
+	rows := b * heads * s
+	geo := AttentionGeometry(int(hd))
+	if c.Op == ir.Attention {
+		p.Scratch = []ScratchBuf{f32Scratch(rows)}
+		p.Launches = []Launch{geo.Launch("attention_f32", s, heads, b, append([]Arg{res(0), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...)}
+		return nil
+	}
+	// As on the CPU, forward runs again for its log-sum-exp (into a
+	// scratch output); dsum is rowsum(out * dout) of the given out.
+	// attention_dkv_f32 runs a block per query head: with grouped KV
+	// heads into one part per head (scratch), which
+	// attention_dkv_sum_f32 adds up.
+	p.Scratch = []ScratchBuf{f32Scratch(rows), f32Scratch(c.n(3)), f32Scratch(rows)}
+	dk, dv := res(1), res(2)
+	if kvh != heads {
+		p.Scratch = append(p.Scratch, f32Scratch(c.n(3)), f32Scratch(c.n(3)))
+		dk, dv = scr(3), scr(4)
+	}
+	p.Launches = []Launch{
+		geo.Launch("attention_f32", s, heads, b, append([]Arg{scr(1), scr(0), opnd(0), opnd(1), opnd(2)}, dims...)...),
+		elementwise("attention_dsum_f32", rows, scr(2), opnd(3), opnd(4), i64(b), i64(s), i64(heads), i64(hd)),
+		geo.Launch("attention_dq_f32", s, heads, b, append([]Arg{res(0), opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+		geo.Launch("attention_dkv_f32", s, heads, b, append([]Arg{dk, dv, opnd(0), opnd(1), opnd(2), scr(0), opnd(4), scr(2)}, dims...)...),
+	}
+	if kvh != heads {
+		p.Launches = append(p.Launches, elementwise("attention_dkv_sum_f32", c.n(1), res(1), res(2), scr(3), scr(4),
+			i64(b), i64(s), i64(heads), i64(kvh), i64(hd)))
+	}
+	return nil
 }
 
 // CheckArgs checks a launch's arguments against its kernel's parameter
