@@ -7,6 +7,12 @@
 // Matmuls (and their gradients) are cuBLASLt's, not here.
 package gpu
 
+// Kernels and MMAKernels (kernels_gen.go) and package hostc's launch
+// wrappers are generated from ops.cu's and mma.cu's kernel declarations
+// and their launch annotations:
+//
+//go:generate go run ./internal/kernelgen/cmd/kernelgen
+
 import (
 	"crypto/sha256"
 	_ "embed"
@@ -107,42 +113,6 @@ type Kernel struct {
 	Name   string
 	Params []Param
 	Shape  Shape
-}
-
-// Kernels lists ops.cu's kernels in source order (TestKernelTable checks
-// names and parameter lists against the source).
-var Kernels = []Kernel{
-	{"add_f32", []Param("pppll"), Elementwise},
-	{"mul_f32", []Param("pppll"), Elementwise},
-	{"mul_grad_f32", []Param("pppppll"), Elementwise},
-	{"col_sum_f32", []Param("pppll"), Elementwise},
-	{"transpose_f32", []Param("ppll"), Elementwise},
-	{"silu_f32", []Param("ppl"), Elementwise},
-	{"silu_grad_f32", []Param("pppl"), Elementwise},
-	{"gelu_f32", []Param("ppl"), Elementwise},
-	{"gelu_grad_f32", []Param("pppl"), Elementwise},
-	{"rmsnorm_f32", []Param("pppllf"), Row},
-	{"rmsnorm_grad_f32", []Param("pppppllf"), Row},
-	{"rmsnorm_grad_w_f32", []Param("ppppll"), Elementwise},
-	{"layernorm_f32", []Param("ppppllf"), Row},
-	{"layernorm_grad_f32", []Param("pppppllf"), Row},
-	{"layernorm_grad_wb_f32", []Param("pppppll"), Elementwise},
-	{"rope_f32", []Param("pplllldf"), Elementwise},
-	{"embed_f32", []Param("ppplllp"), Elementwise},
-	{"embed_grad_f32", []Param("ppppll"), Elementwise},
-	{"cross_entropy_f32", []Param("pppllp"), Row},
-	{"cross_entropy_grad_f32", []Param("ppplld"), Row},
-	{"adamw_f32", []Param("pppplpldddddddd"), Elementwise},
-	{"attention_f32", []Param("pppppllllllll"), Attention},
-	{"attention_dsum_f32", []Param("pppllll"), Elementwise},
-	{"attention_dq_f32", []Param("pppppppllllllll"), Attention},
-	{"attention_dkv_f32", []Param("ppppppppllllllll"), Attention},
-	{"attention_dkv_sum_f32", []Param("pppplllll"), Elementwise},
-	{"first_nonfinite_f32", []Param("plp"), Elementwise},
-	{"bf16_widen", []Param("ppl"), Elementwise},
-	{"bf16_round", []Param("pl"), Elementwise},
-	{"bf16_pack", []Param("ppl"), Elementwise},
-	{"bf16_finish", []Param("pplp"), Elementwise},
 }
 
 // Grid1D is an elementwise launch over n elements: blocks of block

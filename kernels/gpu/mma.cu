@@ -31,7 +31,10 @@ __device__ __forceinline__ unsigned mma_pair(unsigned short lo, unsigned short h
 }
 
 // mma_probe: one warp computes d = a b + c for a 16x16 bf16 a (row-major),
-// a 16x8 bf16 b (row-major, k by n) and a 16x8 fp32 c, d as c.
+// a 16x8 bf16 b (row-major, k by n) and a 16x8 fp32 c, d as c. Launched
+// as the attention kernels are, at its own geometry (one block of 32
+// threads), with every thread taking part.
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void mma_probe(float *d, const unsigned short *a, const unsigned short *b, const float *c) {
 	int l = threadIdx.x, g = l / 4, t = l % 4;
 	unsigned fa[4], fb[2];
@@ -204,6 +207,7 @@ __device__ __forceinline__ void mma_store(float *x, const float acc[16][4], cons
 	}
 }
 
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const unsigned short *q, const unsigned short *k,
 	const unsigned short *v, long long batch, long long seq, long long heads, long long kvheads, long long hd,
 	long long causal) {
@@ -309,6 +313,7 @@ AMSP_EXTERN_C __global__ void attention_mma_fwd(float *out, float *lse, const un
 // shared memory (gpu.MMASmem); grid (ceil(seq/64), heads, batch). Writes dk and dv at column h*hd of [batch, seq, heads*hd] rows,
 // as attention_dkv_f32 does (one head's part; attention_dkv_sum_f32 adds
 // a group's).
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsigned short *q, const unsigned short *k,
 	const unsigned short *v, const float *lse, const unsigned short *dout, const float *dsum, long long batch, long long seq,
 	long long heads, long long kvheads, long long hd, long long causal) {
@@ -381,6 +386,7 @@ AMSP_EXTERN_C __global__ void attention_mma_dkv(float *dk, float *dv, const unsi
 // causal longest first), keys in tiles of 64 (32 when hd > 64), k and v
 // row-major and k transposed in shared memory (gpu.MMASmem); grid
 // (ceil(seq/64), heads, batch). dq = scale * sum over keys of ds k.
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *q, const unsigned short *k,
 	const unsigned short *v, const float *lse, const unsigned short *dout, const float *dsum, long long batch, long long seq,
 	long long heads, long long kvheads, long long hd, long long causal) {
@@ -446,6 +452,7 @@ AMSP_EXTERN_C __global__ void attention_mma_dq(float *dq, const unsigned short *
 
 // dsum[b, h, i] = dout . out over the row, for bf16 out and dout (as
 // attention_dsum_f32, in double).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void attention_dsum_bf16(float *dsum, const unsigned short *out, const unsigned short *dout,
 	long long batch, long long seq, long long heads, long long hd) {
 	for (long long z = (long long)blockIdx.x * blockDim.x + threadIdx.x; z < batch * heads * seq;

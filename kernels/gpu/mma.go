@@ -49,16 +49,6 @@ func MMASmem(hd int) (fwd, dq, dkv int) {
 	return 2 * (rows(64) + cols(64)), 2 * (2*rows(tile) + cols(tile)), 2*(2*rows(tile)+2*cols(tile)) + 8*tile
 }
 
-// MMAKernels lists mma.cu's kernels in source order (TestKernelTable
-// checks them against the source).
-var MMAKernels = []Kernel{
-	{"mma_probe", []Param("pppp"), Elementwise},
-	{"attention_mma_fwd", []Param("pppppllllll"), Attention},
-	{"attention_mma_dkv", []Param("ppppppppllllll"), Attention},
-	{"attention_mma_dq", []Param("pppppppllllll"), Attention},
-	{"attention_dsum_bf16", []Param("pppllll"), Elementwise},
-}
-
 // planAttentionMMA is attention's plan (forward, or backward with the
 // forward again for its log-sum-exp) on tensor cores: bf16 q, k, v, out
 // and dout as they are (RawBF16), fp32 results.

@@ -16,6 +16,19 @@
 // kernels take one block per row and a power-of-two block of at most
 // AMSP_BLOCK threads; "column" kernels loop over columns with the grid's
 // stride.
+//
+// The line right above each kernel (here and in mma.cu) is its launch
+// annotation, "// amspc:launch SHAPE", SHAPE one of
+//   elementwise  any grid and block (column kernels too)
+//   row          one block per row, as above
+//   attention    the launch's own grid and block, every thread of a
+//                block taking part (barriers, shuffles, tensor-core
+//                products): on the host its threads run as coroutines
+// A C declaration cannot say how its kernel is launched; go generate
+// ./kernels/gpu (kernels/gpu/internal/kernelgen) reads the declarations
+// and their annotations into package gpu's Kernels and MMAKernels and
+// package hostc's launch wrappers, and refuses a kernel without one. A
+// kernel's parameters are pointers, long long, float or double.
 
 #ifdef __CUDACC__
 #define AMSP_EXTERN_C extern "C"
@@ -64,11 +77,13 @@ __device__ float block_max(float v, float *red) {
 }
 
 // out = a + b; b has bn elements, repeated over rows when bn < n.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void add_f32(float *out, const float *a, const float *b, long long n, long long bn) {
 	GRID_STRIDE(i, n) { out[i] = a[i] + b[i % bn]; }
 }
 
 // out = a * b with add_f32's broadcast rule.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void mul_f32(float *out, const float *a, const float *b, long long n, long long bn) {
 	GRID_STRIDE(i, n) { out[i] = a[i] * b[i % bn]; }
 }
@@ -76,6 +91,7 @@ AMSP_EXTERN_C __global__ void mul_f32(float *out, const float *a, const float *b
 // da = dy * b (broadcast as in mul_f32), and db = dy * a when b is not
 // broadcast (bn == n); a broadcast db is col_sum_f32's. A null da or db is
 // skipped.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void mul_grad_f32(float *da, float *db, const float *a, const float *b, const float *dy, long long n,
 	long long bn) {
 	GRID_STRIDE(i, n) {
@@ -91,6 +107,7 @@ AMSP_EXTERN_C __global__ void mul_grad_f32(float *da, float *db, const float *a,
 // out[j] = sum over rows r, in order, of x[r,j] (times y[r,j] as a float
 // product when y is not null), in double: the gradient of a broadcast
 // operand of + (y null) or of * (x = dy, y = a).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const float *y, long long rows, long long d) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
@@ -116,6 +133,7 @@ AMSP_EXTERN_C __global__ void col_sum_f32(float *out, const float *x, const floa
 }
 
 // out = x^T for x [m, n] (out [n, m]).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void transpose_f32(float *out, const float *x, long long m, long long n) {
 	GRID_STRIDE(k, m * n) {
 		long long i = k / n, j = k % n;
@@ -124,6 +142,7 @@ AMSP_EXTERN_C __global__ void transpose_f32(float *out, const float *x, long lon
 }
 
 // out = x * sigmoid(x), the exponential in double.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void silu_f32(float *out, const float *x, long long n) {
 	GRID_STRIDE(i, n) {
 		double v = x[i];
@@ -132,6 +151,7 @@ AMSP_EXTERN_C __global__ void silu_f32(float *out, const float *x, long long n) 
 }
 
 // dx = dy * s * (1 + x*(1-s)), s = sigmoid(x).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void silu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
 	GRID_STRIDE(i, n) {
 		double v = x[i];
@@ -141,6 +161,7 @@ AMSP_EXTERN_C __global__ void silu_grad_f32(float *dx, const float *x, const flo
 }
 
 // out = x/2 * (1 + erf(x/sqrt 2)), the exact GELU.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_f32(float *out, const float *x, long long n) {
 	GRID_STRIDE(i, n) {
 		double v = x[i];
@@ -149,6 +170,7 @@ AMSP_EXTERN_C __global__ void gelu_f32(float *out, const float *x, long long n) 
 }
 
 // dx = dy * (Phi(x) + x*phi(x)).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
 	GRID_STRIDE(i, n) {
 		double v = x[i];
@@ -158,6 +180,7 @@ AMSP_EXTERN_C __global__ void gelu_grad_f32(float *dx, const float *x, const flo
 }
 
 // One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const float *w, long long rows, long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
 	long long r = blockIdx.x;
@@ -175,6 +198,7 @@ AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const floa
 
 // One block per row: dx = rstd * (dy*w - xh*mean(dy*w*xh)), xh = x*rstd;
 // rstd[r] is kept for rmsnorm_grad_w_f32.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const float *x, const float *w, const float *dy,
 	long long rows, long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
@@ -201,6 +225,7 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const flo
 }
 
 // dw[j] = sum over rows, in order, of dy * (x * rstd).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, const float *dy, const float *rstd, long long rows,
 	long long d) {
 	GRID_STRIDE(j, d) {
@@ -226,6 +251,7 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, cons
 
 // One block per row: out = (x - mean) / sqrt(var + eps) * w + b, the
 // biased variance taken in a second pass.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const float *w, const float *b, long long rows,
 	long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
@@ -251,6 +277,7 @@ AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const fl
 // One block per row: dx = rstd * (g - mean(g) - xh*mean(g*xh)), g = dy*w;
 // stats[2r], stats[2r+1] keep the row's mean and rstd for
 // layernorm_grad_wb_f32.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const float *x, const float *w, const float *dy,
 	long long rows, long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
@@ -287,6 +314,7 @@ AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const 
 }
 
 // dw[j] = sum over rows of dy * xh, db[j] = sum of dy, in row order.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const float *x, const float *dy, const float *stats,
 	long long rows, long long d) {
 	GRID_STRIDE(j, d) {
@@ -321,6 +349,7 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const 
 // sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
 // The angle, its sine and cosine are double, rounded once to float. One
 // thread per pair.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long batch, long long seq, long long heads, long long hd,
 	double theta, float sign) {
 	long long half = hd / 2, pairs = batch * seq * heads * half;
@@ -338,6 +367,7 @@ AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long bat
 // out[t] = table[ids[t]] for rows of d. An id outside [0, vocab) writes
 // nothing and lowers *bad to its position (the host sets *bad to n
 // first), so the host can name the first bad id.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float *table, long long n, long long vocab, long long d,
 	unsigned long long *bad) {
 	GRID_STRIDE(k, n * d) {
@@ -355,6 +385,7 @@ AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float 
 // position order: pos[start[v]:start[v+1]] lists them ascending (the host
 // builds the lists from the ids, which it loaded). Rows of ids that do
 // not occur are zero.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void embed_grad_f32(float *dtable, const int *start, const int *pos, const float *dy, long long vocab,
 	long long d) {
 	GRID_STRIDE(k, vocab * d) {
@@ -370,6 +401,7 @@ AMSP_EXTERN_C __global__ void embed_grad_f32(float *dtable, const int *start, co
 // One block per row of logits: loss[r] = logsumexp(row) - row[target],
 // in double (the host takes the mean in its own order). A target outside
 // [0, vocab) lowers *bad to its row.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logits, const int *targets, long long rows,
 	long long vocab, unsigned long long *bad) {
 	__shared__ double red[AMSP_BLOCK];
@@ -399,6 +431,7 @@ AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logit
 
 // One block per row: dlogits = (softmax(logits) - onehot(target)) * f,
 // f the upstream gradient over the rows, in double.
+// amspc:launch row
 AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float *logits, const int *targets, long long rows,
 	long long vocab, double f) {
 	__shared__ double red[AMSP_BLOCK];
@@ -430,6 +463,7 @@ AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float
 // roundings so no multiply-add is fused (the Go kernel's bits). Elements
 // inside one of the nd ranges decay[2k] <= i < decay[2k+1] (ascending,
 // disjoint) are decayed: their parameter is first multiplied by keep.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const float *g, long long n, const long long *decay,
 	long long nd, double beta1, double c1, double beta2, double c2, double step_size, double bc2, double eps, double keep) {
 	GRID_STRIDE(i, n) {
@@ -617,6 +651,7 @@ __device__ __forceinline__ void lane_axpy(float *r, float a, const float *row, i
 	}
 }
 
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float *q, const float *k, const float *v,
 	long long batch, long long seq, long long heads, long long kvheads, long long hd, long long causal, long long lanes,
 	long long tile) {
@@ -689,6 +724,7 @@ AMSP_EXTERN_C __global__ void attention_f32(float *out, float *lse, const float 
 }
 
 // dsum[b, h, i] = dout . out over the row (AttentionGrad's D), in double.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void attention_dsum_f32(float *dsum, const float *out, const float *dout, long long batch, long long seq,
 	long long heads, long long hd) {
 	GRID_STRIDE(k, batch * heads * seq) {
@@ -705,6 +741,7 @@ AMSP_EXTERN_C __global__ void attention_dsum_f32(float *dsum, const float *out, 
 // dq: query rows as in attention_f32, keys and values in tiles: with
 // p = exp(scale * q.k - lse) and ds = p * (dout . v - D),
 // dq = scale * sum over keys of ds * k.
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const float *k, const float *v, const float *lse,
 	const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads, long long hd,
 	long long causal, long long lanes, long long tile) {
@@ -766,6 +803,7 @@ AMSP_EXTERN_C __global__ void attention_dq_f32(float *dq, const float *q, const 
 // sum of ds * q. Written at column h*hd of [batch, seq, heads*hd] rows:
 // dk and dv themselves when heads == kvHeads, else one head's part that
 // attention_dkv_sum_f32 adds up.
+// amspc:launch attention
 AMSP_EXTERN_C __global__ void attention_dkv_f32(float *dk, float *dv, const float *q, const float *k, const float *v,
 	const float *lse, const float *dout, const float *dsum, long long batch, long long seq, long long heads, long long kvheads,
 	long long hd, long long causal, long long lanes, long long tile) {
@@ -821,6 +859,7 @@ AMSP_EXTERN_C __global__ void attention_dkv_f32(float *dk, float *dv, const floa
 
 // dk, dv of grouped KV heads: the parts of the group's query heads
 // ([batch, seq, heads*hd] each) added in head order.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void attention_dkv_sum_f32(float *dk, float *dv, const float *pk, const float *pv, long long batch,
 	long long seq, long long heads, long long kvheads, long long hd) {
 	long long group = heads / kvheads;
@@ -839,6 +878,7 @@ AMSP_EXTERN_C __global__ void attention_dkv_sum_f32(float *dk, float *dv, const 
 
 // *first = 4 * the smallest index of a NaN or infinity in x + what it is
 // (0 NaN, 1 +Inf, 2 -Inf); the host sets it to all ones first (none).
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void first_nonfinite_f32(const float *x, long long n, unsigned long long *first) {
 	GRID_STRIDE(i, n) {
 		float v = x[i];
@@ -853,10 +893,12 @@ AMSP_EXTERN_C __global__ void first_nonfinite_f32(const float *x, long long n, u
 // device backend widens, runs the op's fp32 kernels, rounds in place
 // (then checks for NaN and Inf, as the CPU backend does after rounding)
 // and packs the top halves, which rounding has made exact.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void bf16_widen(float *out, const unsigned short *x, long long n) {
 	GRID_STRIDE(i, n) { out[i] = __uint_as_float((unsigned)x[i] << 16); }
 }
 
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void bf16_round(float *x, long long n) {
 	GRID_STRIDE(i, n) {
 		unsigned b = __float_as_uint(x[i]);
@@ -869,6 +911,7 @@ AMSP_EXTERN_C __global__ void bf16_round(float *x, long long n) {
 	}
 }
 
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void bf16_pack(unsigned short *out, const float *x, long long n) {
 	GRID_STRIDE(i, n) { out[i] = (unsigned short)(__float_as_uint(x[i]) >> 16); }
 }
@@ -876,6 +919,7 @@ AMSP_EXTERN_C __global__ void bf16_pack(unsigned short *out, const float *x, lon
 // bf16_finish is bf16_round, first_nonfinite_f32 and bf16_pack in one
 // pass: out = x rounded to bf16 (x is left as it was), *first flagged as
 // first_nonfinite_f32 flags it for the rounded values.
+// amspc:launch elementwise
 AMSP_EXTERN_C __global__ void bf16_finish(unsigned short *out, const float *x, long long n, unsigned long long *first) {
 	GRID_STRIDE(i, n) {
 		unsigned b = __float_as_uint(x[i]);

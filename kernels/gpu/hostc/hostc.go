@@ -23,29 +23,6 @@ package hostc
 
 #define LAUNCH(grid, call) do { gridDim.x = (grid); for (unsigned amsp_blk = 0; amsp_blk < (grid); amsp_blk++) { blockIdx.x = amsp_blk; call; } } while (0)
 
-static void h_add(unsigned g, float *o, const float *a, const float *b, long long n, long long bn) { LAUNCH(g, add_f32(o, a, b, n, bn)); }
-static void h_mul(unsigned g, float *o, const float *a, const float *b, long long n, long long bn) { LAUNCH(g, mul_f32(o, a, b, n, bn)); }
-static void h_mul_grad(unsigned g, float *da, float *db, const float *a, const float *b, const float *dy, long long n, long long bn) { LAUNCH(g, mul_grad_f32(da, db, a, b, dy, n, bn)); }
-static void h_col_sum(unsigned g, float *o, const float *x, const float *y, long long rows, long long d) { LAUNCH(g, col_sum_f32(o, x, y, rows, d)); }
-static void h_transpose(unsigned g, float *o, const float *x, long long m, long long n) { LAUNCH(g, transpose_f32(o, x, m, n)); }
-static void h_silu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, silu_f32(o, x, n)); }
-static void h_silu_grad(unsigned g, float *dx, const float *x, const float *dy, long long n) { LAUNCH(g, silu_grad_f32(dx, x, dy, n)); }
-static void h_gelu(unsigned g, float *o, const float *x, long long n) { LAUNCH(g, gelu_f32(o, x, n)); }
-static void h_gelu_grad(unsigned g, float *dx, const float *x, const float *dy, long long n) { LAUNCH(g, gelu_grad_f32(dx, x, dy, n)); }
-static void h_rmsnorm(unsigned g, float *o, const float *x, const float *w, long long rows, long long d, float eps) { LAUNCH(g, rmsnorm_f32(o, x, w, rows, d, eps)); }
-static void h_rmsnorm_grad(unsigned g, float *dx, float *rstd, const float *x, const float *w, const float *dy, long long rows, long long d, float eps) { LAUNCH(g, rmsnorm_grad_f32(dx, rstd, x, w, dy, rows, d, eps)); }
-static void h_rmsnorm_grad_w(unsigned g, float *dw, const float *x, const float *dy, const float *rstd, long long rows, long long d) { LAUNCH(g, rmsnorm_grad_w_f32(dw, x, dy, rstd, rows, d)); }
-static void h_layernorm(unsigned g, float *o, const float *x, const float *w, const float *b, long long rows, long long d, float eps) { LAUNCH(g, layernorm_f32(o, x, w, b, rows, d, eps)); }
-static void h_layernorm_grad(unsigned g, float *dx, float *stats, const float *x, const float *w, const float *dy, long long rows, long long d, float eps) { LAUNCH(g, layernorm_grad_f32(dx, stats, x, w, dy, rows, d, eps)); }
-static void h_layernorm_grad_wb(unsigned g, float *dw, float *db, const float *x, const float *dy, const float *stats, long long rows, long long d) { LAUNCH(g, layernorm_grad_wb_f32(dw, db, x, dy, stats, rows, d)); }
-static void h_rope(unsigned g, float *o, const float *x, long long b, long long s, long long h, long long hd, double theta, float sign) { LAUNCH(g, rope_f32(o, x, b, s, h, hd, theta, sign)); }
-static void h_embed(unsigned g, float *o, const int *ids, const float *table, long long n, long long vocab, long long d, unsigned long long *bad) { LAUNCH(g, embed_f32(o, ids, table, n, vocab, d, bad)); }
-static void h_embed_grad(unsigned g, float *dt, const int *start, const int *pos, const float *dy, long long vocab, long long d) { LAUNCH(g, embed_grad_f32(dt, start, pos, dy, vocab, d)); }
-static void h_cross_entropy(unsigned g, double *loss, const float *logits, const int *t, long long rows, long long vocab, unsigned long long *bad) { LAUNCH(g, cross_entropy_f32(loss, logits, t, rows, vocab, bad)); }
-static void h_cross_entropy_grad(unsigned g, float *dl, const float *logits, const int *t, long long rows, long long vocab, double f) { LAUNCH(g, cross_entropy_grad_f32(dl, logits, t, rows, vocab, f)); }
-static void h_adamw(unsigned g, float *p, float *m, float *v, const float *gr, long long n, const long long *decay, long long nd, const double *k) {
-	LAUNCH(g, adamw_f32(p, m, v, gr, n, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]));
-}
 // A launch whose blocks run their threads as coroutines (shim.h), one
 // OS thread switching between them: each runs until the block's next
 // barrier or its end, in thread order; a barrier is passed once every
@@ -130,65 +107,9 @@ static int amsp_coop_launch(amsp_body fn, const void *args, unsigned gx, unsigne
 	return rc;
 }
 
-// The kernels whose blocks run as coroutines, in coopKernels' order,
-// each called with its arguments as 64-bit words (a pointer's address or
-// a long long) in its parameter order.
-#define W(i, T) ((T)(uintptr_t)w[i])
-#define L(i) ((long long)w[i])
-static void coop_attention_f32(const void *p) {
-	const unsigned long long *w = p;
-	attention_f32(W(0, float *), W(1, float *), W(2, const float *), W(3, const float *), W(4, const float *), L(5), L(6), L(7), L(8), L(9), L(10), L(11), L(12));
-}
-static void coop_attention_dq_f32(const void *p) {
-	const unsigned long long *w = p;
-	attention_dq_f32(W(0, float *), W(1, const float *), W(2, const float *), W(3, const float *), W(4, const float *), W(5, const float *),
-		W(6, const float *), L(7), L(8), L(9), L(10), L(11), L(12), L(13), L(14));
-}
-static void coop_attention_dkv_f32(const void *p) {
-	const unsigned long long *w = p;
-	attention_dkv_f32(W(0, float *), W(1, float *), W(2, const float *), W(3, const float *), W(4, const float *), W(5, const float *),
-		W(6, const float *), W(7, const float *), L(8), L(9), L(10), L(11), L(12), L(13), L(14), L(15));
-}
-static void coop_mma_probe(const void *p) {
-	const unsigned long long *w = p;
-	mma_probe(W(0, float *), W(1, const unsigned short *), W(2, const unsigned short *), W(3, const float *));
-}
-static void coop_attention_mma_fwd(const void *p) {
-	const unsigned long long *w = p;
-	attention_mma_fwd(W(0, float *), W(1, float *), W(2, const unsigned short *), W(3, const unsigned short *), W(4, const unsigned short *),
-		L(5), L(6), L(7), L(8), L(9), L(10));
-}
-static void coop_attention_mma_dkv(const void *p) {
-	const unsigned long long *w = p;
-	attention_mma_dkv(W(0, float *), W(1, float *), W(2, const unsigned short *), W(3, const unsigned short *), W(4, const unsigned short *),
-		W(5, const float *), W(6, const unsigned short *), W(7, const float *), L(8), L(9), L(10), L(11), L(12), L(13));
-}
-static void coop_attention_mma_dq(const void *p) {
-	const unsigned long long *w = p;
-	attention_mma_dq(W(0, float *), W(1, const unsigned short *), W(2, const unsigned short *), W(3, const unsigned short *),
-		W(4, const float *), W(5, const unsigned short *), W(6, const float *), L(7), L(8), L(9), L(10), L(11), L(12));
-}
-#undef W
-#undef L
-static const amsp_body coop_bodies[] = {coop_attention_f32, coop_attention_dq_f32, coop_attention_dkv_f32, coop_mma_probe,
-	coop_attention_mma_fwd, coop_attention_mma_dkv, coop_attention_mma_dq};
-static int h_coop(int k, const unsigned long long *w, unsigned gx, unsigned gy, unsigned gz, unsigned block) {
-	return amsp_coop_launch(coop_bodies[k], w, gx, gy, gz, block);
-}
-static void h_attention_dsum_bf16(unsigned g, float *dsum, const unsigned short *o, const unsigned short *dout, long long b, long long s, long long h, long long hd) {
-	LAUNCH(g, attention_dsum_bf16(dsum, o, dout, b, s, h, hd));
-}
-static void h_attention_dsum(unsigned g, float *dsum, const float *o, const float *dout, long long b, long long s, long long h, long long hd) {
-	LAUNCH(g, attention_dsum_f32(dsum, o, dout, b, s, h, hd));
-}
-static void h_attention_dkv_sum(unsigned g, float *dk, float *dv, const float *pk, const float *pv, long long b, long long s, long long h, long long kvh, long long hd) {
-	LAUNCH(g, attention_dkv_sum_f32(dk, dv, pk, pv, b, s, h, kvh, hd));
-}
-static void h_first_nonfinite(unsigned g, const float *x, long long n, unsigned long long *first) { LAUNCH(g, first_nonfinite_f32(x, n, first)); }
-static void h_bf16_widen(unsigned g, float *o, const unsigned short *x, long long n) { LAUNCH(g, bf16_widen(o, x, n)); }
-static void h_bf16_round(unsigned g, float *x, long long n) { LAUNCH(g, bf16_round(x, n)); }
-static void h_bf16_pack(unsigned g, unsigned short *o, const float *x, long long n) { LAUNCH(g, bf16_pack(o, x, n)); }
-static void h_bf16_finish(unsigned g, unsigned short *o, const float *x, long long n, unsigned long long *first) { LAUNCH(g, bf16_finish(o, x, n, first)); }
+// One wrapper a kernel and h_launch, the dispatcher, generated from the
+// kernels' declarations (kernels/gpu/internal/kernelgen).
+#include "launch_gen.h"
 */
 import "C"
 
@@ -196,7 +117,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -208,100 +128,315 @@ import (
 // strides through several elements, as threads of a large launch do.
 const maxGrid = 61
 
-func grid(n int) C.uint { return C.uint(gpu.Grid1D(int64(n), 1, maxGrid)) }
-
-func f(s []float32) *C.float {
-	if len(s) == 0 {
-		return nil
+// launchIndex is each kernel's number in h_launch: its index in
+// launchKernels (launch_gen.go).
+var launchIndex = func() map[string]int {
+	m := make(map[string]int, len(launchKernels))
+	for k, kern := range launchKernels {
+		m[kern.Name] = k
 	}
-	return (*C.float)(&s[0])
+	return m
+}()
+
+// launch runs l, whose arguments l.CheckArgs has checked, with its
+// pointer arguments at addrs, launchMu held. Every launch comes here:
+// the arguments become 64-bit words by the kernel's parameter kinds
+// (launch_gen.h converts them back), and the grid is the kernel shape's
+// on the shim: an elementwise kernel's at most maxGrid one-thread blocks
+// (its loops stride), a row kernel's a block per row, an attention
+// kernel's (ops.cu's, mma.cu's) the launch's own grid and block, their
+// threads coroutines.
+func launch(l *gpu.Launch, addrs []uint64) error {
+	k, ok := launchIndex[l.Kernel]
+	if !ok {
+		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
+	}
+	kern := &launchKernels[k]
+	if len(l.Args) != len(kern.Params) {
+		return fmt.Errorf("hostc: %s takes %d arguments, the launch passes %d", l.Kernel, len(kern.Params), len(l.Args))
+	}
+	w := make([]C.ulonglong, max(len(kern.Params), 1))
+	for i, p := range kern.Params {
+		a := l.Args[i]
+		switch p {
+		case gpu.Ptr:
+			if a.Kind == gpu.Null {
+				break
+			}
+			if i >= len(addrs) {
+				return fmt.Errorf("hostc: %s: no address for argument %d", l.Kernel, i)
+			}
+			w[i] = C.ulonglong(addrs[i])
+		case gpu.I64:
+			w[i] = C.ulonglong(a.I)
+		case gpu.F32:
+			w[i] = C.ulonglong(math.Float32bits(float32(a.F)))
+		case gpu.F64:
+			w[i] = C.ulonglong(math.Float64bits(a.F))
+		default:
+			return fmt.Errorf("hostc: %s: parameter %d of kind %c", l.Kernel, i, p)
+		}
+	}
+	gx, gy, gz, block := l.Grid[0], l.Grid[1], l.Grid[2], l.Block
+	switch kern.Shape {
+	case gpu.Elementwise:
+		gx, gy, gz, block = min(l.Grid[0]*l.Block, maxGrid), 1, 1, 1
+	case gpu.Row:
+		gx, gy, gz, block = l.Grid[0], 1, 1, 1
+	}
+	switch C.h_launch(C.int(k), &w[0], C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block)) {
+	case 0:
+		return nil
+	case -1:
+		return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
+	case -2:
+		return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
+	default:
+		return fmt.Errorf("hostc: %s: launch_gen.h has no kernel %d", l.Kernel, k)
+	}
 }
 
-func ints(s []int32) *C.int {
-	if len(s) == 0 {
-		return nil
-	}
-	return (*C.int)(&s[0])
+// hostCall is a launch's arguments in Go memory, for the helpers below:
+// its gpu.Args and their addresses (pinned slices' first elements, 0 for
+// the other arguments). A hostCall serves one launch.
+type hostCall struct {
+	args  []gpu.Arg
+	addrs []uint64
+	pin   runtime.Pinner
 }
 
-func ll(n int) C.longlong { return C.longlong(n) }
+// ptr passes p, nil as a null pointer.
+func (c *hostCall) ptr(p unsafe.Pointer) {
+	if p == nil {
+		c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Null}), append(c.addrs, 0)
+		return
+	}
+	c.pin.Pin(p)
+	c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Operand}), append(c.addrs, uint64(uintptr(p)))
+}
 
-// rowGrid is a row kernel's grid: one block per row (at least one).
-func rowGrid(rows int) C.uint { return C.uint(max(rows, 1)) }
+// elem0 is x's first element, nil for an empty x (a null pointer).
+func elem0[T any](x []T) unsafe.Pointer {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&x[0])
+}
+
+func (c *hostCall) f32(xs ...[]float32) {
+	for _, x := range xs {
+		c.ptr(elem0(x))
+	}
+}
+func (c *hostCall) u16(xs ...[]uint16) {
+	for _, x := range xs {
+		c.ptr(elem0(x))
+	}
+}
+func (c *hostCall) i32(xs ...[]int32) {
+	for _, x := range xs {
+		c.ptr(elem0(x))
+	}
+}
+func (c *hostCall) ints(vs ...int) {
+	for _, v := range vs {
+		c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Int, I: int64(v)}), append(c.addrs, 0)
+	}
+}
+func (c *hostCall) float(v float32) {
+	c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Float32, F: float64(v)}), append(c.addrs, 0)
+}
+func (c *hostCall) doubles(vs ...float64) {
+	for _, v := range vs {
+		c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Float64, F: v}), append(c.addrs, 0)
+	}
+}
+
+// run runs l with c's arguments when l has none (else l's, the first of
+// them c's: an attention geometry appends its own integers); a failure
+// panics (these are the tests' helpers).
+func (c *hostCall) run(l gpu.Launch) {
+	defer c.pin.Unpin()
+	if l.Args == nil {
+		l.Args = c.args
+	}
+	addrs := c.addrs
+	for len(addrs) < len(l.Args) {
+		addrs = append(addrs, 0)
+	}
+	if err := l.CheckArgs(); err != nil {
+		panic("hostc: " + err.Error())
+	}
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	if err := launch(&l, addrs); err != nil {
+		panic(err)
+	}
+}
+
+// each runs an elementwise kernel over n elements with the grid the
+// helpers have always given it: one-thread blocks, one an element, at
+// most maxGrid.
+func (c *hostCall) each(kernel string, n int) {
+	c.run(gpu.Launch{Kernel: kernel, Grid: [3]int{gpu.Grid1D(int64(n), 1, maxGrid), 1, 1}, Block: 1})
+}
+
+// rows runs a row kernel over rows rows: a block per row (at least one).
+func (c *hostCall) rows(kernel string, rows int) {
+	c.run(gpu.Launch{Kernel: kernel, Grid: [3]int{max(rows, 1), 1, 1}, Block: 1})
+}
 
 // Add is add_f32: out = a + b, b repeated over rows when shorter.
-func Add(out, a, b []float32) { C.h_add(grid(len(a)), f(out), f(a), f(b), ll(len(a)), ll(len(b))) }
+func Add(out, a, b []float32) {
+	var c hostCall
+	c.f32(out, a, b)
+	c.ints(len(a), len(b))
+	c.each("add_f32", len(a))
+}
 
 // Mul is mul_f32.
-func Mul(out, a, b []float32) { C.h_mul(grid(len(a)), f(out), f(a), f(b), ll(len(a)), ll(len(b))) }
+func Mul(out, a, b []float32) {
+	var c hostCall
+	c.f32(out, a, b)
+	c.ints(len(a), len(b))
+	c.each("mul_f32", len(a))
+}
 
 // MulGrad is kernels.MulGrad: mul_grad_f32, then col_sum_f32 for a
 // broadcast b's gradient.
 func MulGrad(da, db, a, b, dy []float32) {
 	n, bn := len(a), len(b)
-	var pdb *C.float
+	var same []float32 // db when mul_grad_f32 writes it: b not broadcast
 	if bn == n {
-		pdb = f(db)
+		same = db
 	}
-	C.h_mul_grad(grid(n), f(da), pdb, f(a), f(b), f(dy), ll(n), ll(bn))
+	var c hostCall
+	c.f32(da, same, a, b, dy)
+	c.ints(n, bn)
+	c.each("mul_grad_f32", n)
 	if bn < n && db != nil {
-		C.h_col_sum(grid(bn), f(db), f(dy), f(a), ll(n/bn), ll(bn))
+		var s hostCall
+		s.f32(db, dy, a)
+		s.ints(n/bn, bn)
+		s.each("col_sum_f32", bn)
 	}
 }
 
 // AddGradBroadcast is kernels.AddGradBroadcast: col_sum_f32 of dy.
 func AddGradBroadcast(db, dy []float32) {
 	d := len(db)
-	C.h_col_sum(grid(d), f(db), f(dy), nil, ll(len(dy)/d), ll(d))
+	var c hostCall
+	c.f32(db, dy, nil)
+	c.ints(len(dy)/d, d)
+	c.each("col_sum_f32", d)
 }
 
 // Transpose is transpose_f32: out [n, m] = x^T.
-func Transpose(out, x []float32, m, n int) { C.h_transpose(grid(m*n), f(out), f(x), ll(m), ll(n)) }
+func Transpose(out, x []float32, m, n int) {
+	var c hostCall
+	c.f32(out, x)
+	c.ints(m, n)
+	c.each("transpose_f32", m*n)
+}
+
+// unary runs kernel (out, x, n) over x.
+func unary(kernel string, out, x []float32) {
+	var c hostCall
+	c.f32(out, x)
+	c.ints(len(x))
+	c.each(kernel, len(x))
+}
+
+// unaryGrad runs kernel (dx, x, dy, n) over x.
+func unaryGrad(kernel string, dx, x, dy []float32) {
+	var c hostCall
+	c.f32(dx, x, dy)
+	c.ints(len(x))
+	c.each(kernel, len(x))
+}
 
 // SiLU, SiLUGrad, GELU and GELUGrad are their kernels.
-func SiLU(out, x []float32)        { C.h_silu(grid(len(x)), f(out), f(x), ll(len(x))) }
-func SiLUGrad(dx, x, dy []float32) { C.h_silu_grad(grid(len(x)), f(dx), f(x), f(dy), ll(len(x))) }
-func GELU(out, x []float32)        { C.h_gelu(grid(len(x)), f(out), f(x), ll(len(x))) }
-func GELUGrad(dx, x, dy []float32) { C.h_gelu_grad(grid(len(x)), f(dx), f(x), f(dy), ll(len(x))) }
+func SiLU(out, x []float32)        { unary("silu_f32", out, x) }
+func SiLUGrad(dx, x, dy []float32) { unaryGrad("silu_grad_f32", dx, x, dy) }
+func GELU(out, x []float32)        { unary("gelu_f32", out, x) }
+func GELUGrad(dx, x, dy []float32) { unaryGrad("gelu_grad_f32", dx, x, dy) }
 
 // RMSNorm is rmsnorm_f32.
 func RMSNorm(out, x, w []float32, rows, d int, eps float32) {
-	C.h_rmsnorm(rowGrid(rows), f(out), f(x), f(w), ll(rows), ll(d), C.float(eps))
+	var c hostCall
+	c.f32(out, x, w)
+	c.ints(rows, d)
+	c.float(eps)
+	c.rows("rmsnorm_f32", rows)
 }
 
 // RMSNormGrad is rmsnorm_grad_f32 then rmsnorm_grad_w_f32.
 func RMSNormGrad(dx, dw, x, w, dy []float32, rows, d int, eps float32) {
 	rstd := make([]float32, rows)
-	C.h_rmsnorm_grad(rowGrid(rows), f(dx), f(rstd), f(x), f(w), f(dy), ll(rows), ll(d), C.float(eps))
-	C.h_rmsnorm_grad_w(grid(d), f(dw), f(x), f(dy), f(rstd), ll(rows), ll(d))
+	var c hostCall
+	c.f32(dx, rstd, x, w, dy)
+	c.ints(rows, d)
+	c.float(eps)
+	c.rows("rmsnorm_grad_f32", rows)
+	var g hostCall
+	g.f32(dw, x, dy, rstd)
+	g.ints(rows, d)
+	g.each("rmsnorm_grad_w_f32", d)
 }
 
 // LayerNorm is layernorm_f32.
 func LayerNorm(out, x, w, b []float32, rows, d int, eps float32) {
-	C.h_layernorm(rowGrid(rows), f(out), f(x), f(w), f(b), ll(rows), ll(d), C.float(eps))
+	var c hostCall
+	c.f32(out, x, w, b)
+	c.ints(rows, d)
+	c.float(eps)
+	c.rows("layernorm_f32", rows)
 }
 
 // LayerNormGrad is layernorm_grad_f32 then layernorm_grad_wb_f32.
 func LayerNormGrad(dx, dw, db, x, w, dy []float32, rows, d int, eps float32) {
 	stats := make([]float32, 2*rows)
-	C.h_layernorm_grad(rowGrid(rows), f(dx), f(stats), f(x), f(w), f(dy), ll(rows), ll(d), C.float(eps))
-	C.h_layernorm_grad_wb(grid(d), f(dw), f(db), f(x), f(dy), f(stats), ll(rows), ll(d))
+	var c hostCall
+	c.f32(dx, stats, x, w, dy)
+	c.ints(rows, d)
+	c.float(eps)
+	c.rows("layernorm_grad_f32", rows)
+	var g hostCall
+	g.f32(dw, db, x, dy, stats)
+	g.ints(rows, d)
+	g.each("layernorm_grad_wb_f32", d)
+}
+
+// rope runs rope_f32 turning by sign.
+func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float32) {
+	var c hostCall
+	c.f32(out, x)
+	c.ints(batch, seq, heads, hd)
+	c.doubles(theta)
+	c.float(sign)
+	c.each("rope_f32", len(x)/2)
 }
 
 // RoPE and RoPEGrad are rope_f32 turning forward and back.
 func RoPE(out, x []float32, batch, seq, heads, hd int, theta float64) {
-	C.h_rope(grid(len(x)/2), f(out), f(x), ll(batch), ll(seq), ll(heads), ll(hd), C.double(theta), 1)
+	rope(out, x, batch, seq, heads, hd, theta, 1)
 }
 
 func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
-	C.h_rope(grid(len(dy)/2), f(dx), f(dy), ll(batch), ll(seq), ll(heads), ll(hd), C.double(theta), -1)
+	rope(dx, dy, batch, seq, heads, hd, theta, -1)
 }
 
 // Embed is embed_f32; an id out of range is reported as kernels.Embed
 // reports it (the first one).
 func Embed(out []float32, ids []int32, table []float32, vocab, d int) error {
-	bad := C.ulonglong(len(ids))
-	C.h_embed(grid(len(ids)*d), f(out), ints(ids), f(table), ll(len(ids)), ll(vocab), ll(d), &bad)
+	bad := uint64(len(ids))
+	var c hostCall
+	c.f32(out)
+	c.i32(ids)
+	c.f32(table)
+	c.ints(len(ids), vocab, d)
+	c.ptr(unsafe.Pointer(&bad))
+	c.each("embed_f32", len(ids)*d)
 	if int(bad) < len(ids) {
 		return fmt.Errorf("embed: id %d at position %d is outside [0, %d)", ids[bad], int(bad), vocab)
 	}
@@ -311,15 +446,26 @@ func Embed(out []float32, ids []int32, table []float32, vocab, d int) error {
 // EmbedGrad is embed_grad_f32 over the positions gpu.Positions lists.
 func EmbedGrad(dtable []float32, ids []int32, dy []float32, vocab, d int) {
 	start, pos := gpu.Positions(ids, vocab)
-	C.h_embed_grad(grid(vocab*d), f(dtable), ints(start), ints(pos), f(dy), ll(vocab), ll(d))
+	var c hostCall
+	c.f32(dtable)
+	c.i32(start, pos)
+	c.f32(dy)
+	c.ints(vocab, d)
+	c.each("embed_grad_f32", vocab*d)
 }
 
 // CrossEntropy is cross_entropy_f32 and gpu.MeanLoss.
 func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, error) {
 	loss := make([]float64, rows)
-	bad := C.ulonglong(rows)
+	bad := uint64(rows)
 	if rows > 0 {
-		C.h_cross_entropy(rowGrid(rows), (*C.double)(&loss[0]), f(logits), ints(targets), ll(rows), ll(vocab), &bad)
+		var c hostCall
+		c.ptr(elem0(loss))
+		c.f32(logits)
+		c.i32(targets)
+		c.ints(rows, vocab)
+		c.ptr(unsafe.Pointer(&bad))
+		c.rows("cross_entropy_f32", rows)
 	}
 	if int(bad) < rows {
 		return 0, fmt.Errorf("cross_entropy: target %d at position %d is outside [0, %d)", targets[bad], int(bad), vocab)
@@ -329,90 +475,28 @@ func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, 
 
 // CrossEntropyGrad is cross_entropy_grad_f32 with f = scale/rows.
 func CrossEntropyGrad(dlogits, logits []float32, targets []int32, rows, vocab int, scale float32) {
-	C.h_cross_entropy_grad(rowGrid(rows), f(dlogits), f(logits), ints(targets), ll(rows), ll(vocab), C.double(float64(scale)/float64(rows)))
+	var c hostCall
+	c.f32(dlogits, logits)
+	c.i32(targets)
+	c.ints(rows, vocab)
+	c.doubles(float64(scale) / float64(rows))
+	c.rows("cross_entropy_grad_f32", rows)
 }
 
 // AdamW is adamw_f32 with gpu.AdamWArgs; decayed holds [lo, hi) pairs.
 func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decayed [][2]int) {
 	k := gpu.AdamWArgs(step, lr, beta1, beta2, eps, weightDecay)
-	flat := make([]C.longlong, 0, 2*len(decayed)+1)
+	flat := make([]int64, 0, 2*len(decayed))
 	for _, r := range decayed {
-		flat = append(flat, C.longlong(r[0]), C.longlong(r[1]))
+		flat = append(flat, int64(r[0]), int64(r[1]))
 	}
-	var pd *C.longlong
-	if len(flat) > 0 {
-		pd = &flat[0]
-	}
-	C.h_adamw(grid(len(p)), f(p), f(m), f(v), f(g), ll(len(p)), pd, ll(len(decayed)), (*C.double)(&k[0]))
-}
-
-// coopKernels are the kernels whose blocks run all their threads (as
-// coroutines), in the order of hostc's C table coop_bodies.
-var coopKernels = []string{"attention_f32", "attention_dq_f32", "attention_dkv_f32", "mma_probe", "attention_mma_fwd",
-	"attention_mma_dkv", "attention_mma_dq"}
-
-// runCoop runs l, one of coopKernels, with its pointer arguments at
-// addrs (addrs[i] for l.Args[i]) and its grid and block.
-func runCoop(l *gpu.Launch, addrs []uint64) error {
-	k := slices.Index(coopKernels, l.Kernel)
-	if k < 0 || len(l.Args) == 0 {
-		return fmt.Errorf("hostc: %s does not run as coroutines", l.Kernel)
-	}
-	w := make([]C.ulonglong, len(l.Args))
-	for i, a := range l.Args {
-		if a.Kind == gpu.Int {
-			w[i] = C.ulonglong(a.I)
-		} else {
-			w[i] = C.ulonglong(addrs[i])
-		}
-	}
-	switch C.h_coop(C.int(k), &w[0], C.uint(l.Grid[0]), C.uint(l.Grid[1]), C.uint(l.Grid[2]), C.uint(l.Block)) {
-	case -1:
-		return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
-	case -2:
-		return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
-	}
-	return nil
-}
-
-// hostCall is a launch's arguments in Go memory: pointers to pinned
-// slices, then integers.
-type hostCall struct {
-	args  []gpu.Arg
-	addrs []uint64
-	pin   runtime.Pinner
-}
-
-func (c *hostCall) ptr(p unsafe.Pointer) {
-	c.pin.Pin(p)
-	c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Operand}), append(c.addrs, uint64(uintptr(p)))
-}
-func (c *hostCall) f32(xs ...[]float32) {
-	for _, x := range xs {
-		c.ptr(unsafe.Pointer(&x[0]))
-	}
-}
-func (c *hostCall) u16(xs ...[]uint16) {
-	for _, x := range xs {
-		c.ptr(unsafe.Pointer(&x[0]))
-	}
-}
-func (c *hostCall) ints(vs ...int) {
-	for _, v := range vs {
-		c.args, c.addrs = append(c.args, gpu.Arg{Kind: gpu.Int, I: int64(v)}), append(c.addrs, 0)
-	}
-}
-
-// run runs kernel k of coopKernels at l's geometry with c's arguments;
-// a failure panics (these are the tests' helpers).
-func (c *hostCall) run(l gpu.Launch) {
-	defer c.pin.Unpin()
-	for len(c.addrs) < len(l.Args) {
-		c.addrs = append(c.addrs, 0) // the geometry's own integers
-	}
-	if err := runCoop(&l, c.addrs); err != nil {
-		panic(err)
-	}
+	var c hostCall
+	c.f32(p, m, v, g)
+	c.ints(len(p))
+	c.ptr(elem0(flat))
+	c.ints(len(decayed))
+	c.doubles(k[:]...)
+	c.each("adamw_f32", len(p))
 }
 
 func boolInt(b bool) int {
@@ -424,8 +508,6 @@ func boolInt(b bool) int {
 
 // Attention is attention_f32 with the GPU's geometry.
 func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	var c hostCall
 	c.f32(out, lse, q, k, v)
 	c.ints(batch, seq, heads, kvHeads, hd, boolInt(causal))
@@ -436,10 +518,11 @@ func Attention(out, lse, q, k, v []float32, batch, seq, heads, kvHeads, hd int, 
 // attention_dkv_f32 and (grouped KV heads) attention_dkv_sum_f32, as the
 // GPU's launch plan runs them.
 func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	dsum := make([]float32, batch*heads*seq)
-	C.h_attention_dsum(grid(len(dsum)), f(dsum), f(out), f(dout), ll(batch), ll(seq), ll(heads), ll(hd))
+	var s hostCall
+	s.f32(dsum, out, dout)
+	s.ints(batch, seq, heads, hd)
+	s.each("attention_dsum_f32", len(dsum))
 	geo := gpu.AttentionGeometry(hd)
 	dims := []int{batch, seq, heads, kvHeads, hd, boolInt(causal)}
 	pk, pv := dk, dv
@@ -455,7 +538,10 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 	d.ints(dims...)
 	d.run(geo.Launch("attention_dkv_f32", int64(seq), int64(heads), int64(batch), d.args...))
 	if kvHeads != heads {
-		C.h_attention_dkv_sum(grid(len(dk)), f(dk), f(dv), f(pk), f(pv), ll(batch), ll(seq), ll(heads), ll(kvHeads), ll(hd))
+		var g hostCall
+		g.f32(dk, dv, pk, pv)
+		g.ints(batch, seq, heads, kvHeads, hd)
+		g.each("attention_dkv_sum_f32", len(dk))
 	}
 }
 
@@ -463,8 +549,6 @@ func AttentionGrad(dq, dk, dv, q, k, v, out, lse, dout []float32, batch, seq, he
 // bf16 a and a 16x8 bf16 b (row-major, bf16 as its top 16 bits) and a
 // 16x8 fp32 c.
 func MMAProbe(a, b []uint16, c []float32) []float32 {
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	if len(a) != 256 || len(b) != 128 || len(c) != 128 {
 		panic("hostc: MMAProbe wants 16x16, 16x8 and 16x8")
 	}
@@ -481,8 +565,6 @@ func MMAProbe(a, b []uint16, c []float32) []float32 {
 // rows a block of 128 threads) on bf16 q, k, v (each value its top 16
 // bits); hd a multiple of 16 up to 128.
 func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHeads, hd int, causal bool) {
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	var c hostCall
 	c.f32(out, lse)
 	c.u16(q, k, v)
@@ -495,8 +577,6 @@ func AttentionMMA(out, lse []float32, q, k, v []uint16, batch, seq, heads, kvHea
 // dsum ([batch, heads, seq]): dq, and dk and dv per query head ([batch,
 // seq, heads*hd], a group's parts to be added).
 func AttentionMMAGrad(dq, dkParts, dvParts []float32, q, k, v, dout []uint16, lse, dsum []float32, batch, seq, heads, kvHeads, hd int, causal bool) {
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	dims := []int{batch, seq, heads, kvHeads, hd, boolInt(causal)}
 	// Both kernels take the same operands after their outputs.
 	inputs := func(c *hostCall) {
@@ -525,9 +605,21 @@ func BF16(x []float32) (bits []uint16, back []float32) {
 	if len(x) == 0 {
 		return bits, back
 	}
-	C.h_bf16_round(grid(len(x)), f(r), ll(len(x)))
-	C.h_bf16_pack(grid(len(x)), (*C.ushort)(unsafe.Pointer(&bits[0])), f(r), ll(len(x)))
-	C.h_bf16_widen(grid(len(x)), f(back), (*C.ushort)(unsafe.Pointer(&bits[0])), ll(len(x)))
+	n := len(x)
+	var round hostCall
+	round.f32(r)
+	round.ints(n)
+	round.each("bf16_round", n)
+	var pack hostCall
+	pack.u16(bits)
+	pack.f32(r)
+	pack.ints(n)
+	pack.each("bf16_pack", n)
+	var widen hostCall
+	widen.f32(back)
+	widen.u16(bits)
+	widen.ints(n)
+	widen.each("bf16_widen", n)
 	return bits, back
 }
 
@@ -538,18 +630,27 @@ func BF16Finish(x []float32) (bits []uint16, first int) {
 	if len(x) == 0 {
 		return bits, -1
 	}
-	flag := ^C.ulonglong(0)
-	C.h_bf16_finish(grid(len(x)), (*C.ushort)(unsafe.Pointer(&bits[0])), f(x), ll(len(x)), &flag)
-	first, _ = gpu.NonFinite(uint64(flag))
+	flag := gpu.NoneNonFinite
+	var c hostCall
+	c.u16(bits)
+	c.f32(x)
+	c.ints(len(x))
+	c.ptr(unsafe.Pointer(&flag))
+	c.each("bf16_finish", len(x))
+	first, _ = gpu.NonFinite(flag)
 	return bits, first
 }
 
 // FirstNonFinite is first_nonfinite_f32: the smallest index of a NaN or
 // infinity, or -1.
 func FirstNonFinite(x []float32) int {
-	first := ^C.ulonglong(0)
-	C.h_first_nonfinite(grid(len(x)), f(x), ll(len(x)), &first)
-	i, _ := gpu.NonFinite(uint64(first))
+	flag := gpu.NoneNonFinite
+	var c hostCall
+	c.f32(x)
+	c.ints(len(x))
+	c.ptr(unsafe.Pointer(&flag))
+	c.each("first_nonfinite_f32", len(x))
+	i, _ := gpu.NonFinite(flag)
 	return i
 }
 
@@ -681,82 +782,5 @@ func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 	// globals: one launch at a time in the process.
 	launchMu.Lock()
 	defer launchMu.Unlock()
-	a := l.Args
-	fp := func(i int) *C.float { return (*C.float)(ptr(addrs[i])) }
-	up := func(i int) *C.ushort { return (*C.ushort)(ptr(addrs[i])) }
-	ip := func(i int) *C.int { return (*C.int)(ptr(addrs[i])) }
-	n := func(i int) C.longlong { return C.longlong(a[i].I) }
-	fl := func(i int) C.float { return C.float(a[i].F) }
-	db := func(i int) C.double { return C.double(a[i].F) }
-	g := C.uint(min(l.Grid[0]*l.Block, maxGrid))
-	rg := C.uint(l.Grid[0])
-	switch l.Kernel {
-	case "add_f32":
-		C.h_add(g, fp(0), fp(1), fp(2), n(3), n(4))
-	case "mul_f32":
-		C.h_mul(g, fp(0), fp(1), fp(2), n(3), n(4))
-	case "mul_grad_f32":
-		C.h_mul_grad(g, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6))
-	case "col_sum_f32":
-		C.h_col_sum(g, fp(0), fp(1), fp(2), n(3), n(4))
-	case "transpose_f32":
-		C.h_transpose(g, fp(0), fp(1), n(2), n(3))
-	case "silu_f32":
-		C.h_silu(g, fp(0), fp(1), n(2))
-	case "silu_grad_f32":
-		C.h_silu_grad(g, fp(0), fp(1), fp(2), n(3))
-	case "gelu_f32":
-		C.h_gelu(g, fp(0), fp(1), n(2))
-	case "gelu_grad_f32":
-		C.h_gelu_grad(g, fp(0), fp(1), fp(2), n(3))
-	case "rmsnorm_f32":
-		C.h_rmsnorm(rg, fp(0), fp(1), fp(2), n(3), n(4), fl(5))
-	case "rmsnorm_grad_f32":
-		C.h_rmsnorm_grad(rg, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), fl(7))
-	case "rmsnorm_grad_w_f32":
-		C.h_rmsnorm_grad_w(g, fp(0), fp(1), fp(2), fp(3), n(4), n(5))
-	case "layernorm_f32":
-		C.h_layernorm(rg, fp(0), fp(1), fp(2), fp(3), n(4), n(5), fl(6))
-	case "layernorm_grad_f32":
-		C.h_layernorm_grad(rg, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6), fl(7))
-	case "layernorm_grad_wb_f32":
-		C.h_layernorm_grad_wb(g, fp(0), fp(1), fp(2), fp(3), fp(4), n(5), n(6))
-	case "rope_f32":
-		C.h_rope(g, fp(0), fp(1), n(2), n(3), n(4), n(5), db(6), fl(7))
-	case "embed_f32":
-		C.h_embed(g, fp(0), ip(1), fp(2), n(3), n(4), n(5), (*C.ulonglong)(ptr(addrs[6])))
-	case "embed_grad_f32":
-		C.h_embed_grad(g, fp(0), ip(1), ip(2), fp(3), n(4), n(5))
-	case "cross_entropy_f32":
-		C.h_cross_entropy(rg, (*C.double)(ptr(addrs[0])), fp(1), ip(2), n(3), n(4), (*C.ulonglong)(ptr(addrs[5])))
-	case "cross_entropy_grad_f32":
-		C.h_cross_entropy_grad(rg, fp(0), fp(1), ip(2), n(3), n(4), db(5))
-	case "adamw_f32":
-		k := make([]C.double, 8)
-		for i := range k {
-			k[i] = db(7 + i)
-		}
-		C.h_adamw(g, fp(0), fp(1), fp(2), fp(3), n(4), (*C.longlong)(ptr(addrs[5])), n(6), &k[0])
-	case "attention_f32", "attention_dq_f32", "attention_dkv_f32", "attention_mma_fwd", "attention_mma_dq", "attention_mma_dkv":
-		return runCoop(l, addrs) // the plan's own grid and block
-	case "attention_dsum_bf16":
-		C.h_attention_dsum_bf16(g, fp(0), up(1), up(2), n(3), n(4), n(5), n(6))
-	case "attention_dsum_f32":
-		C.h_attention_dsum(g, fp(0), fp(1), fp(2), n(3), n(4), n(5), n(6))
-	case "attention_dkv_sum_f32":
-		C.h_attention_dkv_sum(g, fp(0), fp(1), fp(2), fp(3), n(4), n(5), n(6), n(7), n(8))
-	case "first_nonfinite_f32":
-		C.h_first_nonfinite(g, fp(0), n(1), (*C.ulonglong)(ptr(addrs[2])))
-	case "bf16_widen":
-		C.h_bf16_widen(g, fp(0), (*C.ushort)(ptr(addrs[1])), n(2))
-	case "bf16_round":
-		C.h_bf16_round(g, fp(0), n(1))
-	case "bf16_pack":
-		C.h_bf16_pack(g, (*C.ushort)(ptr(addrs[0])), fp(1), n(2))
-	case "bf16_finish":
-		C.h_bf16_finish(g, (*C.ushort)(ptr(addrs[0])), fp(1), n(2), (*C.ulonglong)(ptr(addrs[3])))
-	default:
-		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
-	}
-	return nil
+	return launch(l, addrs)
 }
