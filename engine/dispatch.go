@@ -144,6 +144,18 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.GELUGrad(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
+	ir.GELUTanh: func(c *KernelCall) error {
+		kernels.GELUTanh(c.out(0), c.arg(0))
+		return nil
+	},
+	ir.GELUTanhGrad: func(c *KernelCall) error {
+		kernels.GELUTanhGrad(c.out(0), c.arg(0), c.arg(1))
+		return nil
+	},
+	ir.Scale: func(c *KernelCall) error {
+		kernels.Scale(c.out(0), c.arg(0), c.attr("by").Float)
+		return nil
+	},
 	ir.Add: func(c *KernelCall) error {
 		kernels.Add(c.out(0), c.arg(0), c.arg(1))
 		return nil

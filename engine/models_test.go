@@ -43,7 +43,9 @@ func compileGroups(t testing.TB, model string, nodes, gpus int, groups [cost.Num
 
 // TestModelsTrainLikeOneRank: models whose params are shared between
 // stages (a weight used twice in a block, one used by every block, one
-// used by the embedding and the head) or that have no repeat block train
+// used by the embedding and the head), that have no repeat block, or
+// that are Gemma-shaped (scaled embeddings, multi-query attention, GELU's
+// tanh approximation, a tied head) train
 // under every preset and a mixed triple like a single rank, with and
 // without full recompute.
 func TestModelsTrainLikeOneRank(t *testing.T) {
@@ -60,7 +62,7 @@ func TestModelsTrainLikeOneRank(t *testing.T) {
 	}
 	full := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
   optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = full }`
-	for _, model := range []string{"shared", "norepeat", "tied"} {
+	for _, model := range []string{"shared", "norepeat", "tied", "gemma"} {
 		ref := train(t, compileModel(t, model, 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
 		for _, rc := range []string{"none", "full"} {
 			var extra []string

@@ -161,8 +161,9 @@ func initGradOps() {
 		// Flash-attention style: one pass gives all three gradients.
 		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Fusion: FuseAttention, Traffic: plusResults(0, 1, 2), Attrs: attnAttrs,
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
-		SiLUGrad: {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
-		GELUGrad: {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		SiLUGrad:     {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad:     {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
@@ -219,6 +220,12 @@ func initGradOps() {
 	}
 	opTable[GELU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, GELUGrad, []*Value{op.Args[0], dy})}
+	}
+	opTable[GELUTanh].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		return []*Value{apply(b, GELUTanhGrad, []*Value{op.Args[0], dy})}
+	}
+	opTable[Scale].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		return []*Value{apply(b, Scale, []*Value{dy}, sameAttrs(op)...)}
 	}
 	// Broadcast operands (a 1-D right operand) get their gradient summed
 	// over the rows.

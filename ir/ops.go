@@ -43,6 +43,12 @@ const (
 	// Optimizer ops, made by the optimizer pass.
 	AdamWStep // adamw(weights, m, v, grad) -> new weights, new m, new v
 	Cast
+
+	// Ops added since: appended, so that the kinds before keep their
+	// numbers (a bundle encodes an instruction's op by its kind).
+	GELUTanh     // gelu_tanh(x): GELU with the tanh approximation (Gemma's MLP)
+	GELUTanhGrad // (x, dy) -> dx, made by autodiff
+	Scale        // scale(x, by=C): x times a constant (Gemma's embedding)
 	numOps
 )
 
@@ -187,6 +193,14 @@ func init() {
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// transpose(w) of a 2-D tensor, for a weight read both ways (an
 		// embedding table tied to the output head); data movement only.
+		// gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), what
+		// PyTorch's gelu(x, approximate="tanh") computes (NUMERICS.md).
+		GELUTanh: {Name: "gelu_tanh", Arity: 1, Fusion: FuseElementwise, Infer: one(inferUnary), Flops: elementwise(10), Save: []int{0}},
+		// scale(x, by=C): each element times C rounded to fp32, in fp32,
+		// as PyTorch multiplies an fp32 tensor by a Python float. Linear:
+		// its backward scales dy by the same C and saves nothing.
+		Scale: {Name: "scale", Arity: 1, Fusion: FuseElementwise, Attrs: []AttrSpec{{Name: "by", Type: AttrFloat, Required: true}},
+			Infer: one(inferUnary), Flops: elementwise(1)},
 		Transpose: {Name: "transpose", Arity: 1, Fusion: FuseNone, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
 	}
 	initGradOps()

@@ -83,6 +83,52 @@ func GELUGrad(dx, x, dy []float32) {
 	})
 }
 
+// geluTanhC is √(2/π), geluTanhA the cubic term's coefficient of the
+// tanh approximation.
+const (
+	geluTanhC = 0.7978845608028654
+	geluTanhA = 0.044715
+)
+
+// GELUTanh computes out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))),
+// PyTorch's gelu(x, approximate="tanh"), in float64, rounded once.
+func GELUTanh(out, x []float32) {
+	out = out[:len(x)]
+	parallelFor(len(x), 20, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			x := float64(v)
+			out[lo+i] = float32(0.5 * x * (1 + math.Tanh(geluTanhC*(x+geluTanhA*x*x*x))))
+		}
+	})
+}
+
+// GELUTanhGrad computes dx = dy·(0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 +
+// 3·0.044715·x²)), t = tanh(√(2/π)·(x + 0.044715·x³)): the derivative of
+// GELUTanh.
+func GELUTanhGrad(dx, x, dy []float32) {
+	dx, dy = dx[:len(x)], dy[:len(x)]
+	parallelFor(len(x), 30, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := float64(x[i])
+			t := math.Tanh(geluTanhC * (x + geluTanhA*x*x*x))
+			d := 0.5*(1+t) + 0.5*x*(1-t*t)*geluTanhC*(1+3*geluTanhA*x*x)
+			dx[i] = float32(float64(dy[i]) * d)
+		}
+	})
+}
+
+// Scale computes out = x·c in fp32, c rounded to fp32 first: what
+// PyTorch computes for an fp32 tensor times a Python float.
+func Scale(out, x []float32, c float64) {
+	out = out[:len(x)]
+	k := float32(c)
+	parallelFor(len(x), 1, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			out[lo+i] = v * k
+		}
+	})
+}
+
 // broadcast reports whether b is a last-dim operand repeated over the rows
 // of a, and panics when the lengths fit neither rule.
 func broadcast(what string, a, b []float32) bool {

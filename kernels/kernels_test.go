@@ -179,6 +179,15 @@ func TestActivations(t *testing.T) {
 	}{
 		{"silu", SiLU, SiLUGrad, refSiLU},
 		{"gelu", GELU, GELUGrad, refGELU},
+		{"gelu_tanh", GELUTanh, GELUTanhGrad, refGELUTanh},
+		{"scale", func(out, x []float32) { Scale(out, x, -1.7) }, func(dx, _, dy []float32) { Scale(dx, dy, -1.7) },
+			func(x []float64) []float64 {
+				out := make([]float64, len(x))
+				for i, v := range x {
+					out[i] = v * -1.7
+				}
+				return out
+			}},
 	} {
 		rng := newRand(15)
 		x, x64 := randVec(rng, 200)

@@ -221,6 +221,14 @@ func refGELU(x []float64) []float64 {
 	return out
 }
 
+func refGELUTanh(x []float64) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+	}
+	return out
+}
+
 // refBinary applies op elementwise, broadcasting b over the last dim when
 // it is shorter.
 func refBinary(a, b []float64, op func(x, y float64) float64) []float64 {

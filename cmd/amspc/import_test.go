@@ -28,6 +28,7 @@ var published = []struct {
 	{"Qwen2-0.5B.json", 494_032_768, "HF safetensors metadata (494M params), Qwen2 report's 0.49B"},
 	{"Qwen2-7B.json", 7_615_616_512, "model.safetensors.index.json total_size 15,231,233,024 / 2"},
 	{"TinyLlama-1.1B-Chat-v1.0.json", 1_100_048_384, "HF safetensors metadata (1.1B params)"},
+	{"gemma-2b.json", 2_506_172_416, "HF safetensors metadata of google/gemma-2b (2,506,172,416 params)"},
 }
 
 // refused are the configs of testdata/hf that must not import, and the
@@ -40,10 +41,7 @@ var refused = []struct {
 	{"Meta-Llama-3.1-8B.json", nil, []string{`^Meta-Llama-3\.1-8B\.json:21:3: rope_scaling: rope_type "llama3" is not supported yet`}},
 	{"Mistral-7B-v0.1.json", []string{"--seq", "8192"}, []string{`^Mistral-7B-v0\.1\.json:18:3: sliding_window: 4096 is shorter than the sequence \(seq_len 8192\)`}},
 	{"Llama-2-7b-hf.json", []string{"--seq", "8192"}, []string{`^Llama-2-7b-hf\.json:12:3: max_position_embeddings: 4096 is shorter than the sequence asked for \(--seq 8192\)$`}},
-	{"gemma-2b.json", nil, []string{
-		`^gemma-2b\.json:10:3: hidden_act: Gemma's MLP uses the tanh approximation of GELU \(gelu_pytorch_tanh\), which the language does not have yet`,
-		`^gemma-2b\.json:15:3: model_type: gemma multiplies the embeddings by sqrt\(hidden_size\) = 45\.25, and the language has no scalar multiply yet$`}},
-	{"gpt2.json", nil, []string{`^gpt2\.json:12:17: model_type: "gpt2" is not supported \(supported: llama, mistral, qwen2\)$`}},
+	{"gpt2.json", nil, []string{`^gpt2\.json:12:17: model_type: "gpt2" is not supported \(supported: llama, mistral, qwen2, gemma\)$`}},
 	{"bad-architecture.json", nil, []string{`^bad-architecture\.json:3:5: architectures: "LlamaForSequenceClassification" is not supported`}},
 	{"bad-dropout.json", nil, []string{`^bad-dropout\.json:8:24: attention_dropout: 0\.1 is not supported yet \(the language has no dropout\)$`}},
 	{"bad-duplicate.json", nil, []string{`^bad-duplicate\.json:8:3: hidden_size: given twice \(first at 3:3\)$`}},
@@ -54,7 +52,6 @@ var refused = []struct {
 	{"bad-qwen2-sliding-window.json", nil, []string{`^bad-qwen2-sliding-window\.json:20:3: sliding_window: 2048 is shorter than the sequence \(seq_len 4096\)`}},
 	{"bad-several.json", nil, []string{
 		`^bad-several\.json:10:3: rope_scaling: rope_type "linear" is not supported yet`,
-		`^bad-several\.json:14:17: hidden_act: "gelu_new" is not supported yet`,
 		`^bad-several\.json:16:3: rope_interleaved: unknown field for model_type llama`}},
 	{"bad-syntax.json", nil, []string{`^bad-syntax\.json:8:3: invalid JSON: invalid character '"' after object key:value pair$`}},
 	{"bad-type.json", nil, []string{`^bad-type\.json:3:18: hidden_size: must be an integer, not a string$`}},

@@ -63,7 +63,8 @@ type spec struct {
 	kvHeads, headDim             int64
 	eps, theta, initStd          float64
 	tied                         bool
-	act                          string // silu or gelu
+	act                          string  // silu, gelu or gelu_tanh
+	embedScale                   float64 // multiplies the embeddings (Gemma's sqrt(hidden_size)); 0: none
 	qkvBias, oBias, mlpBias      bool
 	maxPos, window               int64 // window 0: none
 	maxPosOff                    int   // where max_position_embeddings is, -1 when absent
@@ -262,9 +263,7 @@ func readSpec(src *source, obj *node, seq int64) (*spec, int64, frontend.ErrorLi
 func supported() string {
 	var names []string
 	for _, f := range families {
-		if !f.gemma {
-			names = append(names, f.modelType)
-		}
+		names = append(names, f.modelType)
 	}
 	return strings.Join(names, ", ")
 }
@@ -316,8 +315,9 @@ func (r *reader) headDim(s *spec, sizesOK bool) {
 	}
 }
 
-// activation reads hidden_act: the language has SiLU and the exact (erf)
-// GELU, which is what transformers' "gelu" is.
+// activation reads hidden_act: the language has SiLU, the exact (erf)
+// GELU, which is what transformers' "gelu" is, and GELU's tanh
+// approximation, which transformers spells three ways.
 func (r *reader) activation(s *spec) {
 	act, f := r.str("hidden_act", s.fam.act)
 	if s.fam.gemma {
@@ -328,9 +328,11 @@ func (r *reader) activation(s *spec) {
 		s.act = "silu"
 	case "gelu":
 		s.act = "gelu"
+	case "gelu_pytorch_tanh", "gelu_new", "gelu_fast":
+		s.act = "gelu_tanh"
 	default:
 		if f != nil && f.val.kind == kindString {
-			r.errorf(f.val.off, "hidden_act: %q is not supported yet (the language has silu and the exact gelu)", act)
+			r.errorf(f.val.off, "hidden_act: %q is not supported yet (the language has silu, gelu and gelu_tanh)", act)
 		}
 	}
 }
@@ -408,39 +410,35 @@ func (r *reader) layerTypes() bool {
 	return sliding
 }
 
-// gemma reads Gemma's fields and refuses what the language cannot say yet:
-// the embeddings are multiplied by sqrt(hidden_size), a scalar the language
-// cannot multiply by, and the MLP's GELU is the tanh approximation.
-// (Gemma's RMSNorm scale 1 + w would be a norm weight initialised to ones:
-// 1-D params take no weight decay, so the two train the same.)
+// gemma reads Gemma's fields: the MLP's GELU (the tanh approximation,
+// as Gemma was trained, unless hidden_activation says otherwise) and the
+// embeddings' scale, sqrt(hidden_size). Gemma's RMSNorm scales by 1 + w
+// with w initialised to zeros: a norm weight initialised to ones is the
+// same function, and trains the same (AdamW's step does not depend on
+// the weight's offset, and 1-D params take no weight decay).
 func (r *reader) gemma(s *spec) {
 	act, actField := r.str("hidden_act", s.fam.act)
 	if f := r.get("hidden_activation"); f != nil {
 		act, actField = r.str("hidden_activation", "")
 	} else if actField != nil && act == "gelu" {
 		// transformers' Gemma reads hidden_act "gelu" as the tanh
-		// approximation, as Gemma was trained, unless hidden_activation
-		// says otherwise.
+		// approximation unless hidden_activation says otherwise.
 		act = "gelu_pytorch_tanh"
-	}
-	mf := r.byKey["model_type"]
-	off := mf.keyOff
-	if actField != nil {
-		off = actField.keyOff
 	}
 	switch act {
 	case "gelu":
 		s.act = "gelu"
 	case "gelu_pytorch_tanh", "gelu_new", "gelu_fast":
-		name := "hidden_activation"
-		if actField != nil {
-			name = actField.key
-		}
-		r.errorf(off, "%s: Gemma's MLP uses the tanh approximation of GELU (%s), which the language does not have yet (its gelu is the exact erf form)", name, "gelu_pytorch_tanh")
+		// Three spellings of one function in transformers.
+		s.act = "gelu_tanh"
 	default:
-		r.errorf(off, "%s: %q is not supported yet (the language has silu and the exact gelu)", actField.key, act)
+		off := r.byKey["model_type"].keyOff
+		if actField != nil {
+			off = actField.keyOff
+		}
+		r.errorf(off, "%s: %q is not supported yet (the language has silu, gelu and gelu_tanh)", actField.key, act)
 	}
 	s.qkvBias, _ = r.boolean("attention_bias", false)
 	s.oBias = s.qkvBias
-	r.errorf(mf.keyOff, "model_type: gemma multiplies the embeddings by sqrt(hidden_size) = %.4g, and the language has no scalar multiply yet", math.Sqrt(float64(s.d)))
+	s.embedScale = math.Sqrt(float64(s.d))
 }

@@ -14,6 +14,10 @@ func header(s *spec, source string, params int64) []byte {
 	fmt.Fprintf(&b, "# model_type %s (%s), %s parameters.\n", s.fam.modelType, s.fam.class, commas(params))
 	b.WriteString("# Matrices are stored [in, out], the transpose of the Hugging Face weight\n")
 	b.WriteString("# named beside each param (inside repeat, under model.layers.N.).\n")
+	if s.fam.gemma {
+		b.WriteString("# Gemma's RMSNorm scales by 1 + w, w from zeros: these norm weights are\n")
+		b.WriteString("# that 1 + w, from ones (the same function, trained the same).\n")
+	}
 	if s.window > 0 {
 		fmt.Fprintf(&b, "# sliding_window %d covers the whole sequence: full causal attention.\n", s.window)
 	}
@@ -72,7 +76,11 @@ func emit(s *spec, name string, o Options, seq, batch int64) []byte {
 		init = " init normal(" + num(s.initStd) + ")"
 	}
 	e.param(1, "param tok_emb : [vocab, d]"+init, "model.embed_tokens")
-	e.line(1, "x = embed(tokens, tok_emb)")
+	if s.embedScale != 0 {
+		e.line(1, "x = scale(embed(tokens, tok_emb), by="+num(s.embedScale)+")   # sqrt(hidden_size)")
+	} else {
+		e.line(1, "x = embed(tokens, tok_emb)")
+	}
 	e.line(0, "")
 	e.line(1, "repeat layers {")
 	e.block(s, init)

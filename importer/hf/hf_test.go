@@ -82,7 +82,7 @@ func TestConvertRefuses(t *testing.T) {
 		{"array", "[1]", Options{}, `^c\.json:1:1: a config\.json is an object, not an array$`},
 		{"trailing", "{}\n{}", Options{}, `^c\.json:2:1: text after the config's closing brace$`},
 		{"utf8", "{\"a\": \"\xff\"}", Options{}, `^c\.json:1:8: invalid UTF-8$`},
-		{"no model_type", "{}", Options{}, `^c\.json: model_type: missing \(supported: llama, mistral, qwen2\)$`},
+		{"no model_type", "{}", Options{}, `^c\.json: model_type: missing \(supported: llama, mistral, qwen2, gemma\)$`},
 		{"model_type type", `{"model_type": 7}`, Options{}, `^c\.json:1:16: model_type: must be a string, not a number$`},
 		{"float size", string(config(`"num_key_value_heads": 2.5`)), Options{}, `:9:26: num_key_value_heads: must be an integer, not 2\.5$`},
 		{"negative", strings.Replace(string(config()), `"vocab_size": 100`, `"vocab_size": -3`, 1), Options{}, `:8:17: vocab_size: -3 is out of range \(1 to 2147483648\)$`},

@@ -377,12 +377,18 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{elementwise("transpose_f32", c.n(0), res(0), opnd(0), i64(c.ArgShapes[0][0]), i64(c.ArgShapes[0][1]))}
 		return nil
 	},
-	ir.SiLU:     unary("silu_f32"),
-	ir.GELU:     unary("gelu_f32"),
-	ir.SiLUGrad: unaryGrad("silu_grad_f32"),
-	ir.GELUGrad: unaryGrad("gelu_grad_f32"),
-	ir.Add:      broadcast("add_f32"),
-	ir.Mul:      broadcast("mul_f32"),
+	ir.SiLU:         unary("silu_f32"),
+	ir.GELU:         unary("gelu_f32"),
+	ir.SiLUGrad:     unaryGrad("silu_grad_f32"),
+	ir.GELUGrad:     unaryGrad("gelu_grad_f32"),
+	ir.GELUTanh:     unary("gelu_tanh_f32"),
+	ir.GELUTanhGrad: unaryGrad("gelu_tanh_grad_f32"),
+	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise("scale_f32", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
+		return nil
+	},
+	ir.Add: broadcast("add_f32"),
+	ir.Mul: broadcast("mul_f32"),
 	ir.CrossEntropy: func(c *OpCall, p *Plan, _ bool) error {
 		v := lastDim(c.ArgShapes[0])
 		rows := c.n(0) / v

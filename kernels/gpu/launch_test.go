@@ -14,7 +14,7 @@ import (
 func TestPlanEveryOp(t *testing.T) {
 	attrs := map[string]ir.AttrVal{"eps": {Float: 1e-5}, "heads": {Int: 2}, "kv_heads": {Int: 1}, "theta": {Float: 1e4},
 		"causal": {Bool: true}, "scale": {Float: 1}, "dtype": {Int: int64(ir.F32)}, "lr": {Float: 1e-3}, "beta1": {Float: 0.9},
-		"beta2": {Float: 0.95}, "weight_decay": {Float: 0.1}}
+		"beta2": {Float: 0.95}, "weight_decay": {Float: 0.1}, "by": {Float: 45.25}}
 	x, w, ids, q, kv := []int64{2, 3, 8}, []int64{8}, []int64{2, 3}, []int64{2, 3, 8}, []int64{2, 3, 4}
 	cases := []struct {
 		op        ir.OpKind
@@ -40,12 +40,24 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.SiLUGrad, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.GELU, [][]int64{x}, [][]int64{x}, false},
 		{ir.GELUGrad, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.GELUTanh, [][]int64{x}, [][]int64{x}, false},
+		{ir.GELUTanhGrad, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.Scale, [][]int64{x}, [][]int64{x}, false},
 		{ir.Add, [][]int64{x, w}, [][]int64{x}, false},
 		{ir.Mul, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.CrossEntropy, [][]int64{{6, 10}, {6}}, [][]int64{{1}}, false},
 		{ir.CrossEntropyGrad, [][]int64{{6, 10}, {6}}, [][]int64{{6, 10}}, false},
 		{ir.Cast, [][]int64{x}, [][]int64{x}, false},
 		{ir.AdamWStep, [][]int64{{48}, {48}, {48}, {48}}, [][]int64{{48}, {48}, {48}}, false},
+	}
+	covered := map[ir.OpKind]bool{}
+	for _, c := range cases {
+		covered[c.op] = true
+	}
+	for _, k := range ir.OpKinds() {
+		if HasPlan(k) && !covered[k] {
+			t.Errorf("%v has a launch plan and no case here", k)
+		}
 	}
 	for _, c := range cases {
 		oc := &OpCall{Op: c.op, ArgShapes: c.args, OutShapes: c.out, Step: 1, Decayed: [][2]int{{0, 40}},

@@ -179,6 +179,37 @@ AMSP_EXTERN_C __global__ void gelu_grad_f32(float *dx, const float *x, const flo
 	}
 }
 
+// GELU's tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))), in double.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_tanh_f32(float *out, const float *x, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		out[i] = (float)(0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+	}
+}
+
+// dx = dy * (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2)),
+// t the tanh above.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_tanh_grad_f32(float *dx, const float *x, const float *dy, long long n) {
+	GRID_STRIDE(i, n) {
+		double v = x[i];
+		double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+		double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+		dx[i] = (float)((double)dy[i] * d);
+	}
+}
+
+// out = x * c in fp32 (c already rounded to fp32, as PyTorch multiplies an
+// fp32 tensor by a Python float): the Go kernel's bits.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void scale_f32(float *out, const float *x, long long n, float c) {
+	GRID_STRIDE(i, n) {
+		out[i] = x[i] * c;
+	}
+}
+
 // One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.
 // amspc:launch row
 AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const float *w, long long rows, long long d, float eps) {

@@ -85,6 +85,25 @@ static void h_gelu_grad_f32(const void *p) {
 		(long long)w[3]);
 }
 
+// gelu_tanh_f32 (ops.cu, elementwise).
+static void h_gelu_tanh_f32(const void *p) {
+	const unsigned long long *w = p;
+	gelu_tanh_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2]);
+}
+
+// gelu_tanh_grad_f32 (ops.cu, elementwise).
+static void h_gelu_tanh_grad_f32(const void *p) {
+	const unsigned long long *w = p;
+	gelu_tanh_grad_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
+		(long long)w[3]);
+}
+
+// scale_f32 (ops.cu, elementwise).
+static void h_scale_f32(const void *p) {
+	const unsigned long long *w = p;
+	scale_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], amsp_word_f32(w[3]));
+}
+
 // rmsnorm_f32 (ops.cu, row).
 static void h_rmsnorm_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -319,78 +338,87 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 8: // gelu_grad_f32
 		LAUNCH(gx, h_gelu_grad_f32(w));
 		return 0;
-	case 9: // rmsnorm_f32
+	case 9: // gelu_tanh_f32
+		LAUNCH(gx, h_gelu_tanh_f32(w));
+		return 0;
+	case 10: // gelu_tanh_grad_f32
+		LAUNCH(gx, h_gelu_tanh_grad_f32(w));
+		return 0;
+	case 11: // scale_f32
+		LAUNCH(gx, h_scale_f32(w));
+		return 0;
+	case 12: // rmsnorm_f32
 		LAUNCH(gx, h_rmsnorm_f32(w));
 		return 0;
-	case 10: // rmsnorm_grad_f32
+	case 13: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 11: // rmsnorm_grad_w_f32
+	case 14: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 12: // layernorm_f32
+	case 15: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 13: // layernorm_grad_f32
+	case 16: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 14: // layernorm_grad_wb_f32
+	case 17: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 15: // rope_f32
+	case 18: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 16: // embed_f32
+	case 19: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 17: // embed_grad_f32
+	case 20: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 18: // cross_entropy_f32
+	case 21: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 19: // cross_entropy_grad_f32
+	case 22: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 20: // adamw_f32
+	case 23: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 21: // attention_f32
+	case 24: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 22: // attention_dsum_f32
+	case 25: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 23: // attention_dq_f32
+	case 26: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 24: // attention_dkv_f32
+	case 27: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 25: // attention_dkv_sum_f32
+	case 28: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 26: // first_nonfinite_f32
+	case 29: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 27: // bf16_widen
+	case 30: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 28: // bf16_round
+	case 31: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 29: // bf16_pack
+	case 32: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 30: // bf16_finish
+	case 33: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 31: // mma_probe
+	case 34: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 32: // attention_mma_fwd
+	case 35: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 33: // attention_mma_dkv
+	case 36: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 34: // attention_mma_dq
+	case 37: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 35: // attention_dsum_bf16
+	case 38: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
