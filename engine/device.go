@@ -13,9 +13,10 @@ import (
 
 // Device is a GPU as the device backend drives it: memory by address,
 // the launch plans of package gpu (ops.cu kernels and cuBLASLt matmuls)
-// on the plan's streams, and events. runtime/cudalib's CUDA context is
-// one; kernels/gpu/hostc's host-simulated GPU is another, which the tests
-// run every plan on.
+// on the plan's streams, and events. engine/cudalib's GPU is one;
+// kernels/gpu/hostc's host-simulated GPU is another, which the tests run
+// every plan on. Each package registers its kind (RegisterDevice), and a
+// run opens one by name (OpenDevices).
 type Device interface {
 	Name() string
 	Alloc(bytes int64) (uint64, error)

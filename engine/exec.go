@@ -1,4 +1,4 @@
-// Package runtime executes plan bundles: every rank runs its instruction
+// Package engine executes plan bundles: every rank runs its instruction
 // streams (compute and two communication streams, concurrently, ordered
 // only by the plan's events) on a kernel backend and a Comm for
 // collectives. The CPU backend (package kernels) computes in fp32; ranks

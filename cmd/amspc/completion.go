@@ -107,59 +107,8 @@ var flagValues = map[string]func() []string{
 // boolean). A command whose help lists "commands:" gets an entry per
 // command too.
 func completionCommand(name string) []completionCmd {
-	var out bytes.Buffer
-	run(append(strings.Fields(name), "-h"), &out, &out)
-	c := completionCmd{name: name}
-	var usage []string
-	inCommands, inUsage := false, true
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
-		inUsage = inUsage && line != "" && !strings.HasPrefix(line, "  -")
-		switch {
-		case strings.HasPrefix(line, "  -"):
-			f := strings.Fields(line)
-			fl := completionFlag{name: strings.TrimPrefix(f[0], "-")}
-			if len(f) > 1 {
-				fl.value = f[1]
-			}
-			c.flags = append(c.flags, fl)
-		case line == "commands:" && !strings.Contains(name, " "):
-			inCommands = true
-		case inCommands && len(line) > 2 && strings.HasPrefix(line, "  ") && line[2] != ' ':
-			c.words = append(c.words, strings.Fields(line)[0])
-			c.subs = true
-		case inUsage:
-			usage = append(usage, line)
-		}
-	}
-	words := strings.Fields(strings.Join(usage, " "))
-	if skip := 2 + len(strings.Fields(name)); len(words) >= skip && words[0] == "usage:" && words[1] == "amspc" {
-		words = words[skip:]
-	} else {
-		words = nil // no usage line: amspc version
-	}
-	enum := map[string][]string{}
-	depth := 0
-	var args []string
-	for i, w := range words {
-		at := depth
-		depth += strings.Count(w, "[") - strings.Count(w, "]")
-		w = strings.Trim(w, "[]")
-		if flag, v, ok := strings.Cut(w, "="); ok && strings.HasPrefix(w, "-") {
-			enum[strings.TrimLeft(flag, "-")] = fixedValues(v) // -dump-after=PASS|all
-			continue
-		}
-		if strings.HasPrefix(w, "-") {
-			if i+1 < len(words) && !strings.HasPrefix(words[i+1], "[") && !strings.HasPrefix(words[i+1], "-") {
-				enum[strings.TrimLeft(w, "-")] = fixedValues(strings.Trim(words[i+1], "[]"))
-			}
-			continue
-		}
-		if at == 0 && (i == 0 || !strings.HasPrefix(strings.Trim(words[i-1], "[]"), "-") || strings.Contains(words[i-1], "=")) {
-			args = append(args, w)
-		}
-	}
+	c, usage := readHelp(name)
+	enum, args := usageArgs(name, usage)
 	if len(args) > 0 && !c.subs {
 		if vs := fixedValues(args[0]); len(vs) > 0 {
 			c.words, args = vs, args[1:]
@@ -192,6 +141,72 @@ func completionCommand(name string) []completionCmd {
 	return cmds
 }
 
+// readHelp runs a command's -h and returns its flags and own commands
+// (words, subs), and the usage lines, which say the rest.
+func readHelp(name string) (completionCmd, []string) {
+	var out bytes.Buffer
+	run(append(strings.Fields(name), "-h"), &out, &out)
+	c := completionCmd{name: name}
+	var usage []string
+	inCommands, inUsage := false, true
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		line := sc.Text()
+		inUsage = inUsage && line != "" && !strings.HasPrefix(line, "  -")
+		switch {
+		case strings.HasPrefix(line, "  -"):
+			f := strings.Fields(line)
+			fl := completionFlag{name: strings.TrimPrefix(f[0], "-")}
+			if len(f) > 1 {
+				fl.value = f[1]
+			}
+			c.flags = append(c.flags, fl)
+		case line == "commands:" && !strings.Contains(name, " "):
+			inCommands = true
+		case inCommands && len(line) > 2 && strings.HasPrefix(line, "  ") && line[2] != ' ':
+			c.words = append(c.words, strings.Fields(line)[0])
+			c.subs = true
+		case inUsage:
+			usage = append(usage, line)
+		}
+	}
+	return c, usage
+}
+
+// usageArgs reads a command's usage lines: the fixed values of its flags
+// ("--progress auto|bar|lines", "-dump-after=PASS|all"), by flag name,
+// and its arguments outside brackets.
+func usageArgs(name string, usage []string) (map[string][]string, []string) {
+	words := strings.Fields(strings.Join(usage, " "))
+	if skip := 2 + len(strings.Fields(name)); len(words) >= skip && words[0] == "usage:" && words[1] == "amspc" {
+		words = words[skip:]
+	} else {
+		words = nil // no usage line: amspc version
+	}
+	enum := map[string][]string{}
+	depth := 0
+	var args []string
+	for i, w := range words {
+		at := depth
+		depth += strings.Count(w, "[") - strings.Count(w, "]")
+		w = strings.Trim(w, "[]")
+		if flag, v, ok := strings.Cut(w, "="); ok && strings.HasPrefix(w, "-") {
+			enum[strings.TrimLeft(flag, "-")] = fixedValues(v) // -dump-after=PASS|all
+			continue
+		}
+		if strings.HasPrefix(w, "-") {
+			if i+1 < len(words) && !strings.HasPrefix(words[i+1], "[") && !strings.HasPrefix(words[i+1], "-") {
+				enum[strings.TrimLeft(w, "-")] = fixedValues(strings.Trim(words[i+1], "[]"))
+			}
+			continue
+		}
+		if at == 0 && (i == 0 || !strings.HasPrefix(strings.Trim(words[i-1], "[]"), "-") || strings.Contains(words[i-1], "=")) {
+			args = append(args, w)
+		}
+	}
+	return enum, args
+}
+
 // fixedValues are the values of a usage line's "a|b|extremes=N": the
 // alternatives written in lower case ("extremes=" where a number
 // follows), none where an alternative is a placeholder only (N|'N
@@ -211,6 +226,15 @@ func fixedValues(spec string) []string {
 }
 
 func writeBashCompletion(w io.Writer, names []string, cmds []completionCmd, presets []string) {
+	writeBashCommands(w, names, cmds)
+	writeBashFlags(w, cmds)
+	writeBashArgs(w, presets)
+}
+
+// writeBashCommands writes the script's start: the command, then the
+// first argument of a command with words, and which commands have
+// commands of their own.
+func writeBashCommands(w io.Writer, names []string, cmds []completionCmd) {
 	fmt.Fprintf(w, `# bash completion for amspc (amspc completion bash):
 #   source <(amspc completion bash)
 _amspc() {
@@ -237,6 +261,12 @@ _amspc() {
 			fmt.Fprintf(w, "\t%q) cmd=\"$cmd ${COMP_WORDS[2]}\" ;;\n", c.name)
 		}
 	}
+}
+
+// writeBashFlags writes each command's flags (those that take a file,
+// those that take another value) and what its arguments are, then the
+// fixed values of flags that have them.
+func writeBashFlags(w io.Writer, cmds []completionCmd) {
 	fmt.Fprintf(w, `	esac
 	local flags="" files="" values="" args=""
 	case $cmd in
@@ -265,6 +295,11 @@ _amspc() {
 			}
 		}
 	}
+}
+
+// writeBashArgs writes the script's end: --shard's presets, a flag's
+// file or other value, the flags, and the arguments.
+func writeBashArgs(w io.Writer, presets []string) {
 	fmt.Fprintf(w, `	esac
 	case $prev in
 	--shard|-shard)

@@ -1,68 +1,33 @@
-//go:build cgo
-
 package main
 
 import (
 	"fmt"
-	"sync"
+	"io"
+	"strings"
 
 	"amspc/engine"
-	"amspc/engine/cudalib"
-	"amspc/kernels/gpu/hostc"
+
+	// The device kinds --device names register themselves with the
+	// engine, as database/sql's drivers do: imported for that alone.
+	_ "amspc/engine/cudalib"    // cuda
+	_ "amspc/kernels/gpu/hostc" // sim
 )
 
-// openCUDA loads CUDA and returns the backend maker of --device cuda and
-// the largest device memory a rank has had allocated (its GPU memory
-// measured):
-// rank r runs on GPU r mod the GPUs (under mpirun with as many ranks per
-// node as GPUs, its local GPU; ranks beyond the GPUs share them, their
-// collectives staged through the host). Its error is one sentence: the
-// missing library, or no GPU.
-func openCUDA(o engine.DeviceOptions) (func(int) (engine.Backend, error), func() int64, error) {
-	l, err := cudalib.Load()
+// openDevices opens the device kind name (--device) for command cmd, or
+// says in one line why it cannot: the missing library, no GPU, no cgo.
+func openDevices(cmd, name string, tensorCores bool, stderr io.Writer) (*engine.Devices, bool) {
+	d, err := engine.OpenDevices(name, engine.DeviceOptions{TensorCoreAttention: tensorCores})
 	if err != nil {
-		return nil, nil, err
+		fmt.Fprintf(stderr, "amspc %s: --device %s: %v\n", cmd, name, err)
+		return nil, false
 	}
-	devs, err := l.Devices()
-	if err != nil {
-		return nil, nil, fmt.Errorf("CUDA loads (%v) but its devices cannot be listed: %v", l, err)
-	}
-	if len(devs) == 0 {
-		return nil, nil, fmt.Errorf("CUDA loads (%v) but sees no GPU", l)
-	}
-	var mu sync.Mutex
-	var gpus []*cudalib.GPU
-	peak := func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		var p int64
-		for _, g := range gpus {
-			p = max(p, g.Peak())
-		}
-		return p
-	}
-	return func(r int) (engine.Backend, error) {
-		g, err := l.NewGPU(r % len(devs))
-		if err != nil {
-			return nil, fmt.Errorf("GPU %d: %w", r%len(devs), err)
-		}
-		if o.TensorCoreAttention {
-			if err := g.LoadTensorCoreKernels(l); err != nil {
-				return nil, fmt.Errorf("GPU %d: --tensor-cores: %w", r%len(devs), err)
-			}
-		}
-		mu.Lock()
-		gpus = append(gpus, g)
-		mu.Unlock()
-		return engine.NewDeviceBackendWith(g, o), nil
-	}, peak, nil
+	return d, true
 }
 
-// openSim is --device sim: the CUDA backend's code (launch plans, scratch
-// memory, bf16 storage, device-side checks, collectives staged through the
-// host) on a GPU simulated on the CPU, ops.cu compiled as C
-// (kernels/gpu/hostc), one per rank. It checks the GPU path, under
-// mpirun too, where there is no GPU; it is slow.
-func openSim(o engine.DeviceOptions) (func(int) (engine.Backend, error), error) {
-	return func(int) (engine.Backend, error) { return engine.NewDeviceBackendWith(hostc.NewDevice(), o), nil }, nil
+// oneOf lists names as a choice: "a, b or c".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

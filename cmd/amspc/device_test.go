@@ -5,15 +5,22 @@ import (
 	"strings"
 	"testing"
 
-	"amspc/engine/cudalib"
+	"amspc/engine"
 )
+
+// cudaOpens reports whether CUDA loads and sees a GPU here, asked of the
+// engine's device registry as amspc asks it.
+func cudaOpens() bool {
+	_, err := engine.OpenDevices("cuda", engine.DeviceOptions{})
+	return err == nil
+}
 
 // TestDeviceCuda: without a GPU (this machine kind, CI), --device cuda
 // exits 1 with one line naming CUDA's missing library; where CUDA loads,
 // it trains tiny two steps. A device amspc does not know is refused.
 func TestDeviceCuda(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if _, err := cudalib.Load(); err == nil {
+	if cudaOpens() {
 		if st := run([]string{"run", "--steps", "2", "--device", "cuda", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
 			t.Fatalf("--device cuda where CUDA loads: status %d, stderr %q", st, stderr.String())
 		}
@@ -28,7 +35,7 @@ func TestDeviceCuda(t *testing.T) {
 		}
 	}
 	// profile --device cuda measures on the GPU, or says why it cannot.
-	if _, err := cudalib.Load(); err != nil {
+	if !cudaOpens() {
 		stdout.Reset()
 		stderr.Reset()
 		if st := run([]string{"profile", "--device", "cuda", "-o", t.TempDir() + "/p.csv", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitUser ||

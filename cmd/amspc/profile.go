@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,56 +29,12 @@ import (
 // (docs/profile.md). Every measurement runs on all the cluster's ranks at
 // once, as a step does.
 func runProfile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
-	var lf loadFlags
-	lf.register(fs)
-	lf.registerShard(fs, "measure the kernels of")
-	out := fs.String("o", "profile.csv", "write the profile to `FILE`")
-	reps := fs.Int("reps", 7, "take the median of `N` samples of each measurement (after a warm-up)")
-	minBytes := fs.Int64("min-bytes", 4<<10, "smallest collective size in `bytes`")
-	maxBytes := fs.Int64("max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
-	device := fs.String("device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
-	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
+	fs, o := newProfileFlags(stderr)
 	file, ok := oneFile(fs, args)
-	if !ok {
+	if !ok || !o.check(file, stderr) {
 		return exitUser
 	}
-	if err := notAnInput("-o", *out, file, lf.cluster, lf.train, lf.profile); err != nil {
-		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
-		return exitUser
-	}
-	var newBackend func(int) (engine.Backend, error)
-	if *tensorCores && *device != "cuda" {
-		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")
-		return exitUser
-	}
-	switch *device {
-	case "cpu":
-	case "cuda":
-		var err error
-		if newBackend, _, err = openCUDA(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
-			fmt.Fprintf(stderr, "amspc profile: --device cuda: %v\n", err)
-			return exitUser
-		}
-	default:
-		fmt.Fprintf(stderr, "amspc profile: --device must be cpu or cuda, not %q\n", *device)
-		return exitUser
-	}
-	switch {
-	case *reps < 1:
-		fmt.Fprintf(stderr, "amspc profile: --reps %d: want 1 or more\n", *reps)
-		return exitUser
-	case *minBytes < 4:
-		fmt.Fprintf(stderr, "amspc profile: --min-bytes %d: want 4 or more (one fp32 element)\n", *minBytes)
-		return exitUser
-	case *maxBytes < *minBytes:
-		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at least --min-bytes (%d)\n", *maxBytes, *minBytes)
-		return exitUser
-	case *maxBytes > 1<<40:
-		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at most 1 TiB\n", *maxBytes)
-		return exitUser
-	}
-	job, err := lf.load(file)
+	job, err := o.lf.load(file)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -89,12 +46,112 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	c := job.Cluster
 	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	plans := profilePlans(job)
+	results, labels, st := compileProfilePlans(file, job, plans, stderr)
+	if st != exitOK {
+		return st
+	}
+	if o.device == "cpu" && !o.fits(file, job, results, stderr) {
+		return exitUser
+	}
+	prof := &profile.Profile{Meta: profileMeta(job, labels, o.reps, o.device)}
+	t0 := time.Now()
+	ks, ok := o.measureKernels(prof, topo, results, stderr)
+	if !ok {
+		return exitUser
+	}
+	kernelTime := time.Since(t0)
+	t0 = time.Now()
+	shapes, sizes, ok := o.measureCollectives(prof, topo, stderr)
+	if !ok {
+		return exitUser
+	}
+	collTime := time.Since(t0)
+	if err := outfile.Write(o.out, stdout, prof.Write); err != nil {
+		fmt.Fprintf(stderr, "amspc profile: -o: %v\n", err)
+		return exitUser
+	}
+	fmt.Fprintf(stdout, "%s: %s on %d local ranks (%d x %d), GOMAXPROCS %d, plans %s\n",
+		file, job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, runtime.GOMAXPROCS(0), strings.Join(labels, ", "))
+	fmt.Fprintf(stdout, "  kernels: %d distinct (rank 0 calls %d per step), measured in %s\n", len(ks), kernelCalls(results[0]), dur(kernelTime.Seconds()))
+	printSlowest(stdout, ks)
+	fmt.Fprintf(stdout, "  collectives: 4 kinds x %d group shapes x %d sizes (%s to %s), measured in %s\n",
+		len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
+	printAllReduce(stdout, prof, c, sizes[len(sizes)-1])
+	fmt.Fprintf(stdout, "  rank 0's kernels of one %s step add up to %s by this profile\n", plans[0].Name, dur(profiledStep(prof, results[0])))
+	fmt.Fprintf(stdout, "wrote %s (%d kernel rows, %d collective rows) in %s\n",
+		o.out, len(prof.Kernels), len(prof.Collectives), dur(time.Since(start).Seconds()))
+	return exitOK
+}
+
+// profileOptions are amspc profile's flags, and the devices they name.
+type profileOptions struct {
+	lf                 loadFlags
+	out, device        string
+	reps               int
+	minBytes, maxBytes int64
+	tensorCores        bool
+	devices            *engine.Devices
+}
+
+func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	o := &profileOptions{}
+	o.lf.register(fs)
+	o.lf.registerShard(fs, "measure the kernels of")
+	fs.StringVar(&o.out, "o", "profile.csv", "write the profile to `FILE`")
+	fs.IntVar(&o.reps, "reps", 7, "take the median of `N` samples of each measurement (after a warm-up)")
+	fs.Int64Var(&o.minBytes, "min-bytes", 4<<10, "smallest collective size in `bytes`")
+	fs.Int64Var(&o.maxBytes, "max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
+	fs.StringVar(&o.device, "device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
+	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
+	return fs, o
+}
+
+// check checks the flags and opens the device, saying what is wrong.
+func (o *profileOptions) check(file string, stderr io.Writer) bool {
+	if err := notAnInput("-o", o.out, file, o.lf.cluster, o.lf.train, o.lf.profile); err != nil {
+		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
+		return false
+	}
+	if o.tensorCores && o.device != "cuda" {
+		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")
+		return false
+	}
+	// The simulated GPU would measure the simulation, not a machine.
+	if o.device != "cpu" && o.device != "cuda" {
+		fmt.Fprintf(stderr, "amspc profile: --device must be cpu or cuda, not %q\n", o.device)
+		return false
+	}
+	var ok bool
+	if o.devices, ok = openDevices("profile", o.device, o.tensorCores, stderr); !ok {
+		return false
+	}
+	switch {
+	case o.reps < 1:
+		fmt.Fprintf(stderr, "amspc profile: --reps %d: want 1 or more\n", o.reps)
+		return false
+	case o.minBytes < 4:
+		fmt.Fprintf(stderr, "amspc profile: --min-bytes %d: want 4 or more (one fp32 element)\n", o.minBytes)
+		return false
+	case o.maxBytes < o.minBytes:
+		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at least --min-bytes (%d)\n", o.maxBytes, o.minBytes)
+		return false
+	case o.maxBytes > 1<<40:
+		fmt.Fprintf(stderr, "amspc profile: --max-bytes %d: want at most 1 TiB\n", o.maxBytes)
+		return false
+	}
+	return true
+}
+
+// compileProfilePlans compiles each plan and labels it by its name and,
+// where they differ, its factors.
+func compileProfilePlans(file string, job *ir.Job, plans []cost.Plan, stderr io.Writer) ([]*compiler.Result, []string, int) {
 	var results []*compiler.Result
 	var labels []string
 	for _, p := range plans {
 		r, err := compiler.Compile(job, p, compiler.Options{Passes: passes.Options{}})
 		if st := passError(stderr, file, err); st != exitOK {
-			return st
+			return nil, nil, st
 		}
 		results = append(results, r)
 		label := p.Name
@@ -103,38 +160,49 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		}
 		labels = append(labels, label)
 	}
-	if *device == "cpu" {
-		// Before anything is allocated: a kernel's operands are live
-		// together in a step, so a plan's peak bounds them; a collective
-		// holds its input and output on every rank.
-		need := float64(2 * *maxBytes * int64(topo.Ranks()))
-		for _, r := range results {
-			need = max(need, hostBytes(r))
-		}
-		if err := checkMemory(need, fmt.Sprintf("profiling %s on %d CPU ranks", job.Graph.Name, topo.Ranks())); err != nil {
-			fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
-			return exitUser
-		}
-	}
-	prof := &profile.Profile{Meta: profileMeta(job, labels, *reps, *device)}
+	return results, labels, exitOK
+}
 
-	t0 := time.Now()
+// fits refuses, before anything is allocated, a profile of CPU ranks
+// that this machine's memory cannot hold: a kernel's operands are live
+// together in a step, so a plan's peak bounds them; a collective holds
+// its input and output on every rank.
+func (o *profileOptions) fits(file string, job *ir.Job, results []*compiler.Result, stderr io.Writer) bool {
+	ranks := job.Cluster.GPUs()
+	need := float64(2 * o.maxBytes * int64(ranks))
+	for _, r := range results {
+		need = max(need, hostBytes(r))
+	}
+	if err := checkMemory(need, fmt.Sprintf("profiling %s on %d CPU ranks", job.Graph.Name, ranks)); err != nil {
+		fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
+		return false
+	}
+	return true
+}
+
+// measureKernels times every distinct kernel of the results on every
+// rank at once and adds its row to prof.
+func (o *profileOptions) measureKernels(prof *profile.Profile, topo ir.Topology, results []*compiler.Result, stderr io.Writer) ([]profKernel, bool) {
 	ks := distinctKernels(results)
 	for i, k := range ks {
-		s, err := engine.MeasureKernelOn(topo, k.prog, k.in, *reps, newBackend)
+		s, err := engine.MeasureKernelOn(topo, k.prog, k.in, o.reps, o.devices.Backend)
 		if err != nil {
 			fmt.Fprintf(stderr, "amspc profile: %v %s: %v\n", k.in.Kern, profile.FormatShapes(k.shapes), err)
-			return exitUser
+			return nil, false
 		}
 		ks[i].secs = s
 		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: s})
 	}
-	kernelTime := time.Since(t0)
+	return ks, true
+}
 
-	t0 = time.Now()
-	shapes := groupShapes(c.GPUsPerNode, c.Nodes)
+// measureCollectives times every collective kind over every group shape
+// of the cluster at sizes from --min-bytes to --max-bytes, by factors of
+// 4, and adds their rows to prof.
+func (o *profileOptions) measureCollectives(prof *profile.Profile, topo ir.Topology, stderr io.Writer) ([]ir.Factor, []int64, bool) {
+	shapes := groupShapes(topo.GPUsPerNode, topo.Nodes)
 	var sizes []int64
-	for b := *minBytes; b <= *maxBytes; b *= 4 {
+	for b := o.minBytes; b <= o.maxBytes; b *= 4 {
 		sizes = append(sizes, b)
 	}
 	for _, f := range shapes {
@@ -145,50 +213,56 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 				if n == 0 {
 					continue
 				}
-				s, err := engine.MeasureCollectiveOn(topo, coll, f, n, *reps, newBackend)
+				s, err := engine.MeasureCollectiveOn(topo, coll, f, n, o.reps, o.devices.Backend)
 				if err != nil {
 					fmt.Fprintf(stderr, "amspc profile: %v over %v: %v\n", coll, f, err)
-					return exitUser
+					return nil, nil, false
 				}
 				bytes := float64(4 * n)
 				prof.AddCollective(profile.CollectiveRow{Coll: coll, Group: f, Bytes: bytes, GBps: bytes / s / 1e9})
 			}
 		}
 	}
-	collTime := time.Since(t0)
+	return shapes, sizes, true
+}
 
-	if err := outfile.Write(*out, stdout, prof.Write); err != nil {
-		fmt.Fprintf(stderr, "amspc profile: -o: %v\n", err)
-		return exitUser
+// kernelCalls is the number of kernel instructions of rank 0's step.
+func kernelCalls(r *compiler.Result) int {
+	p0 := r.Bundle.Template(0)
+	calls := 0
+	for i := range p0.Streams[ir.Compute] {
+		if p0.Streams[ir.Compute][i].Op == ir.Kernel {
+			calls++
+		}
 	}
-	// What the first plan's step costs by the profile: rank 0's kernels
-	// (their sum is the step's compute time, overlap aside).
-	p0 := results[0].Bundle.Template(0)
-	calls, step := 0, 0.0
+	return calls
+}
+
+// profiledStep is what the plan's step costs by the profile: rank 0's
+// kernels (their sum is the step's compute time, overlap aside).
+func profiledStep(prof *profile.Profile, r *compiler.Result) float64 {
+	p0 := r.Bundle.Template(0)
+	step := 0.0
 	for i := range p0.Streams[ir.Compute] {
 		in := &p0.Streams[ir.Compute][i]
 		if in.Op == ir.Kernel {
 			s, _ := prof.KernelTime(in.Kern, profile.KernelShapes(p0, in), in.Flops)
-			calls, step = calls+1, step+s
+			step += s
 		}
 	}
-	fmt.Fprintf(stdout, "%s: %s on %d local ranks (%d x %d), GOMAXPROCS %d, plans %s\n",
-		file, job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, runtime.GOMAXPROCS(0), strings.Join(labels, ", "))
-	fmt.Fprintf(stdout, "  kernels: %d distinct (rank 0 calls %d per step), measured in %s\n", len(ks), calls, dur(kernelTime.Seconds()))
-	printSlowest(stdout, ks)
-	fmt.Fprintf(stdout, "  collectives: 4 kinds x %d group shapes x %d sizes (%s to %s), measured in %s\n",
-		len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
+	return step
+}
+
+// printAllReduce prints the all-reduce bandwidth at the largest size
+// inside a node and across the cluster.
+func printAllReduce(w io.Writer, prof *profile.Profile, c *ir.Cluster, largest int64) {
 	for _, f := range []ir.Factor{{S0: c.GPUsPerNode, S1: 1}, {S0: c.GPUsPerNode, S1: c.Nodes}} {
 		if f.Size() < 2 {
 			continue
 		}
-		bw, _ := prof.Bandwidth(cost.AllReduce, f, float64(sizes[len(sizes)-1]))
-		fmt.Fprintf(stdout, "    all_reduce over %v at %s: %.3g GB/s\n", f, shortBytes(float64(sizes[len(sizes)-1])), bw/1e9)
+		bw, _ := prof.Bandwidth(cost.AllReduce, f, float64(largest))
+		fmt.Fprintf(w, "    all_reduce over %v at %s: %.3g GB/s\n", f, shortBytes(float64(largest)), bw/1e9)
 	}
-	fmt.Fprintf(stdout, "  rank 0's kernels of one %s step add up to %s by this profile\n", plans[0].Name, dur(step))
-	fmt.Fprintf(stdout, "wrote %s (%d kernel rows, %d collective rows) in %s\n",
-		*out, len(prof.Kernels), len(prof.Collectives), dur(time.Since(start).Seconds()))
-	return exitOK
 }
 
 // profilePlans are the plans whose kernels are measured: the shard

@@ -1,17 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"amspc"
 	"amspc/codegen"
@@ -23,405 +25,490 @@ import (
 )
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
-// process), printing the loss of every step.
+// process), printing the loss of every step. The training is an
+// engine.Trainer's; what is here reads the flags, loads the plan and
+// the data, and says how the run went.
 func runRun(args []string, stdout, stderr io.Writer) (status int) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
-	var lf loadFlags
-	lf.register(fs)
-	steps := fs.Int("steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
-	data := fs.String("data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
-	logPath := fs.String("log", "", "append one JSON object per step to `FILE`")
-	lf.registerShard(fs, "train under")
-	save := fs.String("save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
-	saveEvery := fs.Int("save-every", 0, "also checkpoint every `K` steps")
-	overwrite := fs.Bool("overwrite", false, "with --save, replace a checkpoint in DIR of another model, of a later step than this run starts from, or of the step it starts at when it did not resume from DIR")
-	resume := fs.String("resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
-	tensorCores := fs.Bool("tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
-	device := fs.String("device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
-	progress := fs.String("progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
+	fs, o := newRunFlags(stderr)
 	file, ok := oneFile(fs, args)
-	if !ok {
+	if !ok || !o.checkOutputs(file, stderr) {
 		return exitUser
-	}
-	for _, o := range []struct{ flag, path string }{{"--log", *logPath}, {"--cpuprofile", *cpuProfile}} {
-		if err := notAnInput(o.flag, o.path, file, *data, lf.cluster, lf.train, lf.profile); err != nil {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
-			return exitUser
-		}
 	}
 	// A closed pipe on standard output (amspc run ... | head) does not
 	// kill the run: its writes fail, the training and the checkpoints go
 	// on, and the run ends with status 1 saying so.
 	signal.Ignore(syscall.SIGPIPE)
 	defer signal.Reset(syscall.SIGPIPE)
-	var bar bool
-	switch *progress {
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if !o.check(stdout, stderr) {
+		return exitUser
+	}
+	plan, st := loadTrainPlan(file, &o.lf, stderr)
+	if st != exitOK {
+		return st
+	}
+	tokens, what, err := loadTokens(o.data, plan.dataPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc run: %v\n", err)
+		return exitUser
+	}
+	return o.train(file, plan, tokens, what, stdout, stderr)
+}
+
+// runOptions are amspc run's flags, and what checking them found.
+type runOptions struct {
+	lf                           loadFlags
+	steps, saveEvery             int
+	data, logPath, save, resume  string
+	cpuProfile, device, progress string
+	overwrite, tensorCores       bool
+	set                          map[string]bool // the flags given
+	bar                          bool            // a live progress bar, not lines
+	devices                      *engine.Devices
+}
+
+func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	o := &runOptions{set: map[string]bool{}}
+	o.lf.register(fs)
+	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
+	fs.StringVar(&o.data, "data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
+	fs.StringVar(&o.logPath, "log", "", "append one JSON object per step to `FILE`")
+	o.lf.registerShard(fs, "train under")
+	fs.StringVar(&o.save, "save", "", "write a checkpoint into `DIR` at the end (and every --save-every steps)")
+	fs.IntVar(&o.saveEvery, "save-every", 0, "also checkpoint every `K` steps")
+	fs.BoolVar(&o.overwrite, "overwrite", false, "with --save, replace a checkpoint in DIR of another model, of a later step than this run starts from, or of the step it starts at when it did not resume from DIR")
+	fs.StringVar(&o.resume, "resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
+	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
+	fs.StringVar(&o.device, "device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
+	fs.StringVar(&o.progress, "progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
+	return fs, o
+}
+
+// checkOutputs refuses a --log or --cpuprofile that names an input.
+func (o *runOptions) checkOutputs(file string, stderr io.Writer) bool {
+	for _, out := range []struct{ flag, path string }{{"--log", o.logPath}, {"--cpuprofile", o.cpuProfile}} {
+		if err := notAnInput(out.flag, out.path, file, o.data, o.lf.cluster, o.lf.train, o.lf.profile); err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return false
+		}
+	}
+	return true
+}
+
+// check checks the flags against each other, chooses the progress's
+// form and opens the device, saying what is wrong.
+func (o *runOptions) check(stdout, stderr io.Writer) bool {
+	switch o.progress {
 	case "auto":
 		// Under mpirun and srun every rank's stdout is the launcher's
 		// pty, not the user's terminal: a bar there fills logs with
 		// carriage returns.
 		_, launched := launchedSize()
-		bar = isTerminal(stdout) && !launched
+		o.bar = isTerminal(stdout) && !launched
 	case "bar":
-		bar = true
+		o.bar = true
 	case "lines":
 	default:
-		fmt.Fprintf(stderr, "amspc run: --progress must be auto, bar or lines, not %q\n", *progress)
-		return exitUser
+		fmt.Fprintf(stderr, "amspc run: --progress must be auto, bar or lines, not %q\n", o.progress)
+		return false
 	}
-	var newBackend func(int) (engine.Backend, error)
-	var gpuPeak func() int64
-	switch *device {
-	case "cpu":
-	case "cuda":
-		var err error
-		if newBackend, gpuPeak, err = openCUDA(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
-			fmt.Fprintf(stderr, "amspc run: --device cuda: %v\n", err)
-			return exitUser
-		}
-	case "sim":
-		var err error
-		if newBackend, err = openSim(engine.DeviceOptions{TensorCoreAttention: *tensorCores}); err != nil {
-			fmt.Fprintf(stderr, "amspc run: --device sim: %v\n", err)
-			return exitUser
-		}
-	default:
-		fmt.Fprintf(stderr, "amspc run: --device must be cpu, cuda or sim, not %q\n", *device)
-		return exitUser
+	if names := engine.DeviceNames(); !slices.Contains(names, o.device) {
+		fmt.Fprintf(stderr, "amspc run: --device must be %s, not %q\n", oneOf(names), o.device)
+		return false
 	}
-	if *tensorCores && *device == "cpu" {
+	var ok bool
+	if o.devices, ok = openDevices("run", o.device, o.tensorCores, stderr); !ok {
+		return false
+	}
+	if o.tensorCores && o.device == "cpu" {
 		fmt.Fprintln(stderr, "amspc run: --tensor-cores needs --device cuda or sim")
-		return exitUser
+		return false
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return o.checkSteps(stderr)
+}
+
+// checkSteps checks --steps and the checkpoint flags, and that --save's
+// directory can be written (found now, not after training).
+func (o *runOptions) checkSteps(stderr io.Writer) bool {
 	switch {
-	case *steps < 0:
-		fmt.Fprintf(stderr, "amspc run: --steps %d: want 0 or more\n", *steps)
-		return exitUser
-	case set["steps"] && *steps == 0 && *save == "":
+	case o.steps < 0:
+		fmt.Fprintf(stderr, "amspc run: --steps %d: want 0 or more\n", o.steps)
+		return false
+	case o.set["steps"] && o.steps == 0 && o.save == "":
 		fmt.Fprintln(stderr, "amspc run: --steps 0 trains nothing; with --save DIR it writes the initial weights as a checkpoint")
-		return exitUser
-	case set["save-every"] && *saveEvery < 1:
-		fmt.Fprintf(stderr, "amspc run: --save-every %d: want 1 or more\n", *saveEvery)
-		return exitUser
-	case set["save-every"] && *save == "":
+		return false
+	case o.set["save-every"] && o.saveEvery < 1:
+		fmt.Fprintf(stderr, "amspc run: --save-every %d: want 1 or more\n", o.saveEvery)
+		return false
+	case o.set["save-every"] && o.save == "":
 		fmt.Fprintln(stderr, "amspc run: --save-every needs --save DIR")
-		return exitUser
-	case *overwrite && *save == "":
+		return false
+	case o.overwrite && o.save == "":
 		fmt.Fprintln(stderr, "amspc run: --overwrite needs --save DIR")
-		return exitUser
+		return false
 	}
-	if *save != "" {
-		// Found now, not after training.
-		if err := engine.CheckWritable(*save); err != nil {
+	if o.save != "" {
+		if err := engine.CheckWritable(o.save); err != nil {
 			fmt.Fprintf(stderr, "amspc run: --save: %v\n", err)
-			return exitUser
+			return false
 		}
 	}
-	// A plan bundle (or compile's output directory) runs as it is; a
-	// model file is compiled first.
-	var bundle *codegen.Bundle
-	var predicted *simulator.Timeline
-	dataPath, profilePath := "", ""
-	var err error
+	return true
+}
+
+// trainPlan is what amspc run trains: a plan bundle, the timeline it is
+// predicted to take, and the data and profile its job names.
+type trainPlan struct {
+	bundle                *codegen.Bundle
+	predicted             *simulator.Timeline
+	dataPath, profilePath string
+}
+
+// loadTrainPlan reads a plan bundle (or compile's output directory) as it
+// is, or compiles a model file.
+func loadTrainPlan(file string, lf *loadFlags, stderr io.Writer) (*trainPlan, int) {
 	if isPlan(file) {
 		if lf.shard != "" || lf.cluster != "" || lf.train != "" {
 			fmt.Fprintln(stderr, "amspc run: --shard, --cluster and --train apply to model files, not to a compiled plan")
-			return exitUser
+			return nil, exitUser
 		}
-		if bundle, err = readBundle(file); err != nil {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
-			return exitUser
-		}
-		profilePath = lf.profile
-		if predicted, err = simulateBundle(bundle, 0, lf.profile); err != nil {
-			fmt.Fprintf(stderr, "amspc run: %v\n", err)
-			return exitUser
-		}
-	} else {
-		job, err := lf.load(file)
+		bundle, err := readBundle(file)
 		if err != nil {
-			return report(stderr, err)
-		}
-		cj, st := compileJob(file, job, passes.Options{}, cost.DefaultConfig, stderr)
-		if st != exitOK {
-			return st
-		}
-		bundle, predicted, dataPath, profilePath = cj.Bundle, cj.Timeline, job.Train.Data, job.Cluster.Profile
-	}
-	tl, topo, M, tr := predicted, bundle.Topo, bundle.Micro, bundle.Train
-	tokens, what, err := loadTokens(*data, dataPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		return exitUser
-	}
-	n := *steps
-	if !set["steps"] {
-		n = int(tr.Steps)
-	}
-	r := &engine.Run{Bundle: bundle, Seed: uint64(tr.Seed),
-		Data:       &engine.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
-		NewBackend: newBackend}
-	// Under mpirun or srun (an mpi build), this process runs one rank;
-	// only rank 0 prints and logs.
-	pw, err := openWorld(bundle)
-	agreed := false // every process ends here, with the same status
-	// refuse reports an error that every process finds alike (in the
-	// input or the plan): rank 0 prints it, and no process ends the job
-	// before it has.
-	refuse := func(err error) int {
-		agreed = true
-		if pw == nil || pw.rank == 0 {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return nil, exitUser
 		}
-		if pw != nil {
-			pw.barrier()
+		predicted, err := simulateBundle(bundle, 0, lf.profile)
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc run: %v\n", err)
+			return nil, exitUser
 		}
-		return exitUser
+		return &trainPlan{bundle: bundle, predicted: predicted, profilePath: lf.profile}, exitOK
 	}
+	job, err := lf.load(file)
 	if err != nil {
-		st := refuse(err)
+		return nil, report(stderr, err)
+	}
+	cj, st := compileJob(file, job, passes.Options{}, cost.DefaultConfig, stderr)
+	if st != exitOK {
+		return nil, st
+	}
+	return &trainPlan{bundle: cj.Bundle, predicted: cj.Timeline, dataPath: job.Train.Data, profilePath: job.Cluster.Profile}, exitOK
+}
+
+// train trains the plan on tokens: as the one process of the run, or
+// under mpirun or srun (an mpi build) as the process of one rank, where
+// only rank 0 prints and logs, and every process ends with the same
+// status.
+func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what string, stdout, stderr io.Writer) (status int) {
+	pw, err := openWorld(plan.bundle)
+	proc := &runProcess{pw: pw, stderr: stderr}
+	if err != nil {
+		st := proc.refuse(err)
 		if pw != nil {
 			pw.finish() // MPI started, the world refused: end it cleanly
 		}
 		return st
 	}
-	local := topo.Ranks()
 	if pw != nil {
-		defer func() {
-			// An end every process agreed on finishes MPI and exits with
-			// its status; any other failure ends the whole job.
-			if status == exitOK || agreed {
-				pw.barrier()
-				pw.finish()
-			} else {
-				pw.abort(status)
-			}
-		}()
-		r.World, local = pw.world, 1
+		defer func() { proc.end(status) }()
 		if pw.rank != 0 {
-			stdout, *logPath = io.Discard, ""
+			stdout, o.logPath = io.Discard, ""
 		}
 	}
-	if err := r.Check(); err != nil {
-		return refuse(err)
+	n := o.steps
+	if !o.set["steps"] {
+		n = int(plan.bundle.Train.Steps)
 	}
-	if err := engine.CheckVocab(bundle, tokens); err != nil {
-		return refuse(err)
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	progress := &runProgress{stdout: stdout, bar: o.bar, logPath: o.logPath, stop: stop,
+		header: o.header(file, plan.bundle, pw, n, what)}
+	defer func() { status = max(status, progress.close(stderr)) }()
+	var prof cpuProfile
+	defer func() { status = max(status, prof.stop(stderr)) }()
+	t := o.trainer(plan, tokens, pw, n, progress, &prof, stderr)
+	res, err := t.Train(ctx)
+	switch {
+	case err != nil:
+		return proc.fail(err)
+	case res.UpToDate:
+		fmt.Fprintf(stdout, "nothing to do: the checkpoint is at step %d and the run ends at step %d (--steps)\n", res.First, n)
+		return exitOK
+	case res.Stopped:
+		proc.agreed = true
+		return stopped(res, o.save, o.bar, stdout, proc.said())
+	case len(res.StepSeconds) == 0:
+		return exitOK // --steps 0 --save: the initial weights
 	}
-	// The local backend holds every rank in this process: refuse a plan
-	// that cannot fit before allocating any of it.
-	need := tl.PeakHostBytes * float64(local)
-	if avail := availableBytes(); need > avail {
+	o.summary(stdout, plan, res)
+	return exitOK
+}
+
+// trainer is the engine's training run the flags ask for. Its hooks
+// refuse a plan this process's memory cannot hold (the local backend
+// holds every rank in this process) and start --cpuprofile's profile.
+func (o *runOptions) trainer(plan *trainPlan, tokens []int32, pw *procWorld, n int, progress engine.Progress, prof *cpuProfile, stderr io.Writer) *engine.Trainer {
+	t := &engine.Trainer{Bundle: plan.bundle, Tokens: tokens, Devices: o.devices, Steps: n,
+		Resume: o.resume, Save: o.save, SaveEvery: o.saveEvery, Overwrite: o.overwrite, Warn: stderr,
+		Progress: progress}
+	if pw != nil {
+		t.World = pw.world
+	}
+	peak := plan.predicted.PeakHostBytes
+	t.CheckFit = func(local int) error {
+		need := peak * float64(local)
+		avail := availableBytes()
+		if need <= avail {
+			return nil
+		}
 		// Per process (machines differ), so every process that finds it
 		// says so, naming its rank under MPI.
-		who := "amspc run"
+		err := fmt.Errorf("the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available",
+			cost.GiB(need), local, cost.GiB(peak), cost.GiB(avail))
 		if pw != nil {
-			who = fmt.Sprintf("amspc run: rank %d", pw.rank)
+			err = fmt.Errorf("rank %d: %w", pw.rank, err)
 		}
-		fmt.Fprintf(stderr, "%s: the plan needs about %s of memory in this process (%d ranks x %s at their peak, every element stored in 4 bytes on CPU ranks), more than the %s available\n",
-			who, cost.GiB(need), local, cost.GiB(tl.PeakHostBytes), cost.GiB(avail))
-		return exitUser
+		return err
 	}
-	if err := r.Start(); err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		return exitUser
-	}
-	first := 0
-	if *resume != "" {
-		if err := r.Resume(*resume); err != nil {
-			return refuse(fmt.Errorf("resume: %w", err)) // agreed by every process
+	if o.cpuProfile != "" {
+		path := o.cpuProfile
+		if pw != nil {
+			path = fmt.Sprintf("%s.rank%d", path, pw.rank)
 		}
-		first = r.Steps()
-		fmt.Fprintf(stdout, "resumed from %s after step %d\n", *resume, first)
-		if first >= n && n > 0 {
-			fmt.Fprintf(stdout, "nothing to do: the checkpoint is at step %d and the run ends at step %d (--steps)\n", first, n)
-			return exitOK
-		}
+		t.SteadyState = func() error { return prof.start(path) }
 	}
-	if *save != "" {
-		// Before the first step: DIR is this job's (not another model's
-		// checkpoint, nor a later step's, nor the start step's unless
-		// resumed from DIR; --overwrite allows them), locked until the
-		// run ends, however it ends.
-		release, err := r.PrepareSave(*save, *resume, *overwrite, stderr)
-		if err != nil {
-			return refuse(fmt.Errorf("--save: %w", err)) // agreed by every process
-		}
-		defer release()
-	}
-	checkpoint := func() bool {
-		if err := r.Save(*save); err != nil {
-			refuse(fmt.Errorf("save: %w", err)) // agreed by every process
-			return false
-		}
-		return true
-	}
-	var logw *outfile.Checked
-	if *logPath != "" {
-		// Appended to step by step, so written in place, not atomically;
-		// a write that fails stops the log (training goes on) and the run
-		// ends with exit status 1 saying why.
-		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			fmt.Fprintf(stderr, "amspc run: --log: %v\n", err)
-			return exitUser
-		}
-		logw = &outfile.Checked{W: f}
-		defer func() {
-			err := logw.Err()
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				fmt.Fprintf(stderr, "amspc run: --log: writing %s: %v\n", *logPath, err)
-				status = max(status, exitUser)
-			}
-		}()
-	}
+	return t
+}
+
+// header is the line that starts the training.
+func (o *runOptions) header(file string, b *codegen.Bundle, pw *procWorld, n int, what string) string {
 	where := "CPU ranks"
 	switch {
 	case pw != nil:
 		where = "MPI processes"
-	case *device == "cuda":
+	case o.device == "cuda":
 		where = "ranks on CUDA GPUs"
-	case *device == "sim":
+	case o.device == "sim":
 		where = "ranks on simulated GPUs"
 	}
-	fmt.Fprintf(stdout, "%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s\n",
-		file, bundle.Model, topo.Ranks(), where, topo.Nodes, topo.GPUsPerNode, bundle.Plan, M, n, what)
-	tokPerStep := float64(tr.GlobalBatch * tr.SeqLen)
-	// SIGINT, SIGTERM and SIGHUP (the terminal closed) stop the run at
-	// the next step boundary (every process at the same one), after a
-	// checkpoint when --save is given.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	var caught os.Signal
-	// The profile starts after the first step when there are more: the
-	// first step's page faults and allocations are not the steady state.
-	profileAt := first
-	if n-first > 1 {
-		profileAt = first + 1
-	}
-	stopProfile := func() error { return nil }
-	defer func() {
-		if err := stopProfile(); err != nil {
-			fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
-			status = max(status, exitUser)
-		}
-	}()
-	start := time.Now()
-	var stepTimes []float64
-	for i := first; i < n; i++ {
-		if i > first {
-			select {
-			case caught = <-sigs:
-			default:
-			}
-			stop, err := r.AgreeStop(caught != nil)
-			if err != nil {
-				fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
-				return exitUser
-			}
-			if stop {
-				// The stop is agreed: rank 0 says so.
-				said := stderr
-				if pw != nil && pw.rank != 0 {
-					said = io.Discard
-				}
-				agreed = true
-				return stopped(r, caught, *save, checkpoint, bar, stdout, said)
-			}
-		}
-		if *cpuProfile != "" && i == profileAt {
-			path := *cpuProfile
-			if pw != nil {
-				path = fmt.Sprintf("%s.rank%d", path, pw.rank)
-			}
-			stop, err := startCPUProfile(path)
-			if err != nil {
-				fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
-				return exitUser
-			}
-			stopProfile = stop
-		}
-		t0 := time.Now()
-		loss, err := r.Step()
-		if err != nil {
-			// Across processes, a failing rank has reported its error
-			// when it aborted the job.
-			if pw == nil || !closed(pw.world.Done()) {
-				fmt.Fprintf(stderr, "amspc run: step %d: %v\n", i+1, err)
-			}
-			return exitUser
-		}
-		dt := time.Since(t0).Seconds()
-		stepTimes = append(stepTimes, dt)
-		elapsed := time.Since(start).Seconds()
-		remaining := elapsed / float64(i+1-first) * float64(n-i-1)
-		line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
-			i+1, n, loss, tokPerStep/dt, elapsed, remaining)
-		if bar {
-			// A live bar: one line rewritten in place, the last kept.
-			done := (i + 1) * 30 / n
-			fmt.Fprintf(stdout, "\r[%s%s] %s", strings.Repeat("#", done), strings.Repeat(" ", 30-done), line)
-			if i+1 == n {
-				fmt.Fprintln(stdout)
-			}
-		} else {
-			fmt.Fprintln(stdout, line)
-		}
-		if logw != nil {
-			b, _ := json.Marshal(map[string]any{"step": i + 1, "loss": loss, "tokens_per_s": tokPerStep / dt, "step_time_s": dt})
-			fmt.Fprintf(logw, "%s\n", b)
-		}
-		if *save != "" && *saveEvery > 0 && (i+1)%*saveEvery == 0 && i+1 < n {
-			if !checkpoint() {
-				return exitUser
-			}
-			fmt.Fprintf(stdout, "saved %s after step %d\n", *save, r.Steps())
-		}
-	}
-	if *save != "" {
-		if !checkpoint() {
-			return exitUser
-		}
-		fmt.Fprintf(stdout, "saved %s after step %d\n", *save, r.Steps())
-	}
-	if len(stepTimes) == 0 {
-		return exitOK // --steps 0 --save: the initial weights
-	}
+	return fmt.Sprintf("%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s",
+		file, b.Model, b.Topo.Ranks(), where, b.Topo.Nodes, b.Topo.GPUsPerNode, b.Plan, b.Micro, n, what)
+}
+
+// summary compares what the run measured with what the plan predicted.
+func (o *runOptions) summary(stdout io.Writer, plan *trainPlan, res *engine.TrainResult) {
 	var peak int64
-	for _, p := range r.PeakBytes() {
+	for _, p := range res.Run.PeakBytes() {
 		peak = max(peak, p)
 	}
+	tl := plan.predicted
 	fmt.Fprintf(stdout, "measured: step %s (median), peak %s per rank; predicted by the plan: step %s, peak %s per rank\n",
-		dur(median(stepTimes)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
-	if gpuPeak != nil {
-		fmt.Fprintf(stdout, "GPU memory: at most %s allocated by a rank (its buffers at their device sizes and the kernels' scratch)\n", cost.GiB(float64(gpuPeak())))
+		dur(median(res.StepSeconds)), cost.GiB(float64(peak)), dur(tl.Step), cost.GiB(tl.PeakBytes))
+	if gpu, ok := o.devices.PeakBytes(); ok {
+		fmt.Fprintf(stdout, "GPU memory: at most %s allocated by a rank (its buffers at their device sizes and the kernels' scratch)\n", cost.GiB(float64(gpu)))
 	}
-	if profilePath != "" {
-		fmt.Fprintf(stdout, "(the prediction uses the profile %s)\n", profilePath)
+	if plan.profilePath != "" {
+		fmt.Fprintf(stdout, "(the prediction uses the profile %s)\n", plan.profilePath)
 	} else {
 		fmt.Fprintln(stdout, "(the prediction uses the cluster's nominal figures; measure this machine with amspc profile and pass --profile)")
 	}
 	var top []string
-	for i, t := range r.Timings(0) {
+	for i, t := range res.Run.Timings(0) {
 		if i == 6 {
 			break
 		}
 		top = append(top, fmt.Sprintf("%s %s (%d)", t.Name, dur(t.Seconds), t.Count))
 	}
-	if *device == "cpu" {
+	if o.device == "cpu" {
 		fmt.Fprintf(stdout, "rank 0's time by instruction: %s\n", strings.Join(top, ", "))
 	} else {
 		// A device runs its work after the host issues it: an
 		// instruction's host time is its issue and whatever wait for the
 		// device it does (amspc profile --device times kernels alone).
 		fmt.Fprintf(stdout, "rank 0's host time by instruction (issue, and waits for the device): %s\n", strings.Join(top, ", "))
+	}
+}
+
+// runProcess is this process's part in how a run ends. Under MPI (pw
+// set), an end every process agreed on (a refusal all of them found
+// alike, a stop) finishes MPI and exits with its status; any other
+// failure ends the whole job.
+type runProcess struct {
+	pw     *procWorld
+	agreed bool // every process ends here, with the same status
+	stderr io.Writer
+}
+
+// refuse reports an error that every process finds alike (in the input,
+// the plan or a checkpoint): rank 0 prints it, and no process ends the
+// job before it has.
+func (p *runProcess) refuse(err error) int {
+	p.agreed = true
+	if p.pw == nil || p.pw.rank == 0 {
+		fmt.Fprintf(p.stderr, "amspc run: %v\n", err)
+	}
+	if p.pw != nil {
+		p.pw.barrier()
+	}
+	return exitUser
+}
+
+// fail reports a training run's error: a refusal where every process
+// returned it, else this process's own.
+func (p *runProcess) fail(err error) int {
+	var te *engine.TrainError
+	switch {
+	case !errors.As(err, &te):
+		// A hook's (--log, --cpuprofile, the memory check): each
+		// wraps its error as it is to be printed.
+	case te.Stage == engine.StagePrepareSave:
+		return p.refuse(fmt.Errorf("--save: %w", te.Err))
+	case te.Agreed:
+		return p.refuse(te)
+	case te.Stage == engine.StageStep && p.pw != nil && closed(p.pw.world.Done()):
+		// Across processes, a failing rank has reported its error
+		// when it aborted the job.
+		return exitUser
+	}
+	fmt.Fprintf(p.stderr, "amspc run: %v\n", err)
+	return exitUser
+}
+
+// said is where an agreed end is said: rank 0's stderr.
+func (p *runProcess) said() io.Writer {
+	if p.pw != nil && p.pw.rank != 0 {
+		return io.Discard
+	}
+	return p.stderr
+}
+
+// end ends this process's part of an MPI job with the run's status.
+func (p *runProcess) end(status int) {
+	if status == exitOK || p.agreed {
+		p.pw.barrier()
+		p.pw.finish()
+	} else {
+		p.pw.abort(status)
+	}
+}
+
+// runProgress shows a training run: its header, a line a step or a live
+// bar, the saves, and the JSON log (--log). From the first step on, it
+// turns SIGINT, SIGTERM and SIGHUP (the terminal closed) into a stop at
+// the next step boundary (every process at the same one).
+type runProgress struct {
+	stdout  io.Writer
+	bar     bool
+	header  string
+	logPath string
+	log     *outfile.Checked // nil without --log
+	logFile *os.File
+	stop    context.CancelCauseFunc
+	sigs    chan os.Signal
+	done    chan struct{}
+}
+
+func (p *runProgress) Resumed(dir string, step int) {
+	fmt.Fprintf(p.stdout, "resumed from %s after step %d\n", dir, step)
+}
+
+func (p *runProgress) Begin(first, last int) error {
+	if p.logPath != "" {
+		// Appended to step by step, so written in place, not atomically;
+		// a write that fails stops the log (training goes on) and the run
+		// ends with exit status 1 saying why.
+		f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--log: %w", err)
+		}
+		p.log, p.logFile = &outfile.Checked{W: f}, f
+	}
+	fmt.Fprintln(p.stdout, p.header)
+	p.sigs, p.done = make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(p.sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		select {
+		case sig := <-p.sigs:
+			p.stop(stopSignal{sig})
+		case <-p.done:
+		}
+	}()
+	return nil
+}
+
+func (p *runProgress) Step(s engine.StepReport) {
+	line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
+		s.Step, s.Last, s.Loss, s.TokensPerSecond, s.Elapsed, s.Remaining)
+	if p.bar {
+		// A live bar: one line rewritten in place, the last kept.
+		done := s.Step * 30 / s.Last
+		fmt.Fprintf(p.stdout, "\r[%s%s] %s", strings.Repeat("#", done), strings.Repeat(" ", 30-done), line)
+		if s.Step == s.Last {
+			fmt.Fprintln(p.stdout)
+		}
+	} else {
+		fmt.Fprintln(p.stdout, line)
+	}
+	if p.log != nil {
+		b, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds})
+		fmt.Fprintf(p.log, "%s\n", b)
+	}
+}
+
+func (p *runProgress) Saved(dir string, step int) {
+	fmt.Fprintf(p.stdout, "saved %s after step %d\n", dir, step)
+}
+
+// close stops catching signals and closes the log, returning the exit
+// status its failure calls for.
+func (p *runProgress) close(stderr io.Writer) int {
+	if p.sigs != nil {
+		signal.Stop(p.sigs)
+		close(p.done)
+	}
+	if p.log == nil {
+		return exitOK
+	}
+	err := p.log.Err()
+	if cerr := p.logFile.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc run: --log: writing %s: %v\n", p.logPath, err)
+		return exitUser
+	}
+	return exitOK
+}
+
+// stopSignal is why a run stopped: the signal this process caught.
+type stopSignal struct{ sig os.Signal }
+
+func (s stopSignal) Error() string { return "caught " + s.sig.String() }
+
+// cpuProfile is --cpuprofile's profile, from the steady state's first
+// step to the run's end, however it ends.
+type cpuProfile struct{ end func() error }
+
+func (p *cpuProfile) start(path string) error {
+	end, err := startCPUProfile(path)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	p.end = end
+	return nil
+}
+
+// stop ends a profile that started, returning the exit status its
+// failure calls for.
+func (p *cpuProfile) stop(stderr io.Writer) int {
+	if p.end == nil {
+		return exitOK
+	}
+	if err := p.end(); err != nil {
+		fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
+		return exitUser
 	}
 	return exitOK
 }
@@ -527,19 +614,20 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// stopped ends a run stopped by a signal at a step boundary: it writes a
-// checkpoint when --save is given, says where, and returns 128 + the
-// signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would.
-func stopped(r *engine.Run, sig os.Signal, save string, checkpoint func() bool, bar bool, stdout, stderr io.Writer) int {
+// stopped ends a run stopped by a signal at a step boundary (after a
+// checkpoint when --save is given): it says so, and where it saved, and
+// returns 128 + the signal's number (130 for SIGINT, 143 for SIGTERM),
+// as a shell would.
+func stopped(res *engine.TrainResult, save string, bar bool, stdout, stderr io.Writer) int {
 	name, code := "a signal on another process", 130
-	if s, ok := sig.(syscall.Signal); ok {
-		name, code = s.String(), 128+int(s)
-	}
-	msg := fmt.Sprintf("stopped by %s after step %d", name, r.Steps())
-	if save != "" {
-		if !checkpoint() {
-			return exitUser
+	var caught stopSignal
+	if errors.As(res.StopCause, &caught) {
+		if s, ok := caught.sig.(syscall.Signal); ok {
+			name, code = s.String(), 128+int(s)
 		}
+	}
+	msg := fmt.Sprintf("stopped by %s after step %d", name, res.Run.Steps())
+	if save != "" {
 		msg += "; saved " + save
 	} else {
 		msg += "; nothing saved (no --save)"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -25,43 +26,12 @@ import (
 // the median absolute error and the rank correlation of predicted and
 // measured steps.
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--markdown|--json] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
-	var lf loadFlags
-	lf.register(fs)
-	which := fs.String("plans", "rows", "which `PLANS` to run: rows (the rows plan prints), all (every candidate of the space and every row), extremes=N (the N predicted fastest and N slowest of all)")
-	steps := fs.Int("steps", 5, "time `N` steps of each plan (the median is its measured step)")
-	warmup := fs.Int("warmup", 1, "run `K` steps of each plan before timing")
-	markdown := fs.Bool("markdown", false, "print the table as Markdown (for bench/)")
-	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	data := fs.String("data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
+	fs, o := newValidateFlags(stderr)
 	file, ok := oneFile(fs, args)
-	if !ok {
+	if !ok || !o.check(stderr) {
 		return exitUser
 	}
-	switch {
-	case *steps < 1:
-		fmt.Fprintf(stderr, "amspc validate: --steps %d: want 1 or more\n", *steps)
-		return exitUser
-	case *warmup < 0:
-		fmt.Fprintf(stderr, "amspc validate: --warmup %d: want 0 or more\n", *warmup)
-		return exitUser
-	case *markdown && *asJSON:
-		fmt.Fprintln(stderr, "amspc validate: --markdown and --json each choose the output: give one")
-		return exitUser
-	}
-	extremes := 0
-	switch {
-	case *which == "rows" || *which == "all":
-	case strings.HasPrefix(*which, "extremes="):
-		if _, err := fmt.Sscanf(strings.TrimPrefix(*which, "extremes="), "%d", &extremes); err != nil || extremes < 1 {
-			fmt.Fprintf(stderr, "amspc validate: --plans %s: want extremes=N with N >= 1\n", *which)
-			return exitUser
-		}
-	default:
-		fmt.Fprintf(stderr, "amspc validate: --plans %s: want rows, all or extremes=N\n", *which)
-		return exitUser
-	}
-	job, err := lf.load(file)
+	job, err := o.lf.load(file)
 	if err != nil {
 		return report(stderr, err)
 	}
@@ -69,25 +39,109 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: validating needs a cluster and a train section (or --cluster / --train FILE)\n", file)
 		return exitUser
 	}
-	tokens, what, err := loadTokens(*data, job.Train.Data)
+	tokens, what, err := loadTokens(o.data, job.Train.Data)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
 	start := time.Now()
-	plans, err := validationPlans(job, *which != "rows")
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+	rows, st := o.compileRows(file, job, stderr)
+	if st != exitOK {
+		return st
+	}
+	// Every plan must fit this machine on its own, found now rather than
+	// by the kernel's OOM killer minutes into the measurements.
+	for _, r := range rows {
+		if err := checkMemory(hostBytes(r.result), fmt.Sprintf("plan %s on %d CPU ranks", planLabel(r.Plan, r.Factors), r.result.Bundle.Topo.Ranks())); err != nil {
+			fmt.Fprintf(stderr, "amspc validate: %s: %v\n", file, err)
+			return exitUser
+		}
+	}
+	if err := measureRows(rows, tokens, o.warmup, o.steps); err != nil {
+		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
-	// Compile every plan; plans that compile to the same program (MiCS
-	// and HSDP, a baseline and the candidate it equals) run once.
+	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: job.Cluster.Profile,
+		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}
+	sum.score()
+	sum.Seconds = time.Since(start).Seconds()
+	switch {
+	case o.json:
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+	case o.markdown:
+		sum.markdown(stdout)
+	default:
+		sum.text(stdout, file)
+	}
+	return exitOK
+}
+
+// validateOptions are amspc validate's flags.
+type validateOptions struct {
+	lf             loadFlags
+	plans, data    string
+	steps, warmup  int
+	markdown, json bool
+	extremes       int // from --plans extremes=N; 0: every plan
+}
+
+func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--markdown|--json] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	o := &validateOptions{}
+	o.lf.register(fs)
+	fs.StringVar(&o.plans, "plans", "rows", "which `PLANS` to run: rows (the rows plan prints), all (every candidate of the space and every row), extremes=N (the N predicted fastest and N slowest of all)")
+	fs.IntVar(&o.steps, "steps", 5, "time `N` steps of each plan (the median is its measured step)")
+	fs.IntVar(&o.warmup, "warmup", 1, "run `K` steps of each plan before timing")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the table as Markdown (for bench/)")
+	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
+	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
+	return fs, o
+}
+
+// check checks the flags and reads --plans, saying what is wrong.
+func (o *validateOptions) check(stderr io.Writer) bool {
+	switch {
+	case o.steps < 1:
+		fmt.Fprintf(stderr, "amspc validate: --steps %d: want 1 or more\n", o.steps)
+		return false
+	case o.warmup < 0:
+		fmt.Fprintf(stderr, "amspc validate: --warmup %d: want 0 or more\n", o.warmup)
+		return false
+	case o.markdown && o.json:
+		fmt.Fprintln(stderr, "amspc validate: --markdown and --json each choose the output: give one")
+		return false
+	}
+	switch {
+	case o.plans == "rows" || o.plans == "all":
+	case strings.HasPrefix(o.plans, "extremes="):
+		if _, err := fmt.Sscanf(strings.TrimPrefix(o.plans, "extremes="), "%d", &o.extremes); err != nil || o.extremes < 1 {
+			fmt.Fprintf(stderr, "amspc validate: --plans %s: want extremes=N with N >= 1\n", o.plans)
+			return false
+		}
+	default:
+		fmt.Fprintf(stderr, "amspc validate: --plans %s: want rows, all or extremes=N\n", o.plans)
+		return false
+	}
+	return true
+}
+
+// compileRows compiles the plans --plans names into rows, the predicted
+// fastest first. Plans that compile to the same program (MiCS and HSDP,
+// a baseline and the candidate it equals) run once; plans that do not
+// fit or do not split are left out.
+func (o *validateOptions) compileRows(file string, job *ir.Job, stderr io.Writer) ([]validationRow, int) {
+	plans, err := validationPlans(job, o.plans != "rows")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		return nil, exitUser
+	}
 	var rows []validationRow
 	seen := map[string]bool{}
 	for _, p := range plans {
 		r, err := compiler.Compile(job, p, compiler.Options{Config: cost.DefaultConfig})
 		if err != nil {
-			continue // does not fit or does not split: nothing to run
+			continue
 		}
 		key := fmt.Sprintf("%s %v %d", r.Bundle.Plan, p.Recompute, r.Micro)
 		if seen[key] {
@@ -99,45 +153,13 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(stderr, "%s: no plan compiles\n", file)
-		return exitUser
+		return nil, exitUser
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
-	if extremes > 0 && len(rows) > 2*extremes {
-		rows = append(rows[:extremes:extremes], rows[len(rows)-extremes:]...)
+	if n := o.extremes; n > 0 && len(rows) > 2*n {
+		rows = append(rows[:n:n], rows[len(rows)-n:]...)
 	}
-	// Every plan must fit this machine on its own, found now rather than
-	// by the kernel's OOM killer minutes into the measurements.
-	for _, r := range rows {
-		if err := checkMemory(hostBytes(r.result), fmt.Sprintf("plan %s on %d CPU ranks", planLabel(r.Plan, r.Factors), r.result.Bundle.Topo.Ranks())); err != nil {
-			fmt.Fprintf(stderr, "amspc validate: %s: %v\n", file, err)
-			return exitUser
-		}
-	}
-	if err := measureRows(rows, tokens, *warmup, *steps); err != nil {
-		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
-		return exitUser
-	}
-	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: job.Cluster.Profile,
-		Data: what, Steps: *steps, Warmup: *warmup, Plans: *which, Rows: rows}
-	var errs, pred, meas []float64
-	for _, r := range rows {
-		errs = append(errs, math.Abs(r.Error))
-		pred = append(pred, r.Predicted)
-		meas = append(meas, r.Measured)
-	}
-	sum.MedianAbsError = median(errs)
-	sum.Spearman = spearman(pred, meas)
-	sum.Seconds = time.Since(start).Seconds()
-	switch {
-	case *asJSON:
-		b, _ := json.MarshalIndent(sum, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-	case *markdown:
-		sum.markdown(stdout)
-	default:
-		sum.text(stdout, file)
-	}
-	return exitOK
+	return rows, exitOK
 }
 
 // validationRow is one plan: what the simulation predicted and what the
@@ -165,6 +187,19 @@ type validationSummary struct {
 	MedianAbsError float64         `json:"median_abs_error"`
 	Spearman       float64         `json:"spearman"`
 	Seconds        float64         `json:"seconds"`
+}
+
+// score sets how well the predictions did: the median absolute error
+// and the rank correlation of predicted and measured steps.
+func (s *validationSummary) score() {
+	var errs, pred, meas []float64
+	for _, r := range s.Rows {
+		errs = append(errs, math.Abs(r.Error))
+		pred = append(pred, r.Predicted)
+		meas = append(meas, r.Measured)
+	}
+	s.MedianAbsError = median(errs)
+	s.Spearman = spearman(pred, meas)
 }
 
 func (s *validationSummary) text(w io.Writer, file string) {
@@ -293,10 +328,9 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 		batch := rows[lo:hi]
 		runs := make([]*engine.Run, len(batch))
 		for i, row := range batch {
-			tr := row.result.Job.Train
-			runs[i] = &engine.Run{Bundle: row.result.Bundle, Seed: uint64(tr.Seed),
-				Data: &engine.Data{Tokens: tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
-			if err := runs[i].Start(); err != nil {
+			t := &engine.Trainer{Bundle: row.result.Bundle, Tokens: tokens}
+			var err error
+			if runs[i], err = t.Start(); err != nil {
 				return fmt.Errorf("%s: %v", row.Plan, err)
 			}
 		}
