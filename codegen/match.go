@@ -2,30 +2,35 @@ package codegen
 
 // Match proves, before a bundle is written, what would otherwise show up
 // as a hang on a cluster: every rank of a communication group issues the
-// same collectives in the same order, and each rank's streams, linked by
-// events, run to the end. A group instance is a shape and its members:
-// collectives on two shapes that happen to name the same ranks are
-// matched separately, which is sound when the runtime keeps one
-// communicator per shape and group (NCCL orders per communicator).
+// same collectives in the same order. That each rank's streams, linked
+// by events, run to the end is a property of one program, which
+// ir.VerifyProgram proves (ir.Runnable) for every template a rank runs;
+// Match reports its failure on that rank. A group instance is a shape
+// and its members: collectives on two shapes that happen to name the
+// same ranks are matched separately, which is sound when the runtime
+// keeps one communicator per shape and group (NCCL orders per
+// communicator).
 // Validate, at the end of the file, is the consistency check that Decode,
-// WriteFile, Match and Disasm share.
+// WriteFile, Match and Disasm share: the bundle's own fields here, each
+// program's form in ir.VerifyProgram.
 //
 // Cost. Let I be the instructions summed over the templates, T the
 // templates, R the ranks and S the distinct group shapes. The per-rank
-// checks (events, deadlock) depend only on the template, so they run once
-// per template that some rank runs: O(I). Collective matching reduces each
-// template to one signature per group shape (the shapes, kinds, sizes,
-// dtypes and streams of its collectives on that shape and on the shapes
-// enclosing it, whose groups every member shares), interned so that equal
-// signatures get equal class numbers: O(I·D), D the most shapes nested
-// in one shape (at most S, a handful in practice; 1 where no shape nests
-// in another). A group instance then matches exactly when all its
-// members' templates have the same class for its shape. With one
-// template (the SPMD case, whatever R) that holds by construction and
-// nothing is built; otherwise each shape on which the templates disagree
-// costs one pass over the ranks, O(R) time and memory. In all,
-// O(I·D + S*R), never O(R*I). A mismatch is described by walking the two
-// ranks' streams once more, O(I).
+// checks (events, deadlock: ir.VerifyProgram) depend only on the
+// template, so they run once per template that some rank runs: O(I).
+// Collective matching reduces each template to one signature per group
+// shape (the shapes, kinds, sizes, dtypes and streams of its collectives
+// on that shape and on the shapes enclosing it, whose groups every
+// member shares), interned so that equal signatures get equal class
+// numbers: O(I·D), D the most shapes nested in one shape (at most S, a
+// handful in practice; 1 where no shape nests in another). A group
+// instance then matches exactly when all its members' templates have
+// the same class for its shape. With one template (the SPMD case,
+// whatever R) that holds by construction and nothing is built;
+// otherwise each shape on which the templates disagree costs one pass
+// over the ranks, O(R) time and memory. In all, O(I·D + S*R), never
+// O(R*I). A mismatch is described by walking the two ranks' streams once
+// more, O(I).
 //
 // What Match does not model: collectives are taken to complete at once in
 // the per-rank deadlock check, so a cycle that runs through two ranks'
@@ -41,7 +46,6 @@ package codegen
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"amspc/ir"
@@ -87,10 +91,10 @@ func (e *MatchError) Error() string {
 	return b.String()
 }
 
-// Match checks a validated bundle: it returns Validate's error for an
-// inconsistent one, a *MatchError for a violation, nil otherwise.
+// Match checks a bundle: it returns Validate's error for an inconsistent
+// one, a *MatchError for a violation, nil otherwise.
 func Match(b *Bundle) error {
-	if err := Validate(b); err != nil {
+	if err := validateBundle(b); err != nil {
 		return err
 	}
 	// firstRank[t] is the first rank running template t, -1 if none.
@@ -106,12 +110,20 @@ func Match(b *Bundle) error {
 		}
 	}
 	for t := range b.Templates {
-		// A template no rank runs never executes; Validate has checked
-		// that it is well formed.
-		if r := firstRank[t]; r >= 0 {
-			if err := matchEvents(b.Topo, &b.Templates[t], r); err != nil {
-				return err
+		// Validate's check of every template, and for a template some
+		// rank runs, that its streams run to the end (one that no rank
+		// runs never executes).
+		checks := ir.Scheduled
+		if firstRank[t] >= 0 {
+			checks |= ir.Runnable
+		}
+		if err := ir.VerifyProgram(&b.Templates[t], b.Topo, checks); err != nil {
+			var e *ir.EventError
+			if !errors.As(err, &e) {
+				return fmt.Errorf("template %d: %v", t, err)
 			}
+			r := firstRank[t]
+			return &MatchError{Ranks: []int{r}, Rank: r, Stream: ir.StreamName(e.Stream), Index: e.Index, Msg: e.Instr + ": " + e.Msg}
 		}
 	}
 	return matchCollectives(b, firstRank)
@@ -121,76 +133,6 @@ func Match(b *Bundle) error {
 type pc struct{ s, i int }
 
 func (p pc) String() string { return fmt.Sprintf("%s %d", ir.StreamName(p.s), p.i) }
-
-// matchEvents checks one template, run as rank: every waited event is
-// recorded once, and the streams, each in order and a wait blocking until
-// its record has run, all finish.
-func matchEvents(t ir.Topology, p *ir.Program, rank int) error {
-	fail := func(at pc, format string, args ...any) error {
-		in := &p.Streams[at.s][at.i]
-		return &MatchError{Ranks: []int{rank}, Rank: rank, Stream: ir.StreamName(at.s), Index: at.i,
-			Msg: instrText(t, rank, in) + ": " + fmt.Sprintf(format, args...)}
-	}
-	recordAt := make([]pc, p.Events)
-	for e := range recordAt {
-		recordAt[e].s = -1
-	}
-	for s := range p.Streams {
-		for i, in := range p.Streams[s] {
-			if in.Op != ir.Record {
-				continue
-			}
-			if prev := recordAt[in.Event]; prev.s >= 0 {
-				return fail(pc{s, i}, "event e%d is recorded twice, first at %v", in.Event, prev)
-			}
-			recordAt[in.Event] = pc{s, i}
-		}
-	}
-	for s := range p.Streams {
-		for i, in := range p.Streams[s] {
-			if in.Op == ir.Wait && recordAt[in.Event].s < 0 {
-				return fail(pc{s, i}, "event e%d is never recorded on this rank", in.Event)
-			}
-		}
-	}
-
-	// Run the streams: each pass advances every stream as far as it can,
-	// so a pass that moves nothing means the rest is blocked. Every pass
-	// but the last moves an instruction: O(instructions) in all.
-	var at [ir.NumStreams]int
-	done := make([]bool, p.Events)
-	for moved := true; moved; {
-		moved = false
-		for s := range p.Streams {
-			for ; at[s] < len(p.Streams[s]); at[s]++ {
-				in := &p.Streams[s][at[s]]
-				if in.Op == ir.Wait && !done[in.Event] {
-					break
-				}
-				if in.Op == ir.Record {
-					done[in.Event] = true
-				}
-				moved = true
-			}
-		}
-	}
-	var blocked []string
-	first := pc{-1, -1}
-	for s := range p.Streams {
-		if at[s] == len(p.Streams[s]) {
-			continue
-		}
-		if first.s < 0 {
-			first = pc{s, at[s]}
-		}
-		e := p.Streams[s][at[s]].Event
-		blocked = append(blocked, fmt.Sprintf("%s %d (wait e%d) waits for %v (record e%d)", ir.StreamName(s), at[s], e, recordAt[e], e))
-	}
-	if first.s >= 0 {
-		return fail(first, "deadlock: %s", strings.Join(blocked, ", "))
-	}
-	return nil
-}
 
 // collSig is what members of a group must agree on for each collective.
 type collSig struct {
@@ -417,15 +359,28 @@ func collMismatch(b *Bundle, shapeIdx map[ir.Group]int, a, c int) error {
 	return e
 }
 
-// Validate checks that a bundle is self-consistent, so that every index in
-// it can be followed without a bounds check: the topology is non-empty
-// and at most MaxRanks, every rank has a template, every buffer id, event
-// id, opcode, kernel, collective, dtype and group is in range, groups
-// tile the topology, a view is a part of an earlier buffer that fits in
-// it, shapes hold their buffer's elements, layout slots fit their padded
-// length, and a load fills a listed input. Decode refuses what Validate
-// rejects; WriteFile, Match and Disasm run it first.
+// Validate checks that a bundle is self-consistent, so that every index
+// in it can be followed without a bounds check: the topology is
+// non-empty and at most MaxRanks, every rank has a template, and every
+// template is a scheduled program of well-formed buffers, layouts,
+// inputs and instructions whose groups tile the topology (ir.VerifyProgram
+// with ir.Scheduled). Decode refuses what Validate rejects; WriteFile,
+// Match and Disasm run it first.
 func Validate(b *Bundle) error {
+	if err := validateBundle(b); err != nil {
+		return err
+	}
+	for ti := range b.Templates {
+		if err := ir.VerifyProgram(&b.Templates[ti], b.Topo, ir.Scheduled); err != nil {
+			return fmt.Errorf("template %d: %v", ti, err)
+		}
+	}
+	return nil
+}
+
+// validateBundle checks the bundle's own fields: its topology and which
+// template each rank runs.
+func validateBundle(b *Bundle) error {
 	t := b.Topo
 	if t.GPUsPerNode < 1 || t.Nodes < 1 || t.GPUsPerNode > MaxRanks || t.Nodes > MaxRanks/t.GPUsPerNode {
 		return fmt.Errorf("topology %d nodes x %d GPUs: need 1 to %d ranks", t.Nodes, t.GPUsPerNode, MaxRanks)
@@ -441,209 +396,5 @@ func Validate(b *Bundle) error {
 			return fmt.Errorf("rank %d runs template %d, there are %d", r, ti, len(b.Templates))
 		}
 	}
-	for ti := range b.Templates {
-		if err := validateProgram(t, &b.Templates[ti]); err != nil {
-			return fmt.Errorf("template %d: %v", ti, err)
-		}
-	}
 	return nil
 }
-
-func validateProgram(t ir.Topology, p *ir.Program) error {
-	if len(p.Seq) > 0 {
-		return fmt.Errorf("program not scheduled: %d instructions still in sequence form", len(p.Seq))
-	}
-	nbuf := int32(len(p.Buffers))
-	if len(p.Buffers) > math.MaxInt32 {
-		return fmt.Errorf("%d buffers", len(p.Buffers))
-	}
-	for i, buf := range p.Buffers {
-		switch {
-		case buf.DType.Size() == 0:
-			return fmt.Errorf("buffer b%d %q: unknown dtype %v", i, buf.Name, buf.DType)
-		case buf.Elems < 0:
-			return fmt.Errorf("buffer b%d %q: %d elements", i, buf.Name, buf.Elems)
-		case buf.Elems > math.MaxInt64/8:
-			return fmt.Errorf("buffer b%d %q: %d elements overflow a byte count", i, buf.Name, buf.Elems)
-		case buf.Parent < -1 || buf.Parent >= int32(i):
-			return fmt.Errorf("buffer b%d %q: parent b%d is not an earlier buffer", i, buf.Name, buf.Parent)
-		}
-		if len(buf.Shape) > 0 {
-			if n, ok := ir.Shape(buf.Shape).CheckedNumElements(); !ok || n != buf.Elems {
-				return fmt.Errorf("buffer b%d %q: shape %v does not hold %d elements", i, buf.Name, ir.Shape(buf.Shape), buf.Elems)
-			}
-		}
-		if !buf.IsView() {
-			continue
-		}
-		if err := validateGroup(t, buf.Part); err != nil {
-			return fmt.Errorf("view b%d %q: part %v", i, buf.Name, err)
-		}
-		// The last part ends at Offset + Size x Elems.
-		parent := p.Buffers[buf.Parent]
-		if buf.Offset < 0 || buf.Offset > parent.Elems || buf.Elems > (parent.Elems-buf.Offset)/int64(buf.Part.Size()) {
-			return fmt.Errorf("view b%d %q: %d parts of %d elements at offset %d do not fit in b%d %q of %d",
-				i, buf.Name, buf.Part.Size(), buf.Elems, buf.Offset, buf.Parent, parent.Name, parent.Elems)
-		}
-	}
-	for _, l := range p.Layouts {
-		if l.Padded < 0 {
-			return fmt.Errorf("layout %q: padded length %d", l.Stage, l.Padded)
-		}
-		for _, sl := range l.Params {
-			if sl.Offset < 0 || sl.Elems < 0 || sl.Offset > l.Padded-sl.Elems {
-				return fmt.Errorf("layout %q: param %q at %d of %d elements does not fit in %d", l.Stage, sl.Name, sl.Offset, sl.Elems, l.Padded)
-			}
-			if sl.Init.Kind > ir.InitCopy {
-				return fmt.Errorf("layout %q: param %q: unknown init kind %d", l.Stage, sl.Name, sl.Init.Kind)
-			}
-		}
-		// A zero group means no shard.
-		for _, g := range [...]ir.Group{l.PShard, l.OSShard} {
-			if g != (ir.Group{}) {
-				if err := validateGroup(t, g); err != nil {
-					return fmt.Errorf("layout %q: shard %v", l.Stage, err)
-				}
-			}
-		}
-		for _, id := range [...]int32{l.P, l.Master, l.M, l.V} {
-			if id < -1 || id >= nbuf {
-				return fmt.Errorf("layout %q: buffer b%d out of range", l.Stage, id)
-			}
-		}
-	}
-	isInput := make([]bool, len(p.Buffers))
-	for _, in := range p.Inputs {
-		switch {
-		case in.Buf < 0 || in.Buf >= nbuf:
-			return fmt.Errorf("input b%d out of range", in.Buf)
-		case isInput[in.Buf]:
-			return fmt.Errorf("input b%d listed twice", in.Buf)
-		case in.Shift != 0 && in.Shift != 1:
-			return fmt.Errorf("input b%d: shift %d is neither 0 nor 1", in.Buf, in.Shift)
-		}
-		isInput[in.Buf] = true
-	}
-	ninstr := 0
-	for s := range p.Streams {
-		ninstr += len(p.Streams[s])
-	}
-	// Every event is recorded once, so there are no more events than
-	// instructions; the bound keeps per-event tables small.
-	if p.Events < 0 || p.Events > ninstr {
-		return fmt.Errorf("%d events for %d instructions", p.Events, ninstr)
-	}
-	bufOK := func(id int32) bool { return id >= 0 && id < nbuf }
-	for s := range p.Streams {
-		for i := range p.Streams[s] {
-			in := &p.Streams[s][i]
-			if err := validateInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
-				return fmt.Errorf("%s %d: %v", ir.StreamName(s), i, err)
-			}
-		}
-	}
-	return nil
-}
-
-func validateInstr(t ir.Topology, in *ir.Instr, bufOK func(int32) bool, isInput []bool, events, layouts int) error {
-	// Fields an opcode does not use must still hold known values, so that
-	// printing them can never surprise.
-	switch {
-	case in.Op >= ir.NumOpCodes:
-		return fmt.Errorf("unknown opcode %d", in.Op)
-	case in.Kern != ir.InvalidOp && !knownOp[in.Kern]:
-		return fmt.Errorf("unknown kernel %d", in.Kern)
-	case in.Coll >= ir.NumColls:
-		return fmt.Errorf("unknown collective %d", in.Coll)
-	case in.DType != ir.InvalidDType && in.DType.Size() == 0:
-		return fmt.Errorf("unknown dtype %d", in.DType)
-	}
-	for _, a := range in.Attrs {
-		if a.Val.Type > ir.AttrBool {
-			return fmt.Errorf("attribute %q: unknown type %d", a.Name, a.Val.Type)
-		}
-	}
-	switch in.Op {
-	case ir.Alloc, ir.Free:
-		if !bufOK(in.Buf) {
-			return fmt.Errorf("%v: buffer b%d out of range", in.Op, in.Buf)
-		}
-	case ir.Load:
-		if !bufOK(in.Buf) || !isInput[in.Buf] {
-			return fmt.Errorf("load: b%d is not an input", in.Buf)
-		}
-	case ir.Kernel:
-		if !knownOp[in.Kern] {
-			return fmt.Errorf("kernel without an op")
-		}
-		info := in.Kern.Info()
-		if len(in.Args) != info.Arity || len(in.Outs) != info.NumResults() {
-			return fmt.Errorf("kernel %v: %d arguments and %d results, want %d and %d", in.Kern, len(in.Args), len(in.Outs), info.Arity, info.NumResults())
-		}
-		for _, a := range in.Args {
-			if !bufOK(a) {
-				return fmt.Errorf("kernel %v: argument b%d out of range", in.Kern, a)
-			}
-		}
-		for _, o := range in.Outs {
-			if !bufOK(o) {
-				return fmt.Errorf("kernel %v: result b%d out of range", in.Kern, o)
-			}
-		}
-		// Attributes as the op table declares them, so a kernel never
-		// reads a missing one as zero.
-		if err := ir.CheckAttrs(in.Kern, in.Attrs); err != nil {
-			return fmt.Errorf("kernel %v: %v", in.Kern, err)
-		}
-		// The optimizer runs on a stage's flat shard, whose layout says
-		// which elements are decayed.
-		if in.Kern == ir.AdamWStep && (in.Stage < 0 || int(in.Stage) >= layouts) {
-			return fmt.Errorf("kernel %v: stage %d has no layout (%d layouts)", in.Kern, in.Stage, layouts)
-		}
-	case ir.Collective:
-		switch {
-		case !bufOK(in.In) || !bufOK(in.Out):
-			return fmt.Errorf("%v: buffer b%d -> b%d out of range", in.Coll, in.In, in.Out)
-		case in.Bytes < 0:
-			return fmt.Errorf("%v: %d bytes", in.Coll, in.Bytes)
-		case in.DType.Size() == 0:
-			return fmt.Errorf("%v: no dtype", in.Coll)
-		}
-		if err := validateGroup(t, in.Group); err != nil {
-			return fmt.Errorf("%v: %v", in.Coll, err)
-		}
-	case ir.Record, ir.Wait:
-		if in.Event < 0 || int(in.Event) >= events {
-			return fmt.Errorf("%v: event e%d out of range (%d events)", in.Op, in.Event, events)
-		}
-	}
-	return nil
-}
-
-// validateGroup checks that g's blocks tile the topology and its Inner
-// blocks tile Outer, the conditions under which Group.Ranks and
-// Group.Index agree and every rank is in exactly one group.
-func validateGroup(t ir.Topology, g ir.Group) error {
-	o, in := g.Outer, g.Inner
-	switch {
-	case o.S0 < 1 || o.S1 < 1 || in.S0 < 1 || in.S1 < 1:
-		return fmt.Errorf("group %v/%v has an empty factor", o, in)
-	case t.GPUsPerNode%o.S0 != 0 || t.Nodes%o.S1 != 0:
-		return fmt.Errorf("group %v does not tile %d nodes x %d GPUs", o, t.Nodes, t.GPUsPerNode)
-	case o.S0%in.S0 != 0 || o.S1%in.S1 != 0:
-		return fmt.Errorf("group %v/%v: inner factor does not tile the outer", o, in)
-	}
-	return nil
-}
-
-// knownOp[k] says whether k is a kernel of the IR's op table.
-var knownOp = func() (known [256]bool) {
-	for k := range known {
-		if kind := ir.OpKind(k); kind != ir.InvalidOp {
-			if l, ok := ir.LookupOp(kind.String()); ok && l == kind {
-				known[k] = true
-			}
-		}
-	}
-	return known
-}()

@@ -5,8 +5,12 @@
 //
 // In: an ir.Job from the frontend and a cost.Plan (the shard section's,
 // --shard's or the planner's; Choose picks). Out: a Result holding the
-// training graph after the passes, the rank template, the bundle (checked
-// by codegen.Match) and its simulated timeline.
+// training graph after the passes, the rank template, the bundle and its
+// simulated timeline. The compiler runs one pipeline (passes.Pipeline):
+// the graph and distribution passes, the schedule, its simulation on the
+// cost model's machine, fitting the prefetch depth to the GPU's memory
+// and collective matching; here it only prepares the job, the cost model
+// and the plan's Distribution, and labels the bundle.
 //
 // The job given is never modified: the passes run on a copy, and a plan
 // whose micro-batch size differs from the train section's is compiled
@@ -67,22 +71,16 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 			cost.GiB(r.Model.Reserve()), cost.GiB(r.Model.Limit()))
 	}
 	t := r.Job.Train
-	c := r.Job.Cluster
-	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
-	bundle := &codegen.Bundle{Model: r.Job.Graph.Name, Topo: topo, Plan: Label(plan), Micro: r.Micro,
-		Templates: []ir.Program{*r.Program}, Machine: machineOf(c),
-		Train: codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}}
-	if err := codegen.Match(bundle); err != nil {
-		return nil, &ir.InternalError{Pass: "match", Err: err}
-	}
-	r.Bundle = bundle
+	b := r.State.Bundle
+	b.Plan, b.Machine = Label(plan), machineOf(r.Job.Cluster)
+	b.Train = codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}
+	r.Bundle = b
 	return r, nil
 }
 
-// compile runs the passes and simulates the program. Without a fixed
-// depth it takes the deepest prefetch (up to two stages of gathered
-// params live) whose simulated peak fits the GPU, or depth 1 with Fits
-// false.
+// compile runs the pipeline for plan. Without a fixed depth the fit
+// pass takes the deepest prefetch (up to two stages of gathered params
+// live) whose simulated peak fits the GPU, or depth 1 with Fits false.
 func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if job.Cluster == nil || job.Train == nil {
 		return nil, fmt.Errorf("compiling needs a cluster and a train section (or --cluster / --train FILE)")
@@ -108,8 +106,14 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if depth <= 0 {
 		depth = 2
 	}
+	fits := func(tl *simulator.Timeline) bool { return m.Needed(tl.PeakBytes, tl.PersistentBytes) <= m.Limit() }
 	po := opts.Passes
 	po.Recompute = plan.Recompute
+	po.Machine = m.Machine
+	po.Fits = nil
+	if opts.Depth <= 0 {
+		po.Fits = fits
+	}
 	po.Dist = &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: depth,
 		BucketBytes: int64(m.Config.BucketBytes),
 		Hierarchical: func(c ir.Coll, bytes float64, mesh ir.Factor) bool {
@@ -119,23 +123,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog := s.Prog
-	mach := m.Machine
-	tl, err := simulator.Simulate(prog, mach, StageNames(prog))
-	if err != nil {
-		return nil, err
-	}
-	fits := func() bool { return m.Needed(tl.PeakBytes, tl.PersistentBytes) <= m.Limit() }
-	for opts.Depth <= 0 && depth > 1 && !fits() {
-		depth--
-		if prog, err = passes.Reschedule(s, depth); err != nil {
-			return nil, err
-		}
-		if tl, err = simulator.Simulate(prog, mach, StageNames(prog)); err != nil {
-			return nil, err
-		}
-	}
-	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: prog, Timeline: tl, Micro: int(M), Fits: fits()}, nil
+	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: s.Prog, Timeline: s.Timeline, Micro: int(M), Fits: fits(s.Timeline)}, nil
 }
 
 // forPlan returns a copy of job that the passes may extend, lowered again
@@ -213,11 +201,6 @@ func machineOf(c *ir.Cluster) codegen.Machine {
 		MemoryBytes: c.GPU.MemoryBytes, MemBW: c.GPU.MemBW, MatMulHalf: c.GPU.MatMulHalf, SharedCores: c.GPU.SharedCores}
 }
 
-// StageNames lists a program's stages in order (for timelines).
-func StageNames(p *ir.Program) []string {
-	var out []string
-	for _, l := range p.Layouts {
-		out = append(out, l.Stage)
-	}
-	return out
-}
+// StageNames lists a program's stages in order (for timelines):
+// passes.StageNames, which the simulate pass uses.
+func StageNames(p *ir.Program) []string { return passes.StageNames(p) }

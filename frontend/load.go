@@ -180,6 +180,8 @@ type Options struct {
 	// Profile replaces the cluster section's profile setting (--profile
 	// FILE): a path as given on the command line, relative to the
 	// working directory, where the setting's is relative to its file.
+	// Either is only recorded on the job (ir.Cluster.Profile and where
+	// it was named): the frontend reads its sources and nothing else.
 	Profile string
 }
 

@@ -5,11 +5,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"amspc/cost/profile"
 )
 
 // A cluster's profile path is relative to the file that names it, not to
-// the working directory; reading it fails at the setting's position, and
-// Options.Profile (--profile) replaces it.
+// the working directory, and Options.Profile (--profile) replaces it. The
+// frontend only records the path and where it was named; reading it
+// (profile.Check) fails at the setting's position, or at --profile.
 func TestProfilePath(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) {
@@ -41,9 +44,9 @@ func TestProfilePath(t *testing.T) {
 		}
 		job, err := LoadWith(opts, Source{Name: name, Text: b})
 		if err != nil {
-			return "", err
+			t.Fatalf("%s: %v", name, err)
 		}
-		return job.Cluster.Profile, nil
+		return job.Cluster.Profile, profile.Check(job.Cluster)
 	}
 	if got, err := load("../sub/good.amsp", Options{}); err != nil || got != "../sub/p.csv" {
 		t.Errorf("profile beside the model: %q, %v; want ../sub/p.csv", got, err)

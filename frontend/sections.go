@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"amspc/cluster"
-	"amspc/cost/profile"
 	"amspc/ir"
 )
 
@@ -352,21 +351,15 @@ func lowerCluster(d *diag, c *ClusterSection, profileFlag string) *ir.Cluster {
 		d.errorf(pos(st.Value.Pos), "cluster.profile must name a file, not an empty string")
 		ok = false
 	} else if profileFlag != "" {
-		// --profile wins; the file's setting is not read.
-		if _, err := profile.Read(profileFlag); err != nil {
-			d.errorf(ir.Pos{File: "--profile"}, "%v", err)
-			ok = false
-		}
-		out.Profile = profileFlag
+		// --profile wins; the file's setting is not used. The
+		// frontend reads only its sources: the caller reads the
+		// profile (cost/profile.Check), reporting errors where it was
+		// named.
+		out.Profile, out.ProfilePos = profileFlag, ir.Pos{File: "--profile"}
 	} else if st != nil {
 		// Relative to the file that names it, as an include would be,
 		// so a model and its profile move together.
-		path := besideFile(st, p)
-		if _, err := profile.Read(path); err != nil {
-			d.errorf(pos(st.Pos), "profile %q: %v", p, err)
-			ok = false
-		}
-		out.Profile = path
+		out.Profile, out.ProfilePos, out.ProfileSetting = besideFile(st, p), pos(st.Pos), p
 	}
 	if !ok {
 		return nil

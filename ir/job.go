@@ -63,8 +63,15 @@ type Cluster struct {
 	// Per-step latency of a collective inside a node and across nodes
 	// (the alpha of the alpha-beta model), seconds.
 	IntraLatency, InterLatency float64
-	Profile                    string // measured bandwidth profile file, "" if none
-	Pos                        Pos
+	// Profile is the measured profile file to cost with, "" if none: the
+	// cluster section's profile setting (relative to the file naming
+	// it) or --profile. The frontend records it without reading it;
+	// errors reading it belong at ProfilePos, the setting's position
+	// (ProfileSetting is its text as written) or Pos{File: "--profile"}.
+	Profile        string
+	ProfilePos     Pos
+	ProfileSetting string
+	Pos            Pos
 }
 
 // Default per-hop latencies of a collective ring (NCCL's Simple protocol)

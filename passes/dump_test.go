@@ -18,7 +18,9 @@ import (
 // testdata/<pass>/ holds a model (model.amsp) and the expected
 // -dump-after=<pass> output (section "dump"), which -update regenerates.
 // A model with a shard section is compiled under that plan on its
-// cluster (the distribution passes need one).
+// cluster (the distribution passes need one), as amspc compile does: the
+// fit pass takes the deepest prefetch that fits the cluster's memory. An
+// optional section "d" holds -d flags (check is always on).
 // Every pass of the pipeline has at least one case.
 func TestDumpAfterEachPass(t *testing.T) {
 	for _, name := range passes.Names() {
@@ -39,6 +41,11 @@ func TestDumpAfterEachPass(t *testing.T) {
 				}
 				var dump strings.Builder
 				opts := passes.Options{Check: true, Recompute: job.Train.Recompute, DumpAfter: name, Dump: &dump}
+				if d, ok := golden.Section(ar, "d"); ok {
+					if err := opts.SetDebug(strings.TrimSpace(d)); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if isDist(name) {
 					// A distribution pass: compiled under the shard
 					// section's plan on the file's cluster.
@@ -46,7 +53,7 @@ func TestDumpAfterEachPass(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := compiler.Compile(job, plan, compiler.Options{Passes: opts, Depth: 2}); err != nil {
+					if _, err := compiler.Compile(job, plan, compiler.Options{Passes: opts}); err != nil {
 						t.Fatal(err)
 					}
 				} else if _, err := passes.Run(job, opts); err != nil {

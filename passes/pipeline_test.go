@@ -96,3 +96,26 @@ func TestDumpAfter(t *testing.T) {
 		t.Errorf("unknown pass: %v", err)
 	}
 }
+
+// TestSetDebug: -d takes check and NAME/off for an optional pass,
+// comma-separated; a pass that is not optional, or not a pass, is
+// refused by name, and so is Options.Off naming one.
+func TestSetDebug(t *testing.T) {
+	var o passes.Options
+	if err := o.SetDebug("check,bucket/off,hierarchical/off,bucket/off"); err != nil || !o.Check || strings.Join(o.Off, " ") != "bucket hierarchical" {
+		t.Errorf("check,bucket/off,hierarchical/off: %v, %+v", err, o)
+	}
+	for _, c := range []struct{ flags, want string }{
+		{"nocheck", "unknown debug flag -d=nocheck (known: check, and PASS/off for an optional pass: reduce-scatter, redundant-gathers, bucket, hierarchical)"},
+		{"check,lower/off", "-d=lower/off: lower cannot be switched off; the optional passes are reduce-scatter, redundant-gathers, bucket, hierarchical"},
+		{"sharding/off", "-d=sharding/off: no such pass (passes: autodiff, "},
+	} {
+		var o passes.Options
+		if err := o.SetDebug(c.flags); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("-d=%s: %v, want %s", c.flags, err, c.want)
+		}
+	}
+	if _, err := passes.Run(testjob.Load(t, "tiny"), passes.Options{Off: []string{"schedule"}}); err == nil || !strings.Contains(err.Error(), "schedule cannot be switched off") {
+		t.Errorf("Off: [schedule]: %v", err)
+	}
+}

@@ -104,7 +104,7 @@ func TestAllReduceToReduceScatter(t *testing.T) {
 			if got := text(s.Prog); got != c.want {
 				t.Errorf("got\n%swant\n%s", got, c.want)
 			}
-			if err := ir.VerifyProgram(s.Prog, false); err != nil {
+			if err := ir.VerifyProgram(s.Prog, ir.Topology{}, ir.Consistent); err != nil {
 				t.Error(err)
 			}
 		})

@@ -6,6 +6,7 @@
 //
 // In: an ir.Program after the passes' schedule pass (passes.Pipeline:
 // lower, collectives, reduce-scatter, redundant-gathers, bucket,
-// hierarchical, schedule decide what runs where and when). Out: a
-// Timeline.
+// hierarchical, schedule decide what runs where and when; its simulate
+// stage calls Simulate, and fit simulates each prefetch depth it tries).
+// Out: a Timeline.
 package simulator

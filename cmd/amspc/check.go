@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"amspc/cost"
+	"amspc/cost/profile"
 	"amspc/frontend"
 	"amspc/ir"
 )
@@ -95,7 +97,19 @@ func (lf *loadFlags) load(name string) (*ir.Job, error) {
 	if lf.shard != "" {
 		extra = append(extra, frontend.Source{Name: "--shard", Text: []byte("shard " + lf.shard), Section: "shard", Prefix: len("shard ")})
 	}
-	return frontend.LoadWith(frontend.Options{Profile: lf.profile}, src, extra...)
+	job, err := frontend.LoadWith(frontend.Options{Profile: lf.profile}, src, extra...)
+	if err != nil {
+		return nil, err
+	}
+	// The frontend records the profile's path; a file that cannot be
+	// read is a user error where the setting or --profile named it.
+	var se *profile.SettingError
+	if err := profile.Check(job.Cluster); errors.As(err, &se) {
+		return nil, frontend.ErrorList{{Pos: se.Pos, Msg: se.Msg}}
+	} else if err != nil {
+		return nil, err
+	}
+	return job, nil
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -167,38 +181,15 @@ type checkSummary struct {
 		Values int `json:"values"`
 		Ops    int `json:"ops"`
 	} `json:"model"`
-	FlopsPerToken        float64 `json:"flops_per_token"`
-	FlopsFormula         string  `json:"flops_formula"`
-	MatMulWeights        int64   `json:"matmul_weights"`
-	AttentionFlopsPerTok float64 `json:"attention_flops_per_token"`
-	StateBytesPerParam   int64   `json:"model_state_bytes_per_param"`
-	ModelStateBytes      int64   `json:"model_state_bytes"`
-	Cluster              *struct {
-		Name           string  `json:"name"`
-		Nodes          int     `json:"nodes"`
-		GPUsPerNode    int     `json:"gpus_per_node"`
-		GPUs           int     `json:"gpus"`
-		GPU            string  `json:"gpu"`
-		GPUMemoryBytes int64   `json:"gpu_memory_bytes"`
-		PeakFlops      float64 `json:"peak_flops"`
-		IntraNodeBW    float64 `json:"intra_node_bw"`
-		InterNodeBW    float64 `json:"inter_node_bw"`
-		Profile        string  `json:"profile,omitempty"`
-	} `json:"cluster,omitempty"`
-	Train *struct {
-		SeqLen        int64    `json:"seq_len"`
-		MicroBatch    int64    `json:"micro_batch"`
-		GlobalBatch   int64    `json:"global_batch"`
-		TokensPerStep int64    `json:"tokens_per_step"`
-		DataParallel  int      `json:"data_parallel,omitempty"`
-		MicroBatches  int64    `json:"micro_batches,omitempty"`
-		Precision     string   `json:"precision"`
-		Recompute     string   `json:"recompute"`
-		Optimizer     ir.AdamW `json:"optimizer"`
-		Steps         int64    `json:"steps"`
-		Seed          int64    `json:"seed"`
-	} `json:"train,omitempty"`
-	Shard struct {
+	FlopsPerToken        float64         `json:"flops_per_token"`
+	FlopsFormula         string          `json:"flops_formula"`
+	MatMulWeights        int64           `json:"matmul_weights"`
+	AttentionFlopsPerTok float64         `json:"attention_flops_per_token"`
+	StateBytesPerParam   int64           `json:"model_state_bytes_per_param"`
+	ModelStateBytes      int64           `json:"model_state_bytes"`
+	Cluster              *clusterSummary `json:"cluster,omitempty"`
+	Train                *trainSummary   `json:"train,omitempty"`
+	Shard                struct {
 		Mode      string  `json:"mode"`
 		SP        *[2]int `json:"s_p,omitempty"`
 		SG        *[2]int `json:"s_g,omitempty"`
@@ -207,10 +198,76 @@ type checkSummary struct {
 	} `json:"shard"`
 }
 
+// clusterSummary is check's account of the cluster section.
+type clusterSummary struct {
+	Name           string  `json:"name"`
+	Nodes          int     `json:"nodes"`
+	GPUsPerNode    int     `json:"gpus_per_node"`
+	GPUs           int     `json:"gpus"`
+	GPU            string  `json:"gpu"`
+	GPUMemoryBytes int64   `json:"gpu_memory_bytes"`
+	PeakFlops      float64 `json:"peak_flops"`
+	IntraNodeBW    float64 `json:"intra_node_bw"`
+	InterNodeBW    float64 `json:"inter_node_bw"`
+	Profile        string  `json:"profile,omitempty"`
+}
+
+// trainSummary is check's account of the train section.
+type trainSummary struct {
+	SeqLen        int64    `json:"seq_len"`
+	MicroBatch    int64    `json:"micro_batch"`
+	GlobalBatch   int64    `json:"global_batch"`
+	TokensPerStep int64    `json:"tokens_per_step"`
+	DataParallel  int      `json:"data_parallel,omitempty"`
+	MicroBatches  int64    `json:"micro_batches,omitempty"`
+	Precision     string   `json:"precision"`
+	Recompute     string   `json:"recompute"`
+	Optimizer     ir.AdamW `json:"optimizer"`
+	Steps         int64    `json:"steps"`
+	Seed          int64    `json:"seed"`
+}
+
 // maxDP bounds check's --dp: the cluster section's most nodes of 8 GPUs.
 const maxDP = 8 << 20
 
+// summarise gathers what check reports of a job: the model's size and
+// FLOPs, then the sections; dp is --dp (0: every GPU of the cluster).
 func summarise(job *ir.Job, dp int) (*checkSummary, error) {
+	s := summariseModel(job)
+	if c := job.Cluster; c != nil {
+		s.Cluster = &clusterSummary{c.Name, c.Nodes, c.GPUsPerNode, c.GPUs(), c.GPU.Name, c.GPU.MemoryBytes, c.GPU.PeakFLOPS, c.IntraBW, c.InterBW, c.Profile}
+		if dp > c.GPUs() {
+			return nil, fmt.Errorf("--dp %d is more than the cluster's %d GPUs", dp, c.GPUs())
+		}
+	}
+	given := dp > 0
+	if c := job.Cluster; c != nil && dp == 0 {
+		dp = c.GPUs()
+	}
+	if t := job.Train; t != nil {
+		ts, err := summariseTrain(t, dp)
+		if err != nil {
+			return nil, err
+		}
+		s.Train = ts
+	} else if given {
+		return nil, fmt.Errorf("--dp needs a train section")
+	}
+	sh := job.Shard
+	s.Shard.Mode = sh.Label()
+	if sh.Mode != ir.ShardAuto {
+		f := func(x ir.Factor) *[2]int { return &[2]int{x.S0, x.S1} }
+		s.Shard.SP, s.Shard.SG, s.Shard.SOS = f(sh.P), f(sh.G), f(sh.OS)
+		if sh.Secondary != (ir.Factor{}) {
+			s.Shard.Secondary = f(sh.Secondary)
+		}
+	}
+	return s, nil
+}
+
+// summariseModel counts the model's params, values and FLOPs, and the
+// bytes of its model states at the train section's precision.
+func summariseModel(job *ir.Job) *checkSummary {
 	g := job.Graph
 	st := cost.Stats(g)
 	s := &checkSummary{File: g.Pos.File}
@@ -235,63 +292,23 @@ func summarise(job *ir.Job, dp int) (*checkSummary, error) {
 	}
 	s.StateBytesPerParam = cost.StateBytesPerParam(prec)
 	s.ModelStateBytes = s.StateBytesPerParam * st.Params
-	if c := job.Cluster; c != nil {
-		s.Cluster = &struct {
-			Name           string  `json:"name"`
-			Nodes          int     `json:"nodes"`
-			GPUsPerNode    int     `json:"gpus_per_node"`
-			GPUs           int     `json:"gpus"`
-			GPU            string  `json:"gpu"`
-			GPUMemoryBytes int64   `json:"gpu_memory_bytes"`
-			PeakFlops      float64 `json:"peak_flops"`
-			IntraNodeBW    float64 `json:"intra_node_bw"`
-			InterNodeBW    float64 `json:"inter_node_bw"`
-			Profile        string  `json:"profile,omitempty"`
-		}{c.Name, c.Nodes, c.GPUsPerNode, c.GPUs(), c.GPU.Name, c.GPU.MemoryBytes, c.GPU.PeakFLOPS, c.IntraBW, c.InterBW, c.Profile}
-		if dp > c.GPUs() {
-			return nil, fmt.Errorf("--dp %d is more than the cluster's %d GPUs", dp, c.GPUs())
+	return s
+}
+
+// summariseTrain is the train section's account, with the micro-batch
+// count over dp data-parallel GPUs when dp is known.
+func summariseTrain(t *ir.Train, dp int) (*trainSummary, error) {
+	ts := &trainSummary{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, TokensPerStep: t.TokensPerStep(),
+		Precision: t.Precision.String(), Recompute: t.Recompute.String(), Optimizer: t.Optimizer,
+		Steps: t.Steps, Seed: t.Seed}
+	if dp > 0 {
+		m, err := t.MicroBatches(dp)
+		if err != nil {
+			return nil, err
 		}
+		ts.DataParallel, ts.MicroBatches = dp, m
 	}
-	given := dp > 0
-	if c := job.Cluster; c != nil && dp == 0 {
-		dp = c.GPUs()
-	}
-	if t := job.Train; t != nil {
-		s.Train = &struct {
-			SeqLen        int64    `json:"seq_len"`
-			MicroBatch    int64    `json:"micro_batch"`
-			GlobalBatch   int64    `json:"global_batch"`
-			TokensPerStep int64    `json:"tokens_per_step"`
-			DataParallel  int      `json:"data_parallel,omitempty"`
-			MicroBatches  int64    `json:"micro_batches,omitempty"`
-			Precision     string   `json:"precision"`
-			Recompute     string   `json:"recompute"`
-			Optimizer     ir.AdamW `json:"optimizer"`
-			Steps         int64    `json:"steps"`
-			Seed          int64    `json:"seed"`
-		}{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, TokensPerStep: t.TokensPerStep(),
-			Precision: t.Precision.String(), Recompute: t.Recompute.String(), Optimizer: t.Optimizer,
-			Steps: t.Steps, Seed: t.Seed}
-		if dp > 0 {
-			m, err := t.MicroBatches(dp)
-			if err != nil {
-				return nil, err
-			}
-			s.Train.DataParallel, s.Train.MicroBatches = dp, m
-		}
-	} else if given {
-		return nil, fmt.Errorf("--dp needs a train section")
-	}
-	sh := job.Shard
-	s.Shard.Mode = sh.Label()
-	if sh.Mode != ir.ShardAuto {
-		f := func(x ir.Factor) *[2]int { return &[2]int{x.S0, x.S1} }
-		s.Shard.SP, s.Shard.SG, s.Shard.SOS = f(sh.P), f(sh.G), f(sh.OS)
-		if sh.Secondary != (ir.Factor{}) {
-			s.Shard.Secondary = f(sh.Secondary)
-		}
-	}
-	return s, nil
+	return ts, nil
 }
 
 func printSummary(w io.Writer, name string, job *ir.Job, s *checkSummary) {

@@ -27,13 +27,13 @@ const BundleName = "plan.amspplan"
 // plan (the file's shard section, --shard, or the planner's choice), the
 // scheduler's per-rank streams, collective matching, and the bundle.
 func runCompile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("compile", "usage: amspc compile [-o DIR] [--shard PLAN] [--bucket BYTES] [-dump-after=PASS|all] [-d=check] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("compile", "usage: amspc compile [-o DIR] [--shard PLAN] [--bucket BYTES] [-dump-after=PASS|all] [-d=check|PASS/off] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	out := fs.String("o", "out", "write the plan bundle into `DIR`")
 	lf.registerShard(fs, "compile")
-	dump := fs.String("dump-after", "", "print the IR after `PASS` (or all): "+strings.Join(passes.Names(), ", "))
-	debug := fs.String("d", "", "debug flags: check (verify the IR after every pass)")
+	dump := fs.String("dump-after", "", "print what `PASS` produced (or every pass's: all): "+strings.Join(passes.Names(), ", "))
+	debug := fs.String("d", "", "debug flags, comma-separated: check (verify the IR after every pass), PASS/off (skip an optional pass: "+strings.Join(passes.Optional(), ", ")+")")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "fuse the replica all-reduces of consecutive stages into buckets of `BYTES`")
 	file, ok := oneFile(fs, args)
 	if !ok {
@@ -43,8 +43,9 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc compile: --bucket %d is out of range (at least 1 byte)\n", *bucket)
 		return exitUser
 	}
-	if *debug != "" && *debug != "check" {
-		fmt.Fprintf(stderr, "amspc compile: unknown debug flag -d=%s (known: check)\n", *debug)
+	opts := passes.Options{DumpAfter: *dump, Dump: stdout}
+	if err := opts.SetDebug(*debug); err != nil {
+		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
 		return exitUser
 	}
 	// Before loading, so a typo costs nothing (the passes check it too).
@@ -58,7 +59,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := cost.DefaultConfig
 	cfg.BucketBytes = float64(*bucket)
-	cj, st := compileJob(file, job, passes.Options{Check: *debug == "check", DumpAfter: *dump, Dump: stdout}, cfg, stderr)
+	cj, st := compileJob(file, job, opts, cfg, stderr)
 	if st != exitOK {
 		return st
 	}

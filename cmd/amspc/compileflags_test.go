@@ -27,7 +27,7 @@ func TestCompileFlagRanges(t *testing.T) {
 		{[]string{"compile", "--bucket", "-4096", "-o", dir, tiny}, `^amspc compile: --bucket -4096 is out of range \(at least 1 byte\)$`},
 		{[]string{"compile", "-o", "", tiny}, `^amspc compile: -o "": the flag needs a value$`},
 		{[]string{"compile", "-dump-after", "bogus", "-o", dir, tiny}, `^amspc compile: -dump-after=bogus: no such pass \(passes: autodiff, .*, or all\)$`},
-		{[]string{"compile", "-d", "nocheck", "-o", dir, tiny}, `^amspc compile: unknown debug flag -d=nocheck \(known: check\)$`},
+		{[]string{"compile", "-d", "nocheck", "-o", dir, tiny}, `^amspc compile: unknown debug flag -d=nocheck \(known: check, and PASS/off for an optional pass: reduce-scatter, redundant-gathers, bucket, hierarchical\)$`},
 		{[]string{"disasm", "--rank", "-1", dir}, `^amspc disasm: --rank -1: rank -1 is not in the plan's 8 ranks \(0 to 7\)$`},
 		{[]string{"disasm", "--rank", "99999", dir}, `^amspc disasm: --rank 99999: rank 99999 is not in the plan's 8 ranks \(0 to 7\)$`},
 		{[]string{"disasm", "--rank", "0,x", dir}, `^amspc disasm: --rank 0,x: "x" is not a rank number$`},

@@ -6,7 +6,7 @@
 //	amspc check [--json] [--cluster FILE] [--train FILE] [--dp N] FILE...
 //	amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] FILE
 //	amspc plan --sweep nodes=1,2,4,... [--sweep-batch per-gpu|fixed] [--json] FILE
-//	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS] FILE
+//	amspc compile [-o DIR] [--shard PLAN] [-dump-after=PASS|all] [-d=check,PASS/off] FILE
 //	amspc disasm [--rank N,...] PLAN
 //	amspc trace [-o trace.json] [--profile FILE] PLAN
 //	amspc run [--steps N] [--data PATH] [--log FILE] [--profile FILE] [--save DIR] FILE|PLAN   (mpirun -n N with -tags mpi)

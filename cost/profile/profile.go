@@ -2,8 +2,9 @@
 // `amspc profile` writes and the cost model reads: collective bandwidths
 // by kind, group shape and size, and kernel times by op and operand
 // shapes (docs/profile.md). In: a CSV file. Out: a Profile that answers
-// Bandwidth and KernelTime. It imports only ir, so the frontend can read
-// a profile where a cluster section names it.
+// Bandwidth and KernelTime. It imports only ir; Check reads the profile a
+// job's cluster names and reports errors where it was named (the
+// frontend records the path without reading it).
 package profile
 
 import (

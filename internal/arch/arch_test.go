@@ -64,6 +64,8 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("%s imports participle; only frontend may", pkg)
 			case strings.HasPrefix(pkg, "engine") && (imp == "amspc/passes" || imp == "amspc/frontend" || imp == "amspc/compiler"):
 				t.Errorf("%s imports %s; the engine runs plans, it does not compile models", pkg, imp)
+			case pkg == "frontend" && strings.HasPrefix(imp, "amspc/") && imp != "amspc/ir" && imp != "amspc/cluster":
+				t.Errorf("frontend imports %s; it reads its sources and imports only ir and cluster (and participle) of ours", imp)
 			case pkg == "codegen" && imp != "amspc/ir" && imp != "amspc/internal/outfile" && strings.HasPrefix(imp, "amspc/"):
 				t.Errorf("codegen imports %s; it encodes what the scheduler decided and imports only ir (and outfile to write it)", imp)
 			case pkg == "internal/outfile" && strings.HasPrefix(imp, "amspc/"):
