@@ -641,8 +641,8 @@ func (l *modelLowerer) call(c *Call) operand {
 			bad = true
 			continue
 		}
-		if v, isNum := op.number(); isNum && floatAttrs[a.Key] {
-			if msg := attrRange(a.Key, v); msg != "" {
+		if v, isNum := op.number(); isNum {
+			if msg := attrRange(kind, a.Key, v); msg != "" {
 				l.d.errorf(op.pos, "attribute %s of %s %s", a.Key, c.Name, msg)
 				bad = true
 				continue
@@ -657,30 +657,14 @@ func (l *modelLowerer) call(c *Call) operand {
 	return l.apply(kind, p, args, attrs, attrPos)
 }
 
-// floatAttrs are the float attributes of source ops, each with a range
-// attrRange checks: a norm's eps keeps it from dividing by zero and
-// rope's theta is a base wavelength, both meaningless at zero or below;
-// scale's by is any number fp32 holds. (Integer ones, heads and
-// kv_heads, are checked by the ops' shape rules.)
-// TestFloatAttrsHaveRanges keeps the list in step with the op table.
-var floatAttrs = map[string]bool{"eps": true, "theta": true, "by": true}
-
-// attrRange says what is wrong with the value v of a float attribute, or
-// "". The norms take eps in fp32, where a value that is positive in
-// float64 can round to 0 (the division eps guards) or overflow; scale
-// multiplies by its factor in fp32.
-func attrRange(name string, v float64) string {
-	switch {
-	case name == "by" && math.IsInf(float64(float32(v)), 0):
-		return "= " + ir.FormatFloat(v) + " is beyond the range of fp32, the precision scale multiplies in"
-	case name == "by":
-		return ""
-	case !(v > 0):
-		return "must be positive, not " + ir.FormatFloat(v)
-	case name == "eps" && float32(v) == 0:
-		return "= " + ir.FormatFloat(v) + " is 0 in fp32, the precision the norm computes in"
-	case name == "eps" && math.IsInf(float64(float32(v)), 0):
-		return "= " + ir.FormatFloat(v) + " is beyond the range of fp32, the precision the norm computes in"
+// attrRange says what is wrong with the value v of attribute name of
+// kind, or "": the op table's range of the attribute (ir.AttrSpec.Range;
+// integer ones, heads and kv_heads, are checked by the ops' shape rules).
+func attrRange(kind ir.OpKind, name string, v float64) string {
+	for _, s := range kind.Info().Attrs {
+		if s.Name == name && s.Range != nil {
+			return s.Range(v)
+		}
 	}
 	return ""
 }

@@ -58,6 +58,42 @@ type AttrSpec struct {
 	Type     AttrType
 	Required bool
 	Default  AttrVal // used when !Required and the attribute is absent
+	// Range says what is wrong with a float attribute's value, "" when
+	// nothing is; every float attribute a source can write has one
+	// (the frontend reports it at the value).
+	Range func(v float64) string
+}
+
+// positive is the range of a float attribute meaningless at zero or
+// below (rope's theta, a base wavelength).
+func positive(v float64) string {
+	if !(v > 0) {
+		return "must be positive, not " + FormatFloat(v)
+	}
+	return ""
+}
+
+// positiveF32 is the range of a positive attribute an op computes with in
+// fp32 (a norm's eps, which keeps it from dividing by zero): a value
+// positive in float64 can round to 0 in fp32, or overflow.
+func positiveF32(v float64) string {
+	switch {
+	case !(v > 0):
+		return "must be positive, not " + FormatFloat(v)
+	case float32(v) == 0:
+		return "= " + FormatFloat(v) + " is 0 in fp32, the precision the norm computes in"
+	case math.IsInf(float64(float32(v)), 0):
+		return "= " + FormatFloat(v) + " is beyond the range of fp32, the precision the norm computes in"
+	}
+	return ""
+}
+
+// finiteF32 is the range of a factor an op multiplies by in fp32.
+func finiteF32(v float64) string {
+	if math.IsNaN(v) || math.IsInf(float64(float32(v)), 0) {
+		return "= " + FormatFloat(v) + " is beyond the range of fp32, the precision scale multiplies in"
+	}
+	return ""
 }
 
 // OpError is a shape or type error found by an op's shape rule. Arg (an
@@ -159,7 +195,7 @@ func (info *OpInfo) NumResults() int {
 var opTable [numOps]OpInfo
 
 func init() {
-	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
+	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}, Range: positiveF32}
 	opTable = [numOps]OpInfo{
 		Embed: {Name: "embed", Arity: 2, Fusion: FuseGather, Traffic: embedTraffic, Infer: one(inferEmbed), Save: []int{0}, IDs: &IDOperand{Arg: 0, From: 1, Dim: 0},
 			Flops: func(*Op) float64 { return 0 }}, // a gather, no arithmetic
@@ -175,7 +211,7 @@ func init() {
 			Flops: elementwise(7)},
 		RoPE: {Name: "rope", Arity: 1, Fusion: FuseRow, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
-			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}},
+			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}, Range: positive},
 		}, Infer: one(inferRoPE), Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
 		Attention: {Name: "attention", Arity: 3, Fusion: FuseAttention, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
@@ -199,7 +235,7 @@ func init() {
 		// scale(x, by=C): each element times C rounded to fp32, in fp32,
 		// as PyTorch multiplies an fp32 tensor by a Python float. Linear:
 		// its backward scales dy by the same C and saves nothing.
-		Scale: {Name: "scale", Arity: 1, Fusion: FuseElementwise, Attrs: []AttrSpec{{Name: "by", Type: AttrFloat, Required: true}},
+		Scale: {Name: "scale", Arity: 1, Fusion: FuseElementwise, Attrs: []AttrSpec{{Name: "by", Type: AttrFloat, Required: true, Range: finiteF32}},
 			Infer: one(inferUnary), Flops: elementwise(1)},
 		Transpose: {Name: "transpose", Arity: 1, Fusion: FuseNone, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
 	}
