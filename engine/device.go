@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"amspc/ir"
 	"amspc/kernels"
@@ -41,9 +42,11 @@ type Device interface {
 // two; each instruction runs its gpu.Plan in fp32 (bf16 operands widened
 // exactly into scratch memory, bf16 results rounded to nearest even and
 // packed: the CPU backend's arithmetic; a matmul of two bf16 operands
-// takes them as they are, accumulating in fp32), and every result is checked for
-// NaN and Inf on the device (first_nonfinite_f32, after rounding) before
-// the next instruction.
+// takes them as they are, accumulating in fp32), and every result is
+// checked for NaN and Inf on the device (first_nonfinite_f32, after
+// rounding) before the next instruction. Elementwise ops whose kernels
+// take their storage as it is (gpu.HasStoredPlan) do all of that in one
+// pass: the same bits, read once and written once.
 type deviceBackend struct {
 	dev  Device
 	opts DeviceOptions
@@ -64,6 +67,8 @@ type deviceBackend struct {
 	mu    sync.Mutex
 	sizes map[uint64]int64
 	free  map[int64][]uint64
+
+	storedRuns atomic.Int64 // instructions run through stored plans (tests)
 }
 
 // NewDeviceBackend is the backend that runs a rank on dev.
@@ -78,6 +83,12 @@ type DeviceOptions struct {
 	// of 16 up to 128): the probabilities and ds enter the products
 	// rounded to bf16, within bf16's precision of the fp32 kernels.
 	TensorCoreAttention bool
+	// MultiPass runs every instruction through its fp32 kernels, bf16
+	// operands widened and results rounded, packed and checked in passes
+	// of their own, even where the op has kernels that take its storage
+	// as it is (gpu.HasStoredPlan): the reference those are tested
+	// against, bit for bit.
+	MultiPass bool
 }
 
 // NewDeviceBackendWith is NewDeviceBackend with options.
@@ -237,6 +248,9 @@ func (b *deviceBackend) download8(addr uint64) (uint64, error) {
 // then every result checked for NaN and Inf, bf16 results rounded first
 // and packed after.
 func (b *deviceBackend) Launch(s int, c *KernelCall) error {
+	if !b.opts.MultiPass && gpu.HasStoredPlan(c.Instr.Kern) {
+		return b.launchStored(s, c)
+	}
 	var scratch []uint64
 	defer func() {
 		for _, a := range scratch {
@@ -315,12 +329,91 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 	return nil
 }
 
-// runPlan runs the plan of an instruction on fp32 memory: copies, the
-// matmul or the kernels with their scratch memory, then the host's part
-// (an id out of range, the loss).
-func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
-	in := c.Instr
-	oc := &gpu.OpCall{Op: in.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
+// launchStored runs an instruction whose plan takes its operands and
+// results as they are stored and flags each result's first NaN or
+// infinity itself (gpu.Plan.Stored): one pass where Launch's widening,
+// fp32 kernels and finishing take several. The check slots are taken and
+// the kernels launched under the checks' lock, as checkFinite does, so a
+// flush never reads a slot whose kernel is not yet launched.
+func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
+	oc := b.opCall(c)
+	oc.Storage = true
+	p, err := gpu.PlanOp(oc)
+	if err != nil {
+		return err
+	}
+	if !p.Stored || len(p.Scratch) > 0 || p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
+		return fmt.Errorf("%v: a stored plan with more than kernels", c.Instr.Kern)
+	}
+	ns := make([]int64, len(c.Outs))
+	for i, o := range c.Outs {
+		ns[i] = o.N
+	}
+	flags, err := b.reserveChecks(s, c.Instr, ns)
+	if err != nil {
+		return err
+	}
+	defer b.checks.Unlock()
+	b.storedRuns.Add(1)
+	for li := range p.Launches {
+		l := &p.Launches[li]
+		addrs := make([]uint64, len(l.Args))
+		for i, a := range l.Args {
+			switch a.Kind {
+			case gpu.Operand:
+				addrs[i] = c.Args[a.N].Addr
+			case gpu.Result:
+				addrs[i] = c.Outs[a.N].Addr
+			case gpu.Flag:
+				addrs[i] = flags[a.N]
+			}
+		}
+		if err := b.dev.Launch(s, l, addrs); err != nil {
+			return fmt.Errorf("%s: %w", l.Kernel, err)
+		}
+	}
+	return nil
+}
+
+// reserveChecks takes a check slot for each result of in (of ns
+// elements) and returns their addresses, with the checks' lock held (the
+// caller launches the kernels that flag them, then unlocks). With too
+// few slots free it flushes first.
+func (b *deviceBackend) reserveChecks(s int, in *ir.Instr, ns []int64) ([]uint64, error) {
+	for {
+		b.checks.Lock()
+		if len(b.checks.pending)+len(ns) <= maxChecks {
+			break
+		}
+		b.checks.Unlock()
+		if err := b.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	if b.checks.slots == 0 {
+		a, err := b.dev.Alloc(8 * maxChecks)
+		if err == nil {
+			if err = b.dev.Upload(a, noneFlags(maxChecks)); err != nil {
+				b.dev.Free(a)
+			}
+		}
+		if err != nil {
+			b.checks.Unlock()
+			return nil, err
+		}
+		b.checks.slots = a
+	}
+	addrs := make([]uint64, len(ns))
+	for i, n := range ns {
+		addrs[i] = b.checks.slots + 8*uint64(len(b.checks.pending))
+		b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: n})
+	}
+	return addrs, nil
+}
+
+// opCall is what gpu.PlanOp needs of an instruction.
+func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
+	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
 		Ints: func(i int) ([]int32, error) {
 			ids := make([]int32, c.Args[i].N)
 			return ids, b.ReadInts(ids, c.Args[i])
@@ -334,7 +427,14 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	for _, r := range c.Decayed {
 		oc.Decayed = append(oc.Decayed, [2]int{r.Lo, r.Hi})
 	}
-	p, err := gpu.PlanOp(oc)
+	return oc
+}
+
+// runPlan runs the plan of an instruction on fp32 memory: copies, the
+// matmul or the kernels with their scratch memory, then the host's part
+// (an id out of range, the loss).
+func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
+	p, err := gpu.PlanOp(b.opCall(c))
 	if err != nil {
 		return err
 	}
@@ -435,37 +535,15 @@ type pendingCheck struct {
 
 // checkFinite launches l (first_nonfinite_f32, or bf16_finish) on the
 // result of n elements of instruction in, its flag (the last of addrs)
-// the next free slot; flushChecks reports what it finds. With every slot
-// in flight it flushes first.
+// the next free slot; flushChecks reports what it finds.
 func (b *deviceBackend) checkFinite(s int, in *ir.Instr, n int64, l *gpu.Launch, addrs []uint64) error {
-	for {
-		b.checks.Lock()
-		if len(b.checks.pending) < maxChecks {
-			break
-		}
-		b.checks.Unlock()
-		if err := b.Sync(); err != nil {
-			return err
-		}
-	}
-	defer b.checks.Unlock()
-	if b.checks.slots == 0 {
-		a, err := b.dev.Alloc(8 * maxChecks)
-		if err != nil {
-			return err
-		}
-		if err := b.dev.Upload(a, noneFlags(maxChecks)); err != nil {
-			b.dev.Free(a)
-			return err
-		}
-		b.checks.slots = a
-	}
-	addrs[len(addrs)-1] = b.checks.slots + 8*uint64(len(b.checks.pending))
-	if err := b.dev.Launch(s, l, addrs); err != nil {
+	flags, err := b.reserveChecks(s, in, []int64{n})
+	if err != nil {
 		return err
 	}
-	b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: n})
-	return nil
+	defer b.checks.Unlock()
+	addrs[len(addrs)-1] = flags[0]
+	return b.dev.Launch(s, l, addrs)
 }
 
 // noneFlags is n flags that say none.

@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"amspc/codegen"
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/engine"
+	"amspc/frontend"
 	"amspc/ir"
 	"amspc/kernels/gpu/hostc"
 )
@@ -195,4 +197,90 @@ func TestDeviceProfile(t *testing.T) {
 			t.Errorf("%v on the device: %v s, %v", c, s, err)
 		}
 	}
+}
+
+// TestDeviceStoredKernels: the elementwise ops whose kernels take bf16
+// and fp32 storage as it is and check their own results (gpu.Plan.Stored)
+// give the bits of the multi-pass path (widen, fp32 kernel, round, check,
+// pack): tiny and the Gemma-style model, fp32 and bf16, train on the
+// simulated GPU to the same losses, bit for bit, either way.
+func TestDeviceStoredKernels(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	one := cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	var made []engine.Backend
+	backend := func(o engine.DeviceOptions) func(int) (engine.Backend, error) {
+		return func(int) (engine.Backend, error) {
+			be := engine.NewDeviceBackendWith(hostc.NewDevice(), o)
+			made = append(made, be)
+			return be, nil
+		}
+	}
+	for _, c := range []struct {
+		name string
+		b    func() *codegen.Bundle
+	}{
+		{"tiny fp32", func() *codegen.Bundle { return compile(t, 1, 1, one) }},
+		{"tiny bf16", func() *codegen.Bundle { return compile(t, 1, 1, one, bf16) }},
+		{"gemma bf16", func() *codegen.Bundle { return compileModel(t, "gemma", 1, 1, one, bf16) }},
+	} {
+		made = nil
+		stored := steps(t, start(t, c.b(), backend(engine.DeviceOptions{})), 2)
+		if len(made) != 1 || engine.StoredLaunches(made[0]) == 0 {
+			t.Fatalf("%s: no instruction ran through a stored plan", c.name)
+		}
+		multi := steps(t, start(t, c.b(), backend(engine.DeviceOptions{MultiPass: true})), 2)
+		if engine.StoredLaunches(made[1]) != 0 {
+			t.Errorf("%s: MultiPass ran %d instructions through stored plans", c.name, engine.StoredLaunches(made[1]))
+		}
+		for i := range stored {
+			if stored[i] != multi[i] {
+				t.Errorf("%s step %d: loss %.17g with the stored kernels, %.17g multi-pass", c.name, i+1, stored[i], multi[i])
+			}
+		}
+	}
+}
+
+// TestDeviceStoredKernelInf: a stored plan's kernel flags its own
+// result: scale by 3e38 twice overflows fp32 in the second scale, and
+// the run stops naming that instruction and the element, as the
+// separate check does for the other ops.
+func TestDeviceStoredKernelInf(t *testing.T) {
+	src := `model m {
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+  param emb : [256, 8] init ones
+  x = scale(scale(embed(tokens, emb), by=3e38), by=3e38)
+  loss = cross_entropy(x @ transpose(emb), targets)
+}
+cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
+train { seq_len = 4 micro_batch = 1 global_batch = 1 precision = fp32 }
+shard ddp
+`
+	job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _, err := compiler.Choose(job, cost.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := compiler.Compile(job, plan, compiler.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var be engine.Backend
+	r := start(t, res.Bundle, func(int) (engine.Backend, error) {
+		be = engine.NewDeviceBackend(hostc.NewDevice())
+		return be, nil
+	})
+	_, err = r.Step()
+	if err == nil || !strings.Contains(err.Error(), ": scale") || !strings.Contains(err.Error(), "produced +Inf at element 0") {
+		t.Fatalf("error %v, want scale producing +Inf at element 0", err)
+	}
+	if engine.StoredLaunches(be) == 0 {
+		t.Error("no instruction ran through a stored plan")
+	}
+	t.Log(err)
 }

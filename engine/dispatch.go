@@ -152,6 +152,14 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.GELUTanhGrad(c.out(0), c.arg(0), c.arg(1))
 		return nil
 	},
+	ir.SwiGLU: func(c *KernelCall) error {
+		kernels.SwiGLU(c.out(0), c.arg(0), c.arg(1))
+		return nil
+	},
+	ir.SwiGLUGrad: func(c *KernelCall) error {
+		kernels.SwiGLUGrad(c.out(0), c.out(1), c.arg(0), c.arg(1), c.arg(2))
+		return nil
+	},
 	ir.Scale: func(c *KernelCall) error {
 		kernels.Scale(c.out(0), c.arg(0), c.attr("by").Float)
 		return nil

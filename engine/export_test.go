@@ -1,7 +1,7 @@
 package engine
 
 // SharedGatherBuffers is how many of rank 0's buffers a shared all-gather
-// can fill (for tests in package runtime_test).
+// can fill (for tests in package engine_test).
 func SharedGatherBuffers(r *Run) int {
 	n := 0
 	for _, ok := range r.ranks[0].shareable {
@@ -36,3 +36,7 @@ func NoReplicaChecks() (restore func()) {
 	verifyReplicas = false
 	return func() { verifyReplicas = true }
 }
+
+// StoredLaunches is how many instructions a device backend ran through
+// their stored plans (gpu.Plan.Stored).
+func StoredLaunches(be Backend) int64 { return be.(*deviceBackend).storedRuns.Load() }

@@ -161,8 +161,23 @@ func initGradOps() {
 		// Flash-attention style: one pass gives all three gradients.
 		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Fusion: FuseAttention, Traffic: plusResults(0, 1, 2), Attrs: attnAttrs,
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
-		SiLUGrad:     {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
-		GELUGrad:     {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		SiLUGrad: {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad: {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		// swiglu(a, b) = silu(a) * b in one pass (passes' fuse): a and b
+		// of one shape; backward reads both and computes silu(a) again,
+		// so silu(a) is never stored.
+		SwiGLU: {Name: "swiglu", Arity: 2, Fusion: FuseElementwise, Save: []int{0, 1}, Flops: elementwise(5),
+			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+				if err := needFloat(args, 0, 1); err != nil {
+					return nil, 0, err
+				}
+				if !args[0].Shape.Equal(args[1].Shape) || args[0].DType != args[1].DType {
+					return nil, 0, opErr("swiglu of %s %s and %s %s (one shape and dtype)", args[0].DType, args[0].Shape, args[1].DType, args[1].Shape)
+				}
+				return append(Shape{}, args[0].Shape...), args[0].DType, nil
+			})},
+		SwiGLUGrad: {Name: "swiglu_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
+			Infer: results(like(0), like(1)), Flops: elementwise(11)},
 		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
@@ -223,6 +238,9 @@ func initGradOps() {
 	}
 	opTable[GELUTanh].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, GELUTanhGrad, []*Value{op.Args[0], dy})}
+	}
+	opTable[SwiGLU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		return b.Apply(SwiGLUGrad, []*Value{op.Args[0], op.Args[1], dy})
 	}
 	opTable[Scale].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, Scale, []*Value{dy}, sameAttrs(op)...)}

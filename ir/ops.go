@@ -49,6 +49,8 @@ const (
 	GELUTanh     // gelu_tanh(x): GELU with the tanh approximation (Gemma's MLP)
 	GELUTanhGrad // (x, dy) -> dx, made by autodiff
 	Scale        // scale(x, by=C): x times a constant (Gemma's embedding)
+	SwiGLU       // swiglu(a, b) = silu(a) * b, made by the fuse pass
+	SwiGLUGrad   // (a, b, dy) -> da, db
 	numOps
 )
 

@@ -288,3 +288,45 @@ func Transpose(out, x []float32, m, n int) {
 		}
 	}
 }
+
+// SwiGLU computes out = SiLU(a) * b (equal lengths, no broadcast), the
+// fusion of Mul(out, SiLU(a), b) with its bits: t = SiLU(a) rounded to
+// fp32 exactly as SiLU computes it (float64 a / (1 + exp(-a)), the
+// exponential from expNegChunks), then out = t * b as one fp32 multiply,
+// which is exactly rounded, so it is mulVec's product (scalar or SIMD).
+func SwiGLU(out, a, b []float32) {
+	if len(b) != len(a) {
+		panic(fmt.Sprintf("kernels: SwiGLU: operands of %d and %d values", len(a), len(b)))
+	}
+	out = out[:len(a)]
+	expNegChunks(a, func(c int, xs []float32, e []float64) {
+		for j, v := range xs {
+			t := float32(float64(v) / (1 + e[j]))
+			out[c+j] = t * b[c+j]
+		}
+	})
+}
+
+// SwiGLUGrad computes the gradients of out = SwiGLU(a, b) given dy, with
+// the bits of the unfused backward (Mul, Mul, SiLUGrad): t = SiLU(a) as
+// in SwiGLU, db = dy * t and dt = dy * b (fp32 multiplies, each rounded to
+// fp32), and da = float32(float64(dt) * s * (1 + a*(1-s))) with
+// s = 1/(1+exp(-a)) (the exponential from expNegChunks), exactly what
+// SiLUGrad(da, a, dt) computes from the rounded dt.
+func SwiGLUGrad(da, db, a, b, dy []float32) {
+	if len(b) != len(a) || len(dy) != len(a) {
+		panic(fmt.Sprintf("kernels: SwiGLUGrad: operands of %d, %d and %d values", len(a), len(b), len(dy)))
+	}
+	da, db = da[:len(a)], db[:len(a)]
+	expNegChunks(a, func(c int, xs []float32, e []float64) {
+		for j, v := range xs {
+			g := dy[c+j]
+			t := float32(float64(v) / (1 + e[j]))
+			db[c+j] = float32(g * t)
+			dt := float32(g * b[c+j])
+			x := float64(v)
+			s := 1 / (1 + e[j])
+			da[c+j] = float32(float64(dt) * s * (1 + x*(1-s)))
+		}
+	})
+}

@@ -40,6 +40,7 @@ type Pass struct {
 
 // Pipeline is every pass, in order: name, why, run, dist, optional, dump.
 var Pipeline = []Pass{
+	{"fuse", "needs only the forward graph; before autodiff, so each fused op's backward rule fuses the backward too", fuse, false, true, dumpFusions},
 	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff, false, false, nil},
 	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer, false, false, nil},
 	{"recompute", "needs the backward graph, which it makes read copies; before partition, which places the copies in their blocks' backward", recompute, false, false, nil},
@@ -60,6 +61,7 @@ var Pipeline = []Pass{
 // compiler's ssa/compile.go does: each pass named first must run before
 // the second (TestPassOrder checks Pipeline against them).
 var passOrder = [...][2]string{
+	{"fuse", "autodiff"},              // a fused op's backward rule makes a fused backward
 	{"autodiff", "optimizer"},         // AdamW reads every param's gradient
 	{"autodiff", "recompute"},         // recompute copies what backward reads
 	{"recompute", "partition"},        // the copies are placed in their blocks' backward

@@ -106,9 +106,9 @@ func TestSetDebug(t *testing.T) {
 		t.Errorf("check,bucket/off,hierarchical/off: %v, %+v", err, o)
 	}
 	for _, c := range []struct{ flags, want string }{
-		{"nocheck", "unknown debug flag -d=nocheck (known: check, and PASS/off for an optional pass: reduce-scatter, redundant-gathers, bucket, hierarchical)"},
-		{"check,lower/off", "-d=lower/off: lower cannot be switched off; the optional passes are reduce-scatter, redundant-gathers, bucket, hierarchical"},
-		{"sharding/off", "-d=sharding/off: no such pass (passes: autodiff, "},
+		{"nocheck", "unknown debug flag -d=nocheck (known: check, and PASS/off for an optional pass: fuse, reduce-scatter, redundant-gathers, bucket, hierarchical)"},
+		{"check,lower/off", "-d=lower/off: lower cannot be switched off; the optional passes are fuse, reduce-scatter, redundant-gathers, bucket, hierarchical"},
+		{"sharding/off", "-d=sharding/off: no such pass (passes: fuse, autodiff, "},
 	} {
 		var o passes.Options
 		if err := o.SetDebug(c.flags); err == nil || !strings.HasPrefix(err.Error(), c.want) {

@@ -147,7 +147,7 @@ func (g *GPU) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
 	args := make([]any, len(l.Args))
 	for i, a := range l.Args {
 		switch a.Kind {
-		case gpu.Operand, gpu.Result, gpu.Scratch, gpu.Null:
+		case gpu.Operand, gpu.Result, gpu.Scratch, gpu.Flag, gpu.Null:
 			args[i] = Ptr(addrs[i])
 		case gpu.Int:
 			args[i] = a.I

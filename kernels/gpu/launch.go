@@ -22,6 +22,7 @@ const (
 	Operand ArgKind = iota // the instruction's operand N (a pointer)
 	Result                 // the instruction's result N (a pointer)
 	Scratch                // the plan's scratch buffer N (a pointer)
+	Flag                   // result N's non-finite flag (a pointer to a uint64 holding NoneNonFinite before)
 	Null                   // a null pointer
 	Int                    // I, a long long
 	Float32                // F, a float
@@ -39,6 +40,7 @@ type Arg struct {
 func opnd(i int) Arg    { return Arg{Kind: Operand, N: i} }
 func res(i int) Arg     { return Arg{Kind: Result, N: i} }
 func scr(i int) Arg     { return Arg{Kind: Scratch, N: i} }
+func flag(i int) Arg    { return Arg{Kind: Flag, N: i} }
 func i64(v int64) Arg   { return Arg{Kind: Int, I: v} }
 func f32(v float64) Arg { return Arg{Kind: Float32, F: float64(float32(v))} }
 func f64(v float64) Arg { return Arg{Kind: Float64, F: v} }
@@ -108,6 +110,13 @@ type Plan struct {
 	// Loss, when at least 0, is a scratch of LossRows per-row float64
 	// losses whose MeanLoss is result 0's value (and the step's loss).
 	Loss, LossRows int
+	// Stored says the launches read and write the operands and results
+	// in their own storage (bf16 as two bytes) and flag each result's
+	// first NaN or infinity (a Flag argument), as bf16_finish and
+	// first_nonfinite_f32 would after the fp32 kernels: a backend runs
+	// them on its memory as it is, with no widening, rounding or check
+	// around them (OpCall.Storage asks for such a plan).
+	Stored bool
 }
 
 // BF16Widen is bf16 storage's widening of n elements: operand 0 (bf16)
@@ -165,6 +174,10 @@ type OpCall struct {
 	Ints               func(operand int) ([]int32, error)
 	// TensorCores lets bf16 attention run on tensor cores (mma.cu).
 	TensorCores bool
+	// Storage asks for a Stored plan where the op has one
+	// (HasStoredPlan): its kernels take bf16 and fp32 operands and
+	// results as they are stored, and check the results themselves.
+	Storage bool
 }
 
 // RawBF16 says whether an instruction's launch plan takes its bf16
@@ -237,6 +250,9 @@ func PlanOp(c *OpCall) (*Plan, error) {
 	var heads int64
 	if c.Op == ir.Attention || c.Op == ir.AttentionGrad {
 		heads = c.Attr("heads").Int
+	}
+	if plan := storedPlans[c.Op]; c.Storage && plan != nil {
+		return planStored(c, plan)
 	}
 	raw := RawBF16(c.Op, c.ArgTypes, c.ArgShapes, heads, c.TensorCores)
 	if raw && (c.Op == ir.Attention || c.Op == ir.AttentionGrad) {
@@ -383,6 +399,14 @@ var opPlans = map[ir.OpKind]opPlan{
 	ir.GELUGrad:     unaryGrad("gelu_grad_f32"),
 	ir.GELUTanh:     unary("gelu_tanh_f32"),
 	ir.GELUTanhGrad: unaryGrad("gelu_tanh_grad_f32"),
+	ir.SwiGLU: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise("swiglu_f32", c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	},
+	ir.SwiGLUGrad: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise("swiglu_grad_f32", c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
+		return nil
+	},
 	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
 		p.Launches = []Launch{elementwise("scale_f32", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
 		return nil
@@ -432,6 +456,93 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{l}
 		return nil
 	},
+}
+
+// HasStoredPlan says whether op has a Stored plan (OpCall.Storage).
+func HasStoredPlan(op ir.OpKind) bool { return storedPlans[op] != nil }
+
+// storedPlans are the ops whose kernels read and write their storage
+// types and flag their results (ops.cu's _st kernels): one pass over
+// memory where the fp32 kernels of a bf16 instruction take five or six.
+var storedPlans = map[ir.OpKind]opPlan{
+	ir.Add:          storedBroadcast("add_st"),
+	ir.Mul:          storedBroadcast("mul_st"),
+	ir.SiLU:         storedUnary("silu_st"),
+	ir.SiLUGrad:     storedUnaryGrad("silu_grad_st"),
+	ir.GELU:         storedUnary("gelu_st"),
+	ir.GELUGrad:     storedUnaryGrad("gelu_grad_st"),
+	ir.GELUTanh:     storedUnary("gelu_tanh_st"),
+	ir.GELUTanhGrad: storedUnaryGrad("gelu_tanh_grad_st"),
+	ir.SwiGLU: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, "swiglu_st", c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	},
+	ir.SwiGLUGrad: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, "swiglu_grad_st", c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
+		return nil
+	},
+	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, "scale_st", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
+		return nil
+	},
+}
+
+// planStored is an op's Stored plan: its operands and results fp32 or
+// bf16, nothing else.
+func planStored(c *OpCall, plan opPlan) (*Plan, error) {
+	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
+		if dt != ir.F32 && dt != ir.BF16 {
+			what := "operand"
+			if i >= len(c.ArgTypes) {
+				what = "result"
+			}
+			return nil, &ErrUnsupported{fmt.Sprintf("%v with a %v %s", c.Op, dt, what)}
+		}
+	}
+	p := &Plan{Bad: -1, Loss: -1, Stored: true}
+	if err := plan(c, p, false); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// stored is an elementwise launch of an _st kernel: args, then the mask
+// of its bf16 pointer parameters (bit k: parameter k) and a Flag for
+// each result among args, in order.
+func stored(c *OpCall, kernel string, n int64, args ...Arg) Launch {
+	var mask int64
+	var flags []Arg
+	for k, a := range args {
+		switch {
+		case a.Kind == Operand && c.ArgTypes[a.N] == ir.BF16, a.Kind == Result && c.OutTypes[a.N] == ir.BF16:
+			mask |= 1 << k
+		}
+		if a.Kind == Result {
+			flags = append(flags, flag(a.N))
+		}
+	}
+	return elementwise(kernel, n, append(append(args, i64(mask)), flags...)...)
+}
+
+func storedUnary(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func storedUnaryGrad(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func storedBroadcast(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
+		return nil
+	}
 }
 
 // unary is an elementwise op's plan: kernel(out, x, n).

@@ -43,6 +43,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.GELUTanh, [][]int64{x}, [][]int64{x}, false},
 		{ir.GELUTanhGrad, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.Scale, [][]int64{x}, [][]int64{x}, false},
+		{ir.SwiGLU, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.SwiGLUGrad, [][]int64{x, x, x}, [][]int64{x, x}, false},
 		{ir.Add, [][]int64{x, w}, [][]int64{x}, false},
 		{ir.Mul, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.CrossEntropy, [][]int64{{6, 10}, {6}}, [][]int64{{1}}, false},
@@ -181,5 +183,67 @@ func TestMMASmem(t *testing.T) {
 		if m := max(fwd, dq, dkv); m > 48<<10 {
 			t.Errorf("head dim %d: %d, %d, %d bytes, more than 48 KiB", hd, fwd, dq, dkv)
 		}
+	}
+}
+
+// TestStoredPlans: every op with a stored plan (OpCall.Storage) plans one
+// pass over its bf16 or fp32 storage: each launch's arguments match its
+// _st kernel, the mask marks exactly the bf16 pointers, and each result
+// gets its flag; other dtypes are refused.
+func TestStoredPlans(t *testing.T) {
+	x := []int64{2, 3, 8}
+	attrs := map[string]ir.AttrVal{"by": {Float: 0.5}}
+	n := 0
+	for _, op := range ir.OpKinds() {
+		if !HasStoredPlan(op) {
+			continue
+		}
+		n++
+		info := op.Info()
+		for _, dt := range []ir.DType{ir.F32, ir.BF16} {
+			oc := &OpCall{Op: op, Storage: true, Attr: func(name string) ir.AttrVal { return attrs[name] }}
+			for range info.Arity {
+				oc.ArgTypes, oc.ArgShapes, oc.ArgElems = append(oc.ArgTypes, dt), append(oc.ArgShapes, x), append(oc.ArgElems, elems(x))
+			}
+			for range info.NumResults() {
+				oc.OutTypes, oc.OutShapes, oc.OutElems = append(oc.OutTypes, dt), append(oc.OutShapes, x), append(oc.OutElems, elems(x))
+			}
+			p, err := PlanOp(oc)
+			if err != nil {
+				t.Fatalf("%v %v: %v", op, dt, err)
+			}
+			if !p.Stored || len(p.Launches) != 1 {
+				t.Fatalf("%v %v: stored %v with %d launches", op, dt, p.Stored, len(p.Launches))
+			}
+			l := p.Launches[0]
+			if err := l.CheckArgs(); err != nil {
+				t.Errorf("%v: %v", op, err)
+			}
+			var mask int64
+			flags := 0
+			for k, a := range l.Args {
+				if (a.Kind == Operand || a.Kind == Result) && dt == ir.BF16 {
+					mask |= 1 << k
+				}
+				if a.Kind == Flag {
+					flags++
+				}
+			}
+			if got := l.Args[len(l.Args)-1-flags]; got.Kind != Int || got.I != mask {
+				t.Errorf("%v %v: mask argument %+v, want %b", op, dt, got, mask)
+			}
+			if flags != info.NumResults() {
+				t.Errorf("%v: %d flags for %d results", op, flags, info.NumResults())
+			}
+		}
+		oc := &OpCall{Op: op, Storage: true, ArgTypes: []ir.DType{ir.F16, ir.F16, ir.F16}, ArgShapes: [][]int64{x, x, x}, ArgElems: []int64{48, 48, 48},
+			OutTypes: []ir.DType{ir.F16, ir.F16}, OutShapes: [][]int64{x, x}, OutElems: []int64{48, 48}, Attr: func(name string) ir.AttrVal { return attrs[name] }}
+		var unsup *ErrUnsupported
+		if _, err := PlanOp(oc); !errors.As(err, &unsup) {
+			t.Errorf("%v with f16 storage: %v, want not supported", op, err)
+		}
+	}
+	if n < 11 {
+		t.Errorf("%d ops with stored plans, want the 11 elementwise ones", n)
 	}
 }

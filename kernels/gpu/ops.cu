@@ -141,64 +141,98 @@ AMSP_EXTERN_C __global__ void transpose_f32(float *out, const float *x, long lon
 	}
 }
 
+// The elementwise ops' arithmetic, shared by the fp32 kernels and the
+// storage-typed (_st) ones below, so the two give the same bits.
+__device__ __forceinline__ float silu_op(float x) {
+	double v = x;
+	return (float)(v / (1 + exp(-v)));
+}
+
+__device__ __forceinline__ float silu_grad_op(float x, float dy) {
+	double v = x;
+	double s = 1 / (1 + exp(-v));
+	return (float)((double)dy * s * (1 + v * (1 - s)));
+}
+
+__device__ __forceinline__ float gelu_op(float x) {
+	double v = x;
+	return (float)(0.5 * v * (1 + erf(v / 1.4142135623730951)));
+}
+
+__device__ __forceinline__ float gelu_grad_op(float x, float dy) {
+	double v = x;
+	double cdf = 0.5 * (1 + erf(v / 1.4142135623730951));
+	return (float)((double)dy * (cdf + v * (0.3989422804014327 * exp(-0.5 * v * v))));
+}
+
+__device__ __forceinline__ float gelu_tanh_op(float x) {
+	double v = x;
+	return (float)(0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
+
+__device__ __forceinline__ float gelu_tanh_grad_op(float x, float dy) {
+	double v = x;
+	double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+	double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+	return (float)((double)dy * d);
+}
+
 // out = x * sigmoid(x), the exponential in double.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void silu_f32(float *out, const float *x, long long n) {
-	GRID_STRIDE(i, n) {
-		double v = x[i];
-		out[i] = (float)(v / (1 + exp(-v)));
-	}
+	GRID_STRIDE(i, n) { out[i] = silu_op(x[i]); }
 }
 
 // dx = dy * s * (1 + x*(1-s)), s = sigmoid(x).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void silu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
+	GRID_STRIDE(i, n) { dx[i] = silu_grad_op(x[i], dy[i]); }
+}
+
+// out = silu(a) * b (equal lengths), the fusion of silu_f32 then mul_f32
+// with their bits: t is silu_f32's fp32 value, then one float product.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void swiglu_f32(float *out, const float *a, const float *b, long long n) {
+	GRID_STRIDE(i, n) { out[i] = silu_op(a[i]) * b[i]; }
+}
+
+// The gradients of swiglu_f32 with the bits of the unfused kernels:
+// db = dy * t (mul_f32), dt = dy * b rounded to float (mul_f32), and
+// da = silu_grad_f32's value from dt.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void swiglu_grad_f32(float *da, float *db, const float *a, const float *b, const float *dy,
+	long long n) {
 	GRID_STRIDE(i, n) {
-		double v = x[i];
-		double s = 1 / (1 + exp(-v));
-		dx[i] = (float)((double)dy[i] * s * (1 + v * (1 - s)));
+		float x = a[i], g = dy[i];
+		db[i] = g * silu_op(x);
+		da[i] = silu_grad_op(x, g * b[i]);
 	}
 }
 
 // out = x/2 * (1 + erf(x/sqrt 2)), the exact GELU.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_f32(float *out, const float *x, long long n) {
-	GRID_STRIDE(i, n) {
-		double v = x[i];
-		out[i] = (float)(0.5 * v * (1 + erf(v / 1.4142135623730951)));
-	}
+	GRID_STRIDE(i, n) { out[i] = gelu_op(x[i]); }
 }
 
 // dx = dy * (Phi(x) + x*phi(x)).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_grad_f32(float *dx, const float *x, const float *dy, long long n) {
-	GRID_STRIDE(i, n) {
-		double v = x[i];
-		double cdf = 0.5 * (1 + erf(v / 1.4142135623730951));
-		dx[i] = (float)((double)dy[i] * (cdf + v * (0.3989422804014327 * exp(-0.5 * v * v))));
-	}
+	GRID_STRIDE(i, n) { dx[i] = gelu_grad_op(x[i], dy[i]); }
 }
 
 // GELU's tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x +
 // 0.044715 x^3))), in double.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_tanh_f32(float *out, const float *x, long long n) {
-	GRID_STRIDE(i, n) {
-		double v = x[i];
-		out[i] = (float)(0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
-	}
+	GRID_STRIDE(i, n) { out[i] = gelu_tanh_op(x[i]); }
 }
 
 // dx = dy * (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2)),
 // t the tanh above.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_tanh_grad_f32(float *dx, const float *x, const float *dy, long long n) {
-	GRID_STRIDE(i, n) {
-		double v = x[i];
-		double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
-		double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
-		dx[i] = (float)((double)dy[i] * d);
-	}
+	GRID_STRIDE(i, n) { dx[i] = gelu_tanh_grad_op(x[i], dy[i]); }
 }
 
 // out = x * c in fp32 (c already rounded to fp32, as PyTorch multiplies an
@@ -208,6 +242,122 @@ AMSP_EXTERN_C __global__ void scale_f32(float *out, const float *x, long long n,
 	GRID_STRIDE(i, n) {
 		out[i] = x[i] * c;
 	}
+}
+
+// Storage-typed elementwise kernels: each of the fp32 kernels above in
+// one pass over bf16 or fp32 tensors. Bit k of bf set says the kernel's
+// parameter k (counting every parameter from 0) is bf16, clear fp32.
+// Operands load as bf16_widen widens them; results store as bf16_finish
+// rounds them (bf16) or as they are (fp32), and *first (all ones before
+// the launch) is flagged as first_nonfinite_f32 flags the stored values.
+// So a kernel gives the bits, and the flag, of bf16_widen, its fp32
+// twin, then bf16_finish or first_nonfinite_f32.
+
+// st_load is element i of p, parameter k of a kernel with mask bf.
+__device__ __forceinline__ float st_load(const void *p, long long i, long long bf, int k) {
+	if ((bf >> k) & 1) {
+		return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
+	}
+	return ((const float *)p)[i];
+}
+
+// st_store stores x to element i of p, parameter k of a kernel with mask
+// bf, and flags it in *first when it is a NaN or an infinity as stored.
+__device__ __forceinline__ void st_store(void *p, long long i, float x, long long bf, int k, unsigned long long *first) {
+	float v = x;
+	if ((bf >> k) & 1) {
+		unsigned b = __float_as_uint(x);
+		if ((b & 0x7f800000u) != 0x7f800000u) {
+			b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+		} else if (b & 0x007fffffu) {
+			b |= 0x00400000u;
+		}
+		v = __uint_as_float(b);
+		((unsigned short *)p)[i] = (unsigned short)(b >> 16);
+	} else {
+		((float *)p)[i] = x;
+	}
+	if (!(v - v == 0)) {
+		atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
+	}
+}
+
+// add_f32 on storage bf: out (bit 0), a (1), b (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void add_st(void *out, const void *a, const void *b, long long n, long long bn, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, st_load(a, i, bf, 1) + st_load(b, i % bn, bf, 2), bf, 0, first); }
+}
+
+// mul_f32 on storage bf: out (bit 0), a (1), b (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void mul_st(void *out, const void *a, const void *b, long long n, long long bn, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, st_load(a, i, bf, 1) * st_load(b, i % bn, bf, 2), bf, 0, first); }
+}
+
+// silu_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void silu_st(void *out, const void *x, long long n, long long bf, unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, silu_op(st_load(x, i, bf, 1)), bf, 0, first); }
+}
+
+// silu_grad_f32 on storage bf: dx (bit 0), x (1), dy (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void silu_grad_st(void *dx, const void *x, const void *dy, long long n, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(dx, i, silu_grad_op(st_load(x, i, bf, 1), st_load(dy, i, bf, 2)), bf, 0, first); }
+}
+
+// swiglu_f32 on storage bf: out (bit 0), a (1), b (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void swiglu_st(void *out, const void *a, const void *b, long long n, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, silu_op(st_load(a, i, bf, 1)) * st_load(b, i, bf, 2), bf, 0, first); }
+}
+
+// swiglu_grad_f32 on storage bf: da (bit 0), db (1), a (2), b (3), dy (4);
+// first_da and first_db flag da and db.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void swiglu_grad_st(void *da, void *db, const void *a, const void *b, const void *dy, long long n,
+	long long bf, unsigned long long *first_da, unsigned long long *first_db) {
+	GRID_STRIDE(i, n) {
+		float x = st_load(a, i, bf, 2), g = st_load(dy, i, bf, 4);
+		st_store(db, i, g * silu_op(x), bf, 1, first_db);
+		st_store(da, i, silu_grad_op(x, g * st_load(b, i, bf, 3)), bf, 0, first_da);
+	}
+}
+
+// gelu_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_st(void *out, const void *x, long long n, long long bf, unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, gelu_op(st_load(x, i, bf, 1)), bf, 0, first); }
+}
+
+// gelu_grad_f32 on storage bf: dx (bit 0), x (1), dy (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_grad_st(void *dx, const void *x, const void *dy, long long n, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(dx, i, gelu_grad_op(st_load(x, i, bf, 1), st_load(dy, i, bf, 2)), bf, 0, first); }
+}
+
+// gelu_tanh_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_tanh_st(void *out, const void *x, long long n, long long bf, unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, gelu_tanh_op(st_load(x, i, bf, 1)), bf, 0, first); }
+}
+
+// gelu_tanh_grad_f32 on storage bf: dx (bit 0), x (1), dy (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void gelu_tanh_grad_st(void *dx, const void *x, const void *dy, long long n, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(dx, i, gelu_tanh_grad_op(st_load(x, i, bf, 1), st_load(dy, i, bf, 2)), bf, 0, first); }
+}
+
+// scale_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void scale_st(void *out, const void *x, long long n, float c, long long bf, unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, st_load(x, i, bf, 1) * c, bf, 0, first); }
 }
 
 // One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.

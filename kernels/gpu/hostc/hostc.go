@@ -361,6 +361,22 @@ func SiLUGrad(dx, x, dy []float32) { unaryGrad("silu_grad_f32", dx, x, dy) }
 func GELU(out, x []float32)        { unary("gelu_f32", out, x) }
 func GELUGrad(dx, x, dy []float32) { unaryGrad("gelu_grad_f32", dx, x, dy) }
 
+// SwiGLU is swiglu_f32: out = silu(a) * b, a and b of equal length.
+func SwiGLU(out, a, b []float32) {
+	var c hostCall
+	c.f32(out, a, b)
+	c.ints(len(a))
+	c.each("swiglu_f32", len(a))
+}
+
+// SwiGLUGrad is swiglu_grad_f32: da and db of out = silu(a) * b given dy.
+func SwiGLUGrad(da, db, a, b, dy []float32) {
+	var c hostCall
+	c.f32(da, db, a, b, dy)
+	c.ints(len(a))
+	c.each("swiglu_grad_f32", len(a))
+}
+
 // RMSNorm is rmsnorm_f32.
 func RMSNorm(out, x, w []float32, rows, d int, eps float32) {
 	var c hostCall

@@ -57,7 +57,7 @@ func same(t *testing.T, what string, got, want []float32, exact bool) {
 var shapes = [][2]int{{1, 1}, {3, 37}, {5, 1100}, {64, 96}}
 
 // TestElementwise: add, mul (same shape and broadcast) and their
-// gradients, SiLU and GELU with theirs.
+// gradients, SiLU and GELU with theirs, and SwiGLU with its gradients.
 func TestElementwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, sh := range shapes {
@@ -107,6 +107,29 @@ func TestElementwise(t *testing.T) {
 			op.bwd[1](want, x, dy)
 			same(t, op.name+"_grad", got, want, false)
 		}
+		// swiglu against the Go kernels (as silu), and bit for bit
+		// against the unfused kernels it replaces: silu_f32 then mul_f32;
+		// mul_f32 twice and silu_grad_f32.
+		b8 := rnd(rng, n, 8)
+		want, tw := make([]float32, n), make([]float32, n)
+		SwiGLU(got, x, b8)
+		kernels.SwiGLU(want, x, b8)
+		same(t, "swiglu", got, want, false)
+		SiLU(tw, x)
+		Mul(want, tw, b8)
+		same(t, "swiglu unfused", got, want, true)
+		gda, gdb := make([]float32, n), make([]float32, n)
+		wda, wdb := make([]float32, n), make([]float32, n)
+		SwiGLUGrad(gda, gdb, x, b8, dy)
+		kernels.SwiGLUGrad(wda, wdb, x, b8, dy)
+		same(t, "swiglu_grad da", gda, wda, false)
+		same(t, "swiglu_grad db", gdb, wdb, false)
+		dt := make([]float32, n)
+		Mul(dt, dy, b8)
+		SiLUGrad(wda, x, dt)
+		Mul(wdb, dy, tw)
+		same(t, "swiglu_grad da unfused", gda, wda, true)
+		same(t, "swiglu_grad db unfused", gdb, wdb, true)
 	}
 }
 

@@ -72,6 +72,19 @@ static void h_silu_grad_f32(const void *p) {
 		(long long)w[3]);
 }
 
+// swiglu_f32 (ops.cu, elementwise).
+static void h_swiglu_f32(const void *p) {
+	const unsigned long long *w = p;
+	swiglu_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2], (long long)w[3]);
+}
+
+// swiglu_grad_f32 (ops.cu, elementwise).
+static void h_swiglu_grad_f32(const void *p) {
+	const unsigned long long *w = p;
+	swiglu_grad_f32((float *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
+		(const float *)(uintptr_t)w[3], (const float *)(uintptr_t)w[4], (long long)w[5]);
+}
+
 // gelu_f32 (ops.cu, elementwise).
 static void h_gelu_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -102,6 +115,84 @@ static void h_gelu_tanh_grad_f32(const void *p) {
 static void h_scale_f32(const void *p) {
 	const unsigned long long *w = p;
 	scale_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], amsp_word_f32(w[3]));
+}
+
+// add_st (ops.cu, elementwise).
+static void h_add_st(const void *p) {
+	const unsigned long long *w = p;
+	add_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (long long)w[5], (unsigned long long *)(uintptr_t)w[6]);
+}
+
+// mul_st (ops.cu, elementwise).
+static void h_mul_st(const void *p) {
+	const unsigned long long *w = p;
+	mul_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (long long)w[5], (unsigned long long *)(uintptr_t)w[6]);
+}
+
+// silu_st (ops.cu, elementwise).
+static void h_silu_st(const void *p) {
+	const unsigned long long *w = p;
+	silu_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], (long long)w[3],
+		(unsigned long long *)(uintptr_t)w[4]);
+}
+
+// silu_grad_st (ops.cu, elementwise).
+static void h_silu_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	silu_grad_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
+}
+
+// swiglu_st (ops.cu, elementwise).
+static void h_swiglu_st(const void *p) {
+	const unsigned long long *w = p;
+	swiglu_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
+}
+
+// swiglu_grad_st (ops.cu, elementwise).
+static void h_swiglu_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	swiglu_grad_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
+		(unsigned long long *)(uintptr_t)w[7], (unsigned long long *)(uintptr_t)w[8]);
+}
+
+// gelu_st (ops.cu, elementwise).
+static void h_gelu_st(const void *p) {
+	const unsigned long long *w = p;
+	gelu_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], (long long)w[3],
+		(unsigned long long *)(uintptr_t)w[4]);
+}
+
+// gelu_grad_st (ops.cu, elementwise).
+static void h_gelu_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	gelu_grad_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
+}
+
+// gelu_tanh_st (ops.cu, elementwise).
+static void h_gelu_tanh_st(const void *p) {
+	const unsigned long long *w = p;
+	gelu_tanh_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], (long long)w[3],
+		(unsigned long long *)(uintptr_t)w[4]);
+}
+
+// gelu_tanh_grad_st (ops.cu, elementwise).
+static void h_gelu_tanh_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	gelu_tanh_grad_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(long long)w[3], (long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
+}
+
+// scale_st (ops.cu, elementwise).
+static void h_scale_st(const void *p) {
+	const unsigned long long *w = p;
+	scale_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], amsp_word_f32(w[3]),
+		(long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
 }
 
 // rmsnorm_f32 (ops.cu, row).
@@ -332,93 +423,132 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 6: // silu_grad_f32
 		LAUNCH(gx, h_silu_grad_f32(w));
 		return 0;
-	case 7: // gelu_f32
+	case 7: // swiglu_f32
+		LAUNCH(gx, h_swiglu_f32(w));
+		return 0;
+	case 8: // swiglu_grad_f32
+		LAUNCH(gx, h_swiglu_grad_f32(w));
+		return 0;
+	case 9: // gelu_f32
 		LAUNCH(gx, h_gelu_f32(w));
 		return 0;
-	case 8: // gelu_grad_f32
+	case 10: // gelu_grad_f32
 		LAUNCH(gx, h_gelu_grad_f32(w));
 		return 0;
-	case 9: // gelu_tanh_f32
+	case 11: // gelu_tanh_f32
 		LAUNCH(gx, h_gelu_tanh_f32(w));
 		return 0;
-	case 10: // gelu_tanh_grad_f32
+	case 12: // gelu_tanh_grad_f32
 		LAUNCH(gx, h_gelu_tanh_grad_f32(w));
 		return 0;
-	case 11: // scale_f32
+	case 13: // scale_f32
 		LAUNCH(gx, h_scale_f32(w));
 		return 0;
-	case 12: // rmsnorm_f32
+	case 14: // add_st
+		LAUNCH(gx, h_add_st(w));
+		return 0;
+	case 15: // mul_st
+		LAUNCH(gx, h_mul_st(w));
+		return 0;
+	case 16: // silu_st
+		LAUNCH(gx, h_silu_st(w));
+		return 0;
+	case 17: // silu_grad_st
+		LAUNCH(gx, h_silu_grad_st(w));
+		return 0;
+	case 18: // swiglu_st
+		LAUNCH(gx, h_swiglu_st(w));
+		return 0;
+	case 19: // swiglu_grad_st
+		LAUNCH(gx, h_swiglu_grad_st(w));
+		return 0;
+	case 20: // gelu_st
+		LAUNCH(gx, h_gelu_st(w));
+		return 0;
+	case 21: // gelu_grad_st
+		LAUNCH(gx, h_gelu_grad_st(w));
+		return 0;
+	case 22: // gelu_tanh_st
+		LAUNCH(gx, h_gelu_tanh_st(w));
+		return 0;
+	case 23: // gelu_tanh_grad_st
+		LAUNCH(gx, h_gelu_tanh_grad_st(w));
+		return 0;
+	case 24: // scale_st
+		LAUNCH(gx, h_scale_st(w));
+		return 0;
+	case 25: // rmsnorm_f32
 		LAUNCH(gx, h_rmsnorm_f32(w));
 		return 0;
-	case 13: // rmsnorm_grad_f32
+	case 26: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 14: // rmsnorm_grad_w_f32
+	case 27: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 15: // layernorm_f32
+	case 28: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 16: // layernorm_grad_f32
+	case 29: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 17: // layernorm_grad_wb_f32
+	case 30: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 18: // rope_f32
+	case 31: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 19: // embed_f32
+	case 32: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 20: // embed_grad_f32
+	case 33: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 21: // cross_entropy_f32
+	case 34: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 22: // cross_entropy_grad_f32
+	case 35: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 23: // adamw_f32
+	case 36: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 24: // attention_f32
+	case 37: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 25: // attention_dsum_f32
+	case 38: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 26: // attention_dq_f32
+	case 39: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 27: // attention_dkv_f32
+	case 40: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 28: // attention_dkv_sum_f32
+	case 41: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 29: // first_nonfinite_f32
+	case 42: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 30: // bf16_widen
+	case 43: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 31: // bf16_round
+	case 44: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 32: // bf16_pack
+	case 45: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 33: // bf16_finish
+	case 46: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 34: // mma_probe
+	case 47: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 35: // attention_mma_fwd
+	case 48: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 36: // attention_mma_dkv
+	case 49: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 37: // attention_mma_dq
+	case 50: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 38: // attention_dsum_bf16
+	case 51: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
