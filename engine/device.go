@@ -342,8 +342,13 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	if err != nil {
 		return err
 	}
-	if !p.Stored || len(p.Scratch) > 0 || p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
-		return fmt.Errorf("%v: a stored plan with more than kernels", c.Instr.Kern)
+	if !p.Stored || p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
+		return fmt.Errorf("%v: a stored plan with more than kernels and scratch memory", c.Instr.Kern)
+	}
+	scratch, err := b.scratch(s, p.Scratch)
+	defer b.releaseAll(scratch)
+	if err != nil {
+		return err
 	}
 	ns := make([]int64, len(c.Outs))
 	for i, o := range c.Outs {
@@ -364,6 +369,8 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 				addrs[i] = c.Args[a.N].Addr
 			case gpu.Result:
 				addrs[i] = c.Outs[a.N].Addr
+			case gpu.Scratch:
+				addrs[i] = scratch[a.N]
 			case gpu.Flag:
 				addrs[i] = flags[a.N]
 			}
@@ -411,6 +418,36 @@ func (b *deviceBackend) reserveChecks(s int, in *ir.Instr, ns []int64) ([]uint64
 	return addrs, nil
 }
 
+// scratch allocates a plan's scratch memory and fills it (zeroes, or
+// its content); the addresses of what it allocated come back with an
+// error too, for releaseAll.
+func (b *deviceBackend) scratch(s int, bufs []gpu.ScratchBuf) ([]uint64, error) {
+	addrs := make([]uint64, 0, len(bufs))
+	for _, sb := range bufs {
+		a, err := b.alloc(sb.Bytes)
+		if err != nil {
+			return addrs, err
+		}
+		addrs = append(addrs, a)
+		if sb.Init == nil && sb.Fill == 0 {
+			err = b.dev.Zero(s, a, sb.Bytes)
+		} else {
+			err = b.dev.Upload(a, sb.Content())
+		}
+		if err != nil {
+			return addrs, err
+		}
+	}
+	return addrs, nil
+}
+
+// releaseAll releases scratch memory.
+func (b *deviceBackend) releaseAll(addrs []uint64) {
+	for _, a := range addrs {
+		b.release(a)
+	}
+}
+
 // opCall is what gpu.PlanOp needs of an instruction.
 func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
 	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
@@ -448,26 +485,10 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 			return err
 		}
 	}
-	scratch := make([]uint64, len(p.Scratch))
-	defer func() {
-		for _, a := range scratch {
-			if a != 0 {
-				b.release(a)
-			}
-		}
-	}()
-	for i, sb := range p.Scratch {
-		if scratch[i], err = b.alloc(sb.Bytes); err != nil {
-			return err
-		}
-		if sb.Init == nil && sb.Fill == 0 {
-			err = b.dev.Zero(s, scratch[i], sb.Bytes)
-		} else {
-			err = b.dev.Upload(scratch[i], sb.Content())
-		}
-		if err != nil {
-			return err
-		}
+	scratch, err := b.scratch(s, p.Scratch)
+	defer b.releaseAll(scratch)
+	if err != nil {
+		return err
 	}
 	for li := range p.Launches {
 		l := &p.Launches[li]

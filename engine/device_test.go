@@ -199,11 +199,13 @@ func TestDeviceProfile(t *testing.T) {
 	}
 }
 
-// TestDeviceStoredKernels: the elementwise ops whose kernels take bf16
-// and fp32 storage as it is and check their own results (gpu.Plan.Stored)
-// give the bits of the multi-pass path (widen, fp32 kernel, round, check,
-// pack): tiny and the Gemma-style model, fp32 and bf16, train on the
-// simulated GPU to the same losses, bit for bit, either way.
+// TestDeviceStoredKernels: the ops whose kernels take bf16 and fp32
+// storage as it is and check their own results (gpu.Plan.Stored: the
+// elementwise ops, the norms and RoPE) give the bits of the multi-pass
+// path (widen, fp32 kernel, round, check, pack): tiny, the Gemma-style
+// model and tied embeddings with gelu, fp32 and bf16, train on the
+// simulated GPU to the same losses, bit for bit, either way (layernorm's
+// stored kernels are checked bit for bit in kernels/gpu/hostc).
 func TestDeviceStoredKernels(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	one := cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}
@@ -224,6 +226,7 @@ func TestDeviceStoredKernels(t *testing.T) {
 		{"tiny fp32", func() *codegen.Bundle { return compile(t, 1, 1, one) }},
 		{"tiny bf16", func() *codegen.Bundle { return compile(t, 1, 1, one, bf16) }},
 		{"gemma bf16", func() *codegen.Bundle { return compileModel(t, "gemma", 1, 1, one, bf16) }},
+		{"tied bf16", func() *codegen.Bundle { return compileModel(t, "tied", 1, 1, one, bf16) }},
 	} {
 		made = nil
 		stored := steps(t, start(t, c.b(), backend(engine.DeviceOptions{})), 2)

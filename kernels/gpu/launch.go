@@ -485,6 +485,66 @@ var storedPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{stored(c, "scale_st", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
 		return nil
 	},
+	ir.RMSNorm: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Launches = []Launch{storedRow(c, "rmsnorm_st", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(c.fa("eps")))}
+		return nil
+	},
+	ir.RMSNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Scratch = []ScratchBuf{f32Scratch(rows)}
+		p.Launches = []Launch{
+			storedRow(c, "rmsnorm_grad_st", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
+			storedColumns(c, "rmsnorm_grad_w_st", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+		}
+		return nil
+	},
+	ir.LayerNorm: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Launches = []Launch{storedRow(c, "layernorm_st", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps")))}
+		return nil
+	},
+	ir.LayerNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+		d := c.n(1)
+		rows := c.n(0) / d
+		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
+		p.Launches = []Launch{
+			storedRow(c, "layernorm_grad_st", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
+			storedColumns(c, "layernorm_grad_wb_st", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+		}
+		return nil
+	},
+	ir.RoPE:     storedRoPE(1),
+	ir.RoPEGrad: storedRoPE(-1),
+}
+
+// storedRoPE rotates (sign 1) or rotates back (-1) in one pass.
+func storedRoPE(sign float64) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		x := c.ArgShapes[0]
+		heads := c.Attr("heads").Int
+		p.Launches = []Launch{stored(c, "rope_st", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
+			f64(c.fa("theta")), f32(sign))}
+		return nil
+	}
+}
+
+// storedRow and storedColumns are stored's row and column launches.
+func storedRow(c *OpCall, kernel string, rows, d int64, args ...Arg) Launch {
+	l := stored(c, kernel, 0, args...)
+	r := row(kernel, rows, d)
+	l.Grid, l.Block = r.Grid, r.Block
+	return l
+}
+
+func storedColumns(c *OpCall, kernel string, d int64, args ...Arg) Launch {
+	l := stored(c, kernel, 0, args...)
+	col := columns(kernel, d)
+	l.Grid, l.Block = col.Grid, col.Block
+	return l
 }
 
 // planStored is an op's Stored plan: its operands and results fp32 or

@@ -186,13 +186,14 @@ func TestMMASmem(t *testing.T) {
 	}
 }
 
-// TestStoredPlans: every op with a stored plan (OpCall.Storage) plans one
-// pass over its bf16 or fp32 storage: each launch's arguments match its
-// _st kernel, the mask marks exactly the bf16 pointers, and each result
-// gets its flag; other dtypes are refused.
+// TestStoredPlans: every op with a stored plan (OpCall.Storage) reads
+// and writes its bf16 or fp32 storage as it is, with only kernels and
+// scratch memory: each launch's arguments match its _st kernel, the mask
+// marks exactly the bf16 pointers, and each result gets its flag; other
+// dtypes are refused.
 func TestStoredPlans(t *testing.T) {
 	x := []int64{2, 3, 8}
-	attrs := map[string]ir.AttrVal{"by": {Float: 0.5}}
+	attrs := map[string]ir.AttrVal{"by": {Float: 0.5}, "eps": {Float: 1e-5}, "heads": {Int: 2}, "theta": {Float: 1e4}}
 	n := 0
 	for _, op := range ir.OpKinds() {
 		if !HasStoredPlan(op) {
@@ -212,38 +213,41 @@ func TestStoredPlans(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v %v: %v", op, dt, err)
 			}
-			if !p.Stored || len(p.Launches) != 1 {
-				t.Fatalf("%v %v: stored %v with %d launches", op, dt, p.Stored, len(p.Launches))
+			if !p.Stored || len(p.Launches) == 0 || p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
+				t.Fatalf("%v %v: stored %v with %d launches, gemm %v, %d copies, bad %d, loss %d", op, dt, p.Stored, len(p.Launches), p.Gemm, len(p.Copies), p.Bad, p.Loss)
 			}
-			l := p.Launches[0]
-			if err := l.CheckArgs(); err != nil {
-				t.Errorf("%v: %v", op, err)
-			}
-			var mask int64
-			flags := 0
-			for k, a := range l.Args {
-				if (a.Kind == Operand || a.Kind == Result) && dt == ir.BF16 {
-					mask |= 1 << k
+			flagged := map[int]bool{}
+			for _, l := range p.Launches {
+				if err := l.CheckArgs(); err != nil {
+					t.Errorf("%v: %v", op, err)
 				}
-				if a.Kind == Flag {
-					flags++
+				var mask int64
+				flags := 0
+				for k, a := range l.Args {
+					if (a.Kind == Operand || a.Kind == Result) && dt == ir.BF16 {
+						mask |= 1 << k
+					}
+					if a.Kind == Flag {
+						flags++
+						flagged[a.N] = true
+					}
+				}
+				if got := l.Args[len(l.Args)-1-flags]; got.Kind != Int || got.I != mask {
+					t.Errorf("%v %v %s: mask argument %+v, want %b", op, dt, l.Kernel, got, mask)
 				}
 			}
-			if got := l.Args[len(l.Args)-1-flags]; got.Kind != Int || got.I != mask {
-				t.Errorf("%v %v: mask argument %+v, want %b", op, dt, got, mask)
-			}
-			if flags != info.NumResults() {
-				t.Errorf("%v: %d flags for %d results", op, flags, info.NumResults())
+			if len(flagged) != info.NumResults() {
+				t.Errorf("%v: %d results flagged of %d", op, len(flagged), info.NumResults())
 			}
 		}
 		oc := &OpCall{Op: op, Storage: true, ArgTypes: []ir.DType{ir.F16, ir.F16, ir.F16}, ArgShapes: [][]int64{x, x, x}, ArgElems: []int64{48, 48, 48},
-			OutTypes: []ir.DType{ir.F16, ir.F16}, OutShapes: [][]int64{x, x}, OutElems: []int64{48, 48}, Attr: func(name string) ir.AttrVal { return attrs[name] }}
+			OutTypes: []ir.DType{ir.F16, ir.F16, ir.F16}, OutShapes: [][]int64{x, x, x}, OutElems: []int64{48, 48, 48}, Attr: func(name string) ir.AttrVal { return attrs[name] }}
 		var unsup *ErrUnsupported
 		if _, err := PlanOp(oc); !errors.As(err, &unsup) {
 			t.Errorf("%v with f16 storage: %v, want not supported", op, err)
 		}
 	}
-	if n < 11 {
-		t.Errorf("%d ops with stored plans, want the 11 elementwise ones", n)
+	if n < 17 {
+		t.Errorf("%d ops with stored plans, want the 11 elementwise ones, the norms and RoPE", n)
 	}
 }

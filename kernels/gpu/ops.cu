@@ -377,6 +377,24 @@ AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const floa
 	}
 }
 
+// rmsnorm_f32 on storage bf: out (bit 0), x (1), w (2).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void rmsnorm_st(void *out, const void *x, const void *w, long long rows, long long d, float eps,
+	long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float xj = st_load(x, r * d + j, bf, 1);
+		ss += (double)xj * (double)xj;
+	}
+	ss = block_sum(ss, red);
+	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		st_store(out, r * d + j, st_load(x, r * d + j, bf, 1) * rs * st_load(w, j, bf, 2), bf, 0, first);
+	}
+}
+
 // One block per row: dx = rstd * (dy*w - xh*mean(dy*w*xh)), xh = x*rstd;
 // rstd[r] is kept for rmsnorm_grad_w_f32.
 // amspc:launch row
@@ -399,6 +417,36 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const flo
 	float c = (float)(dot / (double)d);
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
 		dx[r * d + j] = rs * (dyr[j] * w[j] - xr[j] * rs * c);
+	}
+	if (threadIdx.x == 0) {
+		rstd[r] = rs;
+	}
+}
+
+// rmsnorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4); rstd
+// (1) is fp32 scratch, written as rmsnorm_grad_f32 writes it.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void rmsnorm_grad_st(void *dx, float *rstd, const void *x, const void *w, const void *dy,
+	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float xj = st_load(x, r * d + j, bf, 2);
+		ss += (double)xj * (double)xj;
+	}
+	ss = block_sum(ss, red);
+	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	double dot = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float xj = st_load(x, r * d + j, bf, 2), wj = st_load(w, j, bf, 3), gj = st_load(dy, r * d + j, bf, 4);
+		dot += (double)(gj * wj) * (double)(xj * rs);
+	}
+	dot = block_sum(dot, red);
+	float c = (float)(dot / (double)d);
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float xj = st_load(x, r * d + j, bf, 2), wj = st_load(w, j, bf, 3), gj = st_load(dy, r * d + j, bf, 4);
+		st_store(dx, r * d + j, rs * (gj * wj - xj * rs * c), bf, 0, first);
 	}
 	if (threadIdx.x == 0) {
 		rstd[r] = rs;
@@ -430,6 +478,32 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, cons
 	}
 }
 
+// rmsnorm_grad_w_f32 on storage bf: dw (bit 0), x (1), dy (2); rstd (3)
+// is fp32, rmsnorm_grad_st's.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rmsnorm_grad_w_st(void *dw, const void *x, const void *dy, const float *rstd, long long rows,
+	long long d, long long bf, unsigned long long *first) {
+	GRID_STRIDE(j, d) {
+		double acc = 0;
+		long long r = 0;
+		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
+			float t[AMSP_AHEAD];
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				t[u] = st_load(dy, (r + u) * d + j, bf, 2) * (st_load(x, (r + u) * d + j, bf, 1) * rstd[r + u]);
+			}
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				acc += (double)t[u];
+			}
+		}
+		for (; r < rows; r++) {
+			acc += (double)(st_load(dy, r * d + j, bf, 2) * (st_load(x, r * d + j, bf, 1) * rstd[r]));
+		}
+		st_store(dw, j, (float)acc, bf, 0, first);
+	}
+}
+
 // One block per row: out = (x - mean) / sqrt(var + eps) * w + b, the
 // biased variance taken in a second pass.
 // amspc:launch row
@@ -452,6 +526,30 @@ AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const fl
 	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
 		out[r * d + j] = (xr[j] - mean) * rs * w[j] + b[j];
+	}
+}
+
+// layernorm_f32 on storage bf: out (bit 0), x (1), w (2), b (3).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void layernorm_st(void *out, const void *x, const void *w, const void *b, long long rows, long long d,
+	float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	double s = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		s += (double)st_load(x, r * d + j, bf, 1);
+	}
+	double m = block_sum(s, red) / (double)d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		double c = (double)st_load(x, r * d + j, bf, 1) - m;
+		ss += c * c;
+	}
+	ss = block_sum(ss, red);
+	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		st_store(out, r * d + j, (st_load(x, r * d + j, bf, 1) - mean) * rs * st_load(w, j, bf, 2) + st_load(b, j, bf, 3), bf, 0,
+			first);
 	}
 }
 
@@ -494,6 +592,44 @@ AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const 
 	}
 }
 
+// layernorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4);
+// stats (1) is fp32 scratch, written as layernorm_grad_f32 writes it.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void layernorm_grad_st(void *dx, float *stats, const void *x, const void *w, const void *dy,
+	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	double s = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		s += (double)st_load(x, r * d + j, bf, 2);
+	}
+	double m = block_sum(s, red) / (double)d;
+	double ss = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		double c = (double)st_load(x, r * d + j, bf, 2) - m;
+		ss += c * c;
+	}
+	ss = block_sum(ss, red);
+	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
+	double sg = 0, sgx = 0;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float g = st_load(dy, r * d + j, bf, 4) * st_load(w, j, bf, 3);
+		sg += (double)g;
+		sgx += (double)g * (double)((st_load(x, r * d + j, bf, 2) - mean) * rs);
+	}
+	sg = block_sum(sg, red);
+	sgx = block_sum(sgx, red);
+	float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		float xj = st_load(x, r * d + j, bf, 2), wj = st_load(w, j, bf, 3), gj = st_load(dy, r * d + j, bf, 4);
+		st_store(dx, r * d + j, rs * (gj * wj - mg - (xj - mean) * rs * mgx), bf, 0, first);
+	}
+	if (threadIdx.x == 0) {
+		stats[2 * r] = mean;
+		stats[2 * r + 1] = rs;
+	}
+}
+
 // dw[j] = sum over rows of dy * xh, db[j] = sum of dy, in row order.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const float *x, const float *dy, const float *stats,
@@ -525,6 +661,39 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const 
 	}
 }
 
+// layernorm_grad_wb_f32 on storage bf: dw (bit 0), db (1), x (2), dy (3);
+// stats (4) is fp32, layernorm_grad_st's; first_dw and first_db flag dw
+// and db.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const void *x, const void *dy, const float *stats,
+	long long rows, long long d, long long bf, unsigned long long *first_dw, unsigned long long *first_db) {
+	GRID_STRIDE(j, d) {
+		double aw = 0, ab = 0;
+		long long r = 0;
+		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
+			float tw[AMSP_AHEAD], tb[AMSP_AHEAD];
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				float v = st_load(x, (r + u) * d + j, bf, 2), g = st_load(dy, (r + u) * d + j, bf, 3);
+				tw[u] = g * ((v - stats[2 * (r + u)]) * stats[2 * (r + u) + 1]);
+				tb[u] = g;
+			}
+#pragma unroll
+			for (int u = 0; u < AMSP_AHEAD; u++) {
+				aw += (double)tw[u];
+				ab += (double)tb[u];
+			}
+		}
+		for (; r < rows; r++) {
+			float v = st_load(x, r * d + j, bf, 2), g = st_load(dy, r * d + j, bf, 3);
+			aw += (double)(g * ((v - stats[2 * r]) * stats[2 * r + 1]));
+			ab += (double)g;
+		}
+		st_store(dw, j, (float)aw, bf, 0, first_dw);
+		st_store(db, j, (float)ab, bf, 1, first_db);
+	}
+}
+
 // RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
 // (x[i], x[i+hd/2]) of each head at position p turns by
 // sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
@@ -542,6 +711,22 @@ AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long bat
 		float u = x[base + i], v = x[base + i + half];
 		out[base + i] = u * c - v * s;
 		out[base + i + half] = v * c + u * s;
+	}
+}
+
+// rope_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
+	double theta, float sign, long long bf, unsigned long long *first) {
+	long long half = hd / 2, pairs = batch * seq * heads * half;
+	GRID_STRIDE(k, pairs) {
+		long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
+		double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
+		float c = (float)cos(ang), s = sign * (float)sin(ang);
+		long long base = ((b * seq + p) * heads + h) * hd;
+		float u = st_load(x, base + i, bf, 1), v = st_load(x, base + i + half, bf, 1);
+		st_store(out, base + i, u * c - v * s, bf, 0, first);
+		st_store(out, base + i + half, v * c + u * s, bf, 0, first);
 	}
 }
 

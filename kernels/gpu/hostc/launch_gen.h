@@ -202,12 +202,27 @@ static void h_rmsnorm_f32(const void *p) {
 		(long long)w[3], (long long)w[4], amsp_word_f32(w[5]));
 }
 
+// rmsnorm_st (ops.cu, row).
+static void h_rmsnorm_st(const void *p) {
+	const unsigned long long *w = p;
+	rmsnorm_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], amsp_word_f32(w[5]), (long long)w[6], (unsigned long long *)(uintptr_t)w[7]);
+}
+
 // rmsnorm_grad_f32 (ops.cu, row).
 static void h_rmsnorm_grad_f32(const void *p) {
 	const unsigned long long *w = p;
 	rmsnorm_grad_f32((float *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
 		(const float *)(uintptr_t)w[3], (const float *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
 		amsp_word_f32(w[7]));
+}
+
+// rmsnorm_grad_st (ops.cu, row).
+static void h_rmsnorm_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	rmsnorm_grad_st((void *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
+		amsp_word_f32(w[7]), (long long)w[8], (unsigned long long *)(uintptr_t)w[9]);
 }
 
 // rmsnorm_grad_w_f32 (ops.cu, elementwise).
@@ -217,11 +232,27 @@ static void h_rmsnorm_grad_w_f32(const void *p) {
 		(const float *)(uintptr_t)w[3], (long long)w[4], (long long)w[5]);
 }
 
+// rmsnorm_grad_w_st (ops.cu, elementwise).
+static void h_rmsnorm_grad_w_st(const void *p) {
+	const unsigned long long *w = p;
+	rmsnorm_grad_w_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const float *)(uintptr_t)w[3], (long long)w[4], (long long)w[5], (long long)w[6],
+		(unsigned long long *)(uintptr_t)w[7]);
+}
+
 // layernorm_f32 (ops.cu, row).
 static void h_layernorm_f32(const void *p) {
 	const unsigned long long *w = p;
 	layernorm_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
 		(const float *)(uintptr_t)w[3], (long long)w[4], (long long)w[5], amsp_word_f32(w[6]));
+}
+
+// layernorm_st (ops.cu, row).
+static void h_layernorm_st(const void *p) {
+	const unsigned long long *w = p;
+	layernorm_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (long long)w[4], (long long)w[5], amsp_word_f32(w[6]), (long long)w[7],
+		(unsigned long long *)(uintptr_t)w[8]);
 }
 
 // layernorm_grad_f32 (ops.cu, row).
@@ -232,6 +263,14 @@ static void h_layernorm_grad_f32(const void *p) {
 		amsp_word_f32(w[7]));
 }
 
+// layernorm_grad_st (ops.cu, row).
+static void h_layernorm_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	layernorm_grad_st((void *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
+		amsp_word_f32(w[7]), (long long)w[8], (unsigned long long *)(uintptr_t)w[9]);
+}
+
 // layernorm_grad_wb_f32 (ops.cu, elementwise).
 static void h_layernorm_grad_wb_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -239,11 +278,27 @@ static void h_layernorm_grad_wb_f32(const void *p) {
 		(const float *)(uintptr_t)w[3], (const float *)(uintptr_t)w[4], (long long)w[5], (long long)w[6]);
 }
 
+// layernorm_grad_wb_st (ops.cu, elementwise).
+static void h_layernorm_grad_wb_st(const void *p) {
+	const unsigned long long *w = p;
+	layernorm_grad_wb_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const float *)(uintptr_t)w[4], (long long)w[5], (long long)w[6], (long long)w[7],
+		(unsigned long long *)(uintptr_t)w[8], (unsigned long long *)(uintptr_t)w[9]);
+}
+
 // rope_f32 (ops.cu, elementwise).
 static void h_rope_f32(const void *p) {
 	const unsigned long long *w = p;
 	rope_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
 		(long long)w[5], amsp_word_f64(w[6]), amsp_word_f32(w[7]));
+}
+
+// rope_st (ops.cu, elementwise).
+static void h_rope_st(const void *p) {
+	const unsigned long long *w = p;
+	rope_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
+		(long long)w[5], amsp_word_f64(w[6]), amsp_word_f32(w[7]), (long long)w[8],
+		(unsigned long long *)(uintptr_t)w[9]);
 }
 
 // embed_f32 (ops.cu, elementwise).
@@ -480,75 +535,96 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 25: // rmsnorm_f32
 		LAUNCH(gx, h_rmsnorm_f32(w));
 		return 0;
-	case 26: // rmsnorm_grad_f32
+	case 26: // rmsnorm_st
+		LAUNCH(gx, h_rmsnorm_st(w));
+		return 0;
+	case 27: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 27: // rmsnorm_grad_w_f32
+	case 28: // rmsnorm_grad_st
+		LAUNCH(gx, h_rmsnorm_grad_st(w));
+		return 0;
+	case 29: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 28: // layernorm_f32
+	case 30: // rmsnorm_grad_w_st
+		LAUNCH(gx, h_rmsnorm_grad_w_st(w));
+		return 0;
+	case 31: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 29: // layernorm_grad_f32
+	case 32: // layernorm_st
+		LAUNCH(gx, h_layernorm_st(w));
+		return 0;
+	case 33: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 30: // layernorm_grad_wb_f32
+	case 34: // layernorm_grad_st
+		LAUNCH(gx, h_layernorm_grad_st(w));
+		return 0;
+	case 35: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 31: // rope_f32
+	case 36: // layernorm_grad_wb_st
+		LAUNCH(gx, h_layernorm_grad_wb_st(w));
+		return 0;
+	case 37: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 32: // embed_f32
+	case 38: // rope_st
+		LAUNCH(gx, h_rope_st(w));
+		return 0;
+	case 39: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 33: // embed_grad_f32
+	case 40: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 34: // cross_entropy_f32
+	case 41: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 35: // cross_entropy_grad_f32
+	case 42: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 36: // adamw_f32
+	case 43: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 37: // attention_f32
+	case 44: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 38: // attention_dsum_f32
+	case 45: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 39: // attention_dq_f32
+	case 46: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 40: // attention_dkv_f32
+	case 47: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 41: // attention_dkv_sum_f32
+	case 48: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 42: // first_nonfinite_f32
+	case 49: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 43: // bf16_widen
+	case 50: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 44: // bf16_round
+	case 51: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 45: // bf16_pack
+	case 52: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 46: // bf16_finish
+	case 53: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 47: // mma_probe
+	case 54: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 48: // attention_mma_fwd
+	case 55: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 49: // attention_mma_dkv
+	case 56: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 50: // attention_mma_dq
+	case 57: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 51: // attention_dsum_bf16
+	case 58: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}

@@ -250,3 +250,334 @@ func TestStorageKernels(t *testing.T) {
 	}
 	t.Logf("%d results flagged", flagged)
 }
+
+// hostLaunch runs l with args as hostRun passes them (float64: double).
+func hostLaunch(l gpu.Launch, args ...any) {
+	var c hostCall
+	for _, a := range args {
+		switch a := a.(type) {
+		case []float32:
+			c.f32(a)
+		case []uint16:
+			c.u16(a)
+		case *uint64:
+			c.ptr(unsafe.Pointer(a))
+		case int:
+			c.ints(a)
+		case float32:
+			c.float(a)
+		case float64:
+			c.doubles(a)
+		default:
+			panic(fmt.Sprintf("hostLaunch: argument of type %T", a))
+		}
+	}
+	c.run(l)
+}
+
+// The launch geometries of package gpu's plans (the shim runs a row
+// kernel's block as one thread, and an elementwise grid capped).
+func rowGeom(rows, d int) func(string) gpu.Launch {
+	return func(k string) gpu.Launch {
+		return gpu.Launch{Kernel: k, Grid: [3]int{max(rows, 1), 1, 1}, Block: gpu.RowBlock(int64(d))}
+	}
+}
+
+func colGeom(d int) func(string) gpu.Launch {
+	return func(k string) gpu.Launch {
+		return gpu.Launch{Kernel: k, Grid: [3]int{gpu.Grid1D(int64(d), 32, gpu.MaxGrid), 1, 1}, Block: 32}
+	}
+}
+
+func eachGeom(n int) func(string) gpu.Launch {
+	return func(k string) gpu.Launch {
+		return gpu.Launch{Kernel: k, Grid: [3]int{gpu.Grid1D(int64(n), gpu.DefaultBlock, gpu.MaxGrid), 1, 1},
+			Block: gpu.DefaultBlock}
+	}
+}
+
+// stTensor is a tensor of a storage case: an operand (vals), a result
+// or fp32 scratch of n elements.
+type stTensor struct {
+	name    string
+	n       int
+	vals    []float32 // an operand's values
+	scratch bool
+}
+
+// stStep is one launch of a storage case: K_st and its twin K_f32 over
+// the named tensors (their pointer parameters, in order), then scalars.
+// K_st takes bf and a flag for each result after them.
+type stStep struct {
+	kernel  string
+	ptrs    []string
+	scalars []any
+	geom    func(kernel string) gpu.Launch
+}
+
+// stChain runs steps as _st kernels on the tensors stored by mask (bit t
+// of mask: the t-th non-scratch tensor is bf16) and as the multi-pass
+// path (bf16_widen, the _f32 kernels, bf16_finish or first_nonfinite_f32
+// for each result), and reports where stored bits, scratch bits or flags
+// differ. It returns the results' flags.
+func stChain(t *testing.T, what string, tensors []stTensor, steps []stStep, mask int) []uint64 {
+	t.Helper()
+	byName := map[string]int{}
+	isBF := make([]bool, len(tensors))
+	bit := 0
+	for i, x := range tensors {
+		byName[x.name] = i
+		if !x.scratch {
+			isBF[i] = mask>>bit&1 == 1
+			bit++
+		}
+	}
+	stF, stH := make([][]float32, len(tensors)), make([][]uint16, len(tensors)) // stored
+	ref := make([][]float32, len(tensors))                                      // the reference's fp32
+	flags, wantFlags := make([]uint64, len(tensors)), make([]uint64, len(tensors))
+	for i, x := range tensors {
+		flags[i], wantFlags[i] = gpu.NoneNonFinite, gpu.NoneNonFinite
+		switch {
+		case x.vals != nil && isBF[i]:
+			stH[i] = make([]uint16, len(x.vals))
+			for j, v := range x.vals {
+				stH[i][j] = toBF16(v)
+			}
+			ref[i] = make([]float32, len(x.vals))
+			hostRun("bf16_widen", len(x.vals), ref[i], stH[i], len(x.vals))
+		case x.vals != nil:
+			stF[i], ref[i] = x.vals, x.vals
+		case isBF[i]:
+			stH[i] = make([]uint16, x.n)
+			for j := range stH[i] {
+				stH[i][j] = 0xdead
+			}
+			ref[i] = make([]float32, x.n)
+		default:
+			stF[i], ref[i] = make([]float32, x.n), make([]float32, x.n)
+			for j := range stF[i] {
+				stF[i][j] = math.Float32frombits(0xdeadbeef)
+			}
+		}
+	}
+	for _, s := range steps {
+		var stArgs, refArgs []any
+		bf := 0
+		var outs []int
+		for k, name := range s.ptrs {
+			i, ok := byName[name]
+			if !ok {
+				panic("stChain: no tensor " + name)
+			}
+			if isBF[i] {
+				bf |= 1 << k
+				stArgs = append(stArgs, stH[i])
+			} else {
+				stArgs = append(stArgs, stF[i])
+			}
+			refArgs = append(refArgs, ref[i])
+			if tensors[i].vals == nil && !tensors[i].scratch {
+				outs = append(outs, i)
+			}
+		}
+		stArgs = append(append(stArgs, s.scalars...), bf)
+		for _, i := range outs {
+			stArgs = append(stArgs, &flags[i])
+		}
+		hostLaunch(s.geom(s.kernel+"_st"), stArgs...)
+		hostLaunch(s.geom(s.kernel+"_f32"), append(refArgs, s.scalars...)...)
+	}
+	for i, x := range tensors {
+		if x.vals != nil {
+			continue
+		}
+		want, wantH := ref[i], []uint16(nil)
+		switch {
+		case x.scratch:
+		case isBF[i]:
+			wantH = make([]uint16, x.n)
+			hostRun("bf16_finish", x.n, wantH, ref[i], x.n, &wantFlags[i])
+			want = nil
+		default:
+			hostRun("first_nonfinite_f32", x.n, ref[i], x.n, &wantFlags[i])
+		}
+		at := fmt.Sprintf("%s mask=%#b %s", what, mask, x.name)
+		g, w := stored(stF[i], stH[i]), stored(want, wantH)
+		for j := range w {
+			if g[j] != w[j] {
+				t.Errorf("%s: element %d stored %#x (as fp32 bits), the multi-pass path %#x", at, j, g[j], w[j])
+				break
+			}
+		}
+		if flags[i] != wantFlags[i] {
+			t.Errorf("%s: flag %#x, the multi-pass path's %#x", at, flags[i], wantFlags[i])
+		}
+	}
+	var out []uint64
+	for i, x := range tensors {
+		if x.vals == nil && !x.scratch {
+			out = append(out, flags[i])
+		}
+	}
+	return out
+}
+
+// stRowCase is a norm or RoPE storage case: its tensors and launches for
+// the values of a variant.
+type stRowCase struct {
+	name  string
+	cases func(rng *rand.Rand, variant int) []stRowShape
+}
+
+type stRowShape struct {
+	what    string
+	tensors []stTensor
+	steps   []stStep
+}
+
+// normValues are x (scale 4), w (near 1), b and dy (scale 1) of rows x d
+// for a variant: 0 finite, 1 overflowing (w = 3e38 at a column, dy near
+// fp32's largest at a few places), 2 also an infinity and a NaN in x.
+func normValues(rng *rand.Rand, rows, d, variant int) (x, w, b, dy []float32) {
+	x, b, dy = rnd(rng, rows*d, 4), rnd(rng, d, 1), rnd(rng, rows*d, 1)
+	w = rnd(rng, d, 0.1)
+	for j := range w {
+		w[j]++
+	}
+	if variant >= 1 {
+		w[rng.IntN(d)] = 3e38
+		for range max(1, rows*d/64) {
+			dy[rng.IntN(rows*d)] = 3.3e38
+		}
+	}
+	if variant == 2 {
+		x[rng.IntN(rows*d)] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		x[rng.IntN(rows*d)] = float32(math.NaN())
+	}
+	return x, w, b, dy
+}
+
+var normShapes = [][2]int{{1, 1}, {3, 37}, {5, 1100}, {64, 96}}
+
+const stEps = float32(1e-5)
+
+var stRowCases = []stRowCase{
+	{name: "rmsnorm", cases: func(rng *rand.Rand, variant int) []stRowShape {
+		var s []stRowShape
+		for _, sh := range normShapes {
+			rows, d := sh[0], sh[1]
+			x, w, _, _ := normValues(rng, rows, d, variant)
+			s = append(s, stRowShape{
+				what:    fmt.Sprintf("rmsnorm %dx%d", rows, d),
+				tensors: []stTensor{{name: "out", n: rows * d}, {name: "x", vals: x}, {name: "w", vals: w}},
+				steps:   []stStep{{"rmsnorm", []string{"out", "x", "w"}, []any{rows, d, stEps}, rowGeom(rows, d)}},
+			})
+		}
+		return s
+	}},
+	{name: "rmsnorm_grad", cases: func(rng *rand.Rand, variant int) []stRowShape {
+		var s []stRowShape
+		for _, sh := range normShapes {
+			rows, d := sh[0], sh[1]
+			x, w, _, dy := normValues(rng, rows, d, variant)
+			s = append(s, stRowShape{
+				what: fmt.Sprintf("rmsnorm_grad %dx%d", rows, d),
+				tensors: []stTensor{{name: "dx", n: rows * d}, {name: "dw", n: d}, {name: "rstd", n: rows, scratch: true},
+					{name: "x", vals: x}, {name: "w", vals: w}, {name: "dy", vals: dy}},
+				steps: []stStep{
+					{"rmsnorm_grad", []string{"dx", "rstd", "x", "w", "dy"}, []any{rows, d, stEps}, rowGeom(rows, d)},
+					{"rmsnorm_grad_w", []string{"dw", "x", "dy", "rstd"}, []any{rows, d}, colGeom(d)},
+				},
+			})
+		}
+		return s
+	}},
+	{name: "layernorm", cases: func(rng *rand.Rand, variant int) []stRowShape {
+		var s []stRowShape
+		for _, sh := range normShapes {
+			rows, d := sh[0], sh[1]
+			x, w, b, _ := normValues(rng, rows, d, variant)
+			s = append(s, stRowShape{
+				what: fmt.Sprintf("layernorm %dx%d", rows, d),
+				tensors: []stTensor{{name: "out", n: rows * d}, {name: "x", vals: x}, {name: "w", vals: w},
+					{name: "b", vals: b}},
+				steps: []stStep{{"layernorm", []string{"out", "x", "w", "b"}, []any{rows, d, stEps}, rowGeom(rows, d)}},
+			})
+		}
+		return s
+	}},
+	{name: "layernorm_grad", cases: func(rng *rand.Rand, variant int) []stRowShape {
+		var s []stRowShape
+		for _, sh := range normShapes {
+			rows, d := sh[0], sh[1]
+			x, w, _, dy := normValues(rng, rows, d, variant)
+			s = append(s, stRowShape{
+				what: fmt.Sprintf("layernorm_grad %dx%d", rows, d),
+				tensors: []stTensor{{name: "dx", n: rows * d}, {name: "dw", n: d}, {name: "db", n: d},
+					{name: "stats", n: 2 * rows, scratch: true}, {name: "x", vals: x}, {name: "w", vals: w},
+					{name: "dy", vals: dy}},
+				steps: []stStep{
+					{"layernorm_grad", []string{"dx", "stats", "x", "w", "dy"}, []any{rows, d, stEps}, rowGeom(rows, d)},
+					{"layernorm_grad_wb", []string{"dw", "db", "x", "dy", "stats"}, []any{rows, d}, colGeom(d)},
+				},
+			})
+		}
+		return s
+	}},
+	{name: "rope", cases: func(rng *rand.Rand, variant int) []stRowShape {
+		var s []stRowShape
+		const batch, seq, heads = 2, 3, 2
+		for _, hd := range []int{8, 64} {
+			for _, theta := range []float64{10000, 500000} {
+				for _, sign := range []float32{1, -1} {
+					n := batch * seq * heads * hd
+					x := stValues(rng, n, variant >= 1, variant == 2)
+					s = append(s, stRowShape{
+						what:    fmt.Sprintf("rope hd=%d theta=%g sign=%g", hd, theta, sign),
+						tensors: []stTensor{{name: "out", n: n}, {name: "x", vals: x}},
+						steps: []stStep{{"rope", []string{"out", "x"}, []any{batch, seq, heads, hd, theta, sign},
+							eachGeom(n / 2)}},
+					})
+				}
+			}
+		}
+		return s
+	}},
+}
+
+// TestStorageRowKernels: the storage-typed norms (and their gradients,
+// the row kernel then the column kernel on the operands as stored) and
+// RoPE, over every mask of their operands and results, store the bits,
+// scratch and flags of the multi-pass path on random values, values that
+// overflow, infinities and NaNs; on finite values the flags stay all
+// ones.
+func TestStorageRowKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, rc := range stRowCases {
+		flagged := 0
+		for variant := range 3 {
+			for _, sc := range rc.cases(rng, variant) {
+				nt := 0
+				for _, x := range sc.tensors {
+					if !x.scratch {
+						nt++
+					}
+				}
+				for mask := range 1 << nt {
+					for o, f := range stChain(t, fmt.Sprintf("%s variant %d", sc.what, variant), sc.tensors, sc.steps, mask) {
+						if variant == 0 && f != gpu.NoneNonFinite {
+							t.Errorf("%s mask=%#b finite values: result %d flagged %#x", sc.what, mask, o, f)
+						}
+						if f != gpu.NoneNonFinite {
+							flagged++
+						}
+					}
+				}
+			}
+		}
+		if flagged == 0 {
+			t.Errorf("%s: no case flagged a NaN or an infinity", rc.name)
+		}
+		t.Logf("%s: %d results flagged", rc.name, flagged)
+	}
+}
