@@ -20,6 +20,7 @@ package compiler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"amspc/codegen"
@@ -88,6 +89,9 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if opts.Config == (cost.Config{}) {
 		opts.Config = cost.DefaultConfig
 	}
+	// The cost model costs the graph the passes run: fused unless the
+	// fuse pass is off.
+	opts.Config.Unfused = opts.Config.Unfused || slices.Contains(opts.Passes.Off, "fuse")
 	job, err := forPlan(job, plan)
 	if err != nil {
 		return nil, err

@@ -50,17 +50,30 @@ func TestModelStatesPerStrategy(t *testing.T) {
 
 // TestActivationsFromIR pins tiny's activation count: per block, the saved
 // values of its ops (rmsnorm inputs, matmul inputs, attention q/k/v/out,
-// silu input, mul inputs) at fp32, batch 2 x seq 64.
+// swiglu's inputs, its product) at fp32, batch 2 x seq 64; unfused
+// (Config.Unfused, -d=fuse/off), silu's output too.
 func TestActivationsFromIR(t *testing.T) {
+	unfused := DefaultConfig
+	unfused.Unfused = true
+	u, err := NewModel(testjob.Load(t, "tiny"), unfused)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := NewModel(testjob.Load(t, "tiny"), DefaultConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const tok = 2 * 64
-	// x, h, q, k, v, attn out (=wo input), x', h', w1 out (silu in),
-	// silu out, w3 out, product (w2 input): 10 of width 64 or 172.
+	// x, h, q, k, v, attn out (=wo input), x', h' (8 of width 64), w1
+	// out (silu's input), w3 out, the product (w2's input): 3 of width
+	// 172; and silu's output when unfused.
 	d, f := int64(tok*64*4), int64(tok*172*4)
-	wantBlock := 8*d + 4*f
+	for _, s := range u.Stages {
+		if s.Group == Blocks && s.Saved != 8*d+4*f {
+			t.Errorf("unfused: %s saves %d bytes, want %d", s.Name, s.Saved, 8*d+4*f)
+		}
+	}
+	wantBlock := 8*d + 3*f
 	for _, s := range m.Stages {
 		if s.Group == Blocks && s.Saved != wantBlock {
 			t.Errorf("%s saves %d bytes, want %d", s.Name, s.Saved, wantBlock)

@@ -48,6 +48,10 @@ type Config struct {
 	// Fragmentation is the allowance for the caching allocator, as a
 	// fraction of the transient memory (activations and buffers).
 	Fragmentation float64
+	// Unfused costs the forward graph as written, for a compile whose
+	// fuse pass is off (-d=fuse/off); otherwise the stages are costed on
+	// the graph ir.Fuse makes, the one the compiler runs.
+	Unfused bool
 }
 
 // DefaultConfig: 512 MiB buckets (DeepSpeed's reduce_bucket_size order of
@@ -84,7 +88,16 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("costing a plan needs a train section")
 	}
 	c := job.Cluster
-	m := &Model{Job: job, Stages: Stages(job.Graph), Topo: NewTopology(c), Config: cfg,
+	g := job.Graph
+	if !cfg.Unfused {
+		// What backward keeps is what the fused ops save (swiglu keeps
+		// no silu output; cross-entropy no fp32 copy of the logits).
+		g = g.Clone()
+		if err := ir.Fuse(g); err != nil {
+			return nil, err
+		}
+	}
+	m := &Model{Job: job, Stages: Stages(g), Topo: NewTopology(c), Config: cfg,
 		DP: ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}, Stats: Stats(job.Graph)}
 	if c.Profile != "" {
 		p, err := ReadProfile(c.Profile)

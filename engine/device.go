@@ -342,8 +342,8 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	if err != nil {
 		return err
 	}
-	if !p.Stored || p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
-		return fmt.Errorf("%v: a stored plan with more than kernels and scratch memory", c.Instr.Kern)
+	if !p.Stored || p.Gemm != nil || len(p.Copies) > 0 {
+		return fmt.Errorf("%v: a stored plan with a matmul or copies", c.Instr.Kern)
 	}
 	scratch, err := b.scratch(s, p.Scratch)
 	defer b.releaseAll(scratch)
@@ -354,6 +354,15 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	for i, o := range c.Outs {
 		ns[i] = o.N
 	}
+	if err := b.launchChecked(s, c, p, scratch, ns); err != nil {
+		return err
+	}
+	return b.hostPart(c, p, scratch)
+}
+
+// launchChecked launches a stored plan's kernels with its results' check
+// slots, under the checks' lock.
+func (b *deviceBackend) launchChecked(s int, c *KernelCall, p *gpu.Plan, scratch []uint64, ns []int64) error {
 	flags, err := b.reserveChecks(s, c.Instr, ns)
 	if err != nil {
 		return err
@@ -507,6 +516,12 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 			return fmt.Errorf("%s: %w", l.Kernel, err)
 		}
 	}
+	return b.hostPart(c, p, scratch)
+}
+
+// hostPart is a plan's work after its launches: an id out of range
+// (p.Bad), the loss (p.Loss).
+func (b *deviceBackend) hostPart(c *KernelCall, p *gpu.Plan, scratch []uint64) error {
 	if p.Bad >= 0 {
 		first, err := b.download8(scratch[p.Bad])
 		if err != nil {

@@ -519,6 +519,26 @@ var storedPlans = map[ir.OpKind]opPlan{
 	},
 	ir.RoPE:     storedRoPE(1),
 	ir.RoPEGrad: storedRoPE(-1),
+	// Cross-entropy reads bf16 logits as they are (the fuse pass drops
+	// the cast to fp32 before it): the fp32 copy of the logits, the
+	// largest activation of a step, is never made.
+	ir.CrossEntropy: func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
+		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
+		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
+		if rows > 0 {
+			p.Launches = []Launch{storedRow(c, "cross_entropy_st", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
+		}
+		return nil
+	},
+	ir.CrossEntropyGrad: func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
+		f := float64(float32(c.fa("scale"))) / float64(rows)
+		p.Launches = []Launch{storedRow(c, "cross_entropy_grad_st", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
+		return nil
+	},
 }
 
 // storedRoPE rotates (sign 1) or rotates back (-1) in one pass.
@@ -548,9 +568,12 @@ func storedColumns(c *OpCall, kernel string, d int64, args ...Arg) Launch {
 }
 
 // planStored is an op's Stored plan: its operands and results fp32 or
-// bf16, nothing else.
+// bf16, nothing else (but token ids, i32).
 func planStored(c *OpCall, plan opPlan) (*Plan, error) {
 	for i, dt := range append(append([]ir.DType(nil), c.ArgTypes...), c.OutTypes...) {
+		if ids := c.Op.Info().IDs; ids != nil && i == ids.Arg && dt == ir.I32 {
+			continue
+		}
 		if dt != ir.F32 && dt != ir.BF16 {
 			what := "operand"
 			if i >= len(c.ArgTypes) {

@@ -795,6 +795,35 @@ AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logit
 	}
 }
 
+// cross_entropy_f32 on storage bf: logits (bit 1).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void cross_entropy_st(double *loss, const void *logits, const int *targets, long long rows,
+	long long vocab, unsigned long long *bad, long long bf) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	float mx = st_load(logits, r * vocab, bf, 1);
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		float xj = st_load(logits, r * vocab + j, bf, 1);
+		mx = xj > mx ? xj : mx;
+	}
+	mx = block_max(mx, redf);
+	double s = 0;
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		s += exp((double)(st_load(logits, r * vocab + j, bf, 1) - mx));
+	}
+	s = block_sum(s, red);
+	if (threadIdx.x == 0) {
+		int t = targets[r];
+		if (t < 0 || t >= vocab) {
+			atomicMin(bad, (unsigned long long)r);
+			loss[r] = 0;
+		} else {
+			loss[r] = (double)mx + log(s) - (double)st_load(logits, r * vocab + t, bf, 1);
+		}
+	}
+}
+
 // One block per row: dlogits = (softmax(logits) - onehot(target)) * f,
 // f the upstream gradient over the rows, in double.
 // amspc:launch row
@@ -822,6 +851,35 @@ AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float
 			v -= 1;
 		}
 		dlogits[r * vocab + j] = (float)(v * f);
+	}
+}
+
+// cross_entropy_grad_f32 on storage bf: dlogits (bit 0), logits (1).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void cross_entropy_grad_st(void *dlogits, const void *logits, const int *targets, long long rows,
+	long long vocab, double f, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	long long r = blockIdx.x;
+	float mx = st_load(logits, r * vocab, bf, 1);
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		float xj = st_load(logits, r * vocab + j, bf, 1);
+		mx = xj > mx ? xj : mx;
+	}
+	mx = block_max(mx, redf);
+	double s = 0;
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		s += exp((double)(st_load(logits, r * vocab + j, bf, 1) - mx));
+	}
+	s = block_sum(s, red);
+	double lse = (double)mx + log(s);
+	int t = targets[r];
+	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
+		double v = exp((double)st_load(logits, r * vocab + j, bf, 1) - lse);
+		if (j == t) {
+			v -= 1;
+		}
+		st_store(dlogits, r * vocab + j, (float)(v * f), bf, 0, first);
 	}
 }
 

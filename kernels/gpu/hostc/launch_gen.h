@@ -322,11 +322,25 @@ static void h_cross_entropy_f32(const void *p) {
 		(long long)w[3], (long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
 }
 
+// cross_entropy_st (ops.cu, row).
+static void h_cross_entropy_st(const void *p) {
+	const unsigned long long *w = p;
+	cross_entropy_st((double *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const int *)(uintptr_t)w[2],
+		(long long)w[3], (long long)w[4], (unsigned long long *)(uintptr_t)w[5], (long long)w[6]);
+}
+
 // cross_entropy_grad_f32 (ops.cu, row).
 static void h_cross_entropy_grad_f32(const void *p) {
 	const unsigned long long *w = p;
 	cross_entropy_grad_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (const int *)(uintptr_t)w[2],
 		(long long)w[3], (long long)w[4], amsp_word_f64(w[5]));
+}
+
+// cross_entropy_grad_st (ops.cu, row).
+static void h_cross_entropy_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	cross_entropy_grad_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const int *)(uintptr_t)w[2],
+		(long long)w[3], (long long)w[4], amsp_word_f64(w[5]), (long long)w[6], (unsigned long long *)(uintptr_t)w[7]);
 }
 
 // adamw_f32 (ops.cu, elementwise).
@@ -583,48 +597,54 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 41: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 42: // cross_entropy_grad_f32
+	case 42: // cross_entropy_st
+		LAUNCH(gx, h_cross_entropy_st(w));
+		return 0;
+	case 43: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 43: // adamw_f32
+	case 44: // cross_entropy_grad_st
+		LAUNCH(gx, h_cross_entropy_grad_st(w));
+		return 0;
+	case 45: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 44: // attention_f32
+	case 46: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 45: // attention_dsum_f32
+	case 47: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 46: // attention_dq_f32
+	case 48: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 47: // attention_dkv_f32
+	case 49: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 48: // attention_dkv_sum_f32
+	case 50: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 49: // first_nonfinite_f32
+	case 51: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 50: // bf16_widen
+	case 52: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 51: // bf16_round
+	case 53: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 52: // bf16_pack
+	case 54: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 53: // bf16_finish
+	case 55: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 54: // mma_probe
+	case 56: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 55: // attention_mma_fwd
+	case 57: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 56: // attention_mma_dkv
+	case 58: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 57: // attention_mma_dq
+	case 59: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 58: // attention_dsum_bf16
+	case 60: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}

@@ -251,7 +251,8 @@ func TestStorageKernels(t *testing.T) {
 	t.Logf("%d results flagged", flagged)
 }
 
-// hostLaunch runs l with args as hostRun passes them (float64: double).
+// hostLaunch runs l with args as hostRun passes them (float64: double;
+// []int32 and []float64: pointers).
 func hostLaunch(l gpu.Launch, args ...any) {
 	var c hostCall
 	for _, a := range args {
@@ -260,6 +261,10 @@ func hostLaunch(l gpu.Launch, args ...any) {
 			c.f32(a)
 		case []uint16:
 			c.u16(a)
+		case []int32:
+			c.i32(a)
+		case []float64:
+			c.ptr(elem0(a))
 		case *uint64:
 			c.ptr(unsafe.Pointer(a))
 		case int:
@@ -580,4 +585,97 @@ func TestStorageRowKernels(t *testing.T) {
 		}
 		t.Logf("%s: %d results flagged", rc.name, flagged)
 	}
+}
+
+// TestStorageCrossEntropy: cross_entropy_st stores the per-row double
+// losses and names the bad row of cross_entropy_f32 on the logits as
+// bf16_widen widens them, and cross_entropy_grad_st stores the bits and
+// flag of bf16_widen, cross_entropy_grad_f32, then bf16_finish or
+// first_nonfinite_f32, over every mask of logits and dlogits: random
+// logits, logits near 1e4 (exp overflows unless the row's max is
+// subtracted), an out-of-range target, and an f large enough that
+// some gradients overflow once stored.
+func TestStorageCrossEntropy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	flagged := 0
+	for _, sh := range normShapes {
+		rows, vocab := sh[0], sh[1]
+		for variant := range 3 {
+			scale := float32(4)
+			if variant == 1 {
+				scale = 1e4
+			}
+			logits := rnd(rng, rows*vocab, scale)
+			if variant == 1 {
+				for i := range logits {
+					logits[i] += 1e4
+				}
+			}
+			targets := make([]int32, rows)
+			for i := range targets {
+				targets[i] = int32(rng.IntN(vocab))
+			}
+			if variant == 2 {
+				targets[rng.IntN(rows)] = int32(vocab)
+				targets[rng.IntN(rows)] = -1
+			}
+			what := fmt.Sprintf("cross_entropy %dx%d variant %d", rows, vocab, variant)
+			geom := rowGeom(rows, vocab)
+			for lbf := range 2 { // logits bf16
+				// The loss.
+				var in any = logits
+				wide := logits
+				if lbf == 1 {
+					h := make([]uint16, len(logits))
+					for i, v := range logits {
+						h[i] = toBF16(v)
+					}
+					in, wide = h, make([]float32, len(logits))
+					hostRun("bf16_widen", len(h), wide, h, len(h))
+				}
+				loss, want := make([]float64, rows), make([]float64, rows)
+				for i := range loss {
+					loss[i], want[i] = math.NaN(), math.Inf(1)
+				}
+				bad, wantBad := uint64(math.MaxUint64), uint64(math.MaxUint64)
+				hostLaunch(geom("cross_entropy_st"), loss, in, targets, rows, vocab, &bad, lbf<<1)
+				hostLaunch(geom("cross_entropy_f32"), want, wide, targets, rows, vocab, &wantBad)
+				at := fmt.Sprintf("%s logits bf16=%d", what, lbf)
+				for r := range loss {
+					g, w := math.Float64bits(loss[r]), math.Float64bits(want[r])
+					if g != w && !(math.IsNaN(loss[r]) && math.IsNaN(want[r])) {
+						t.Errorf("%s: row %d loss %v (%#x), the fp32 kernel's %v (%#x)", at, r, loss[r], g, want[r], w)
+					}
+					if math.IsNaN(want[r]) || math.IsInf(want[r], 0) {
+						t.Errorf("%s: row %d loss %v", at, r, want[r])
+					}
+				}
+				if bad != wantBad {
+					t.Errorf("%s: bad %#x, the fp32 kernel's %#x", at, bad, wantBad)
+				}
+				if (variant == 2) != (bad != math.MaxUint64) {
+					t.Errorf("%s: bad %#x", at, bad)
+				}
+			}
+			// The gradient.
+			for _, f := range []float64{0.25 / float64(rows), 3.4e38, 1e39} {
+				tensors := []stTensor{{name: "dlogits", n: rows * vocab}, {name: "logits", vals: logits}}
+				steps := []stStep{{"cross_entropy_grad", []string{"dlogits", "logits"},
+					[]any{targets, rows, vocab, f}, geom}}
+				for mask := range 4 {
+					fl := stChain(t, fmt.Sprintf("%s f=%g", what, f), tensors, steps, mask)
+					if f < 1 && fl[0] != gpu.NoneNonFinite {
+						t.Errorf("%s mask=%#b f=%g: flagged %#x", what, mask, f, fl[0])
+					}
+					if fl[0] != gpu.NoneNonFinite {
+						flagged++
+					}
+				}
+			}
+		}
+	}
+	if flagged == 0 {
+		t.Error("no case flagged an infinity")
+	}
+	t.Logf("%d results flagged", flagged)
 }

@@ -1,0 +1,123 @@
+package ir
+
+import "fmt"
+
+// A FusionRule is one row of the fusion pattern table, beside the op
+// table: ops of kind Root whose operands Match accepts become one op of kind Fused, on the
+// operands Match returns. A fused op is an op like any other: the op
+// table gives its kernels, its cost and its backward rule, so fusing the
+// forward graph fuses the backward autodiff makes from it.
+type FusionRule struct {
+	Name  string
+	Root  OpKind
+	Fused OpKind
+	Why   string
+	// Match returns the fused op's operands and the values the fusion
+	// absorbs (which must have no other reader), or ok false.
+	Match func(root *Op) (args, absorbed []*Value, ok bool)
+}
+
+// fusions is the pattern table, tried in order on every op.
+var fusions = []FusionRule{
+	{Name: "swiglu", Root: Mul, Fused: SwiGLU,
+		Why:   "silu(a) * b of one shape: one pass over a and b, and backward computes silu(a) again instead of keeping it",
+		Match: matchSwiGLU},
+	{Name: "cross-entropy-cast", Root: CrossEntropy, Fused: CrossEntropy,
+		Why:   "cross_entropy(cast(logits to fp32)) reads the bf16 logits as they are (it computes in fp32 and double anyway): no fp32 copy of the logits, the step's largest activation, and none of its gradient",
+		Match: matchCrossEntropyCast},
+}
+
+// matchCrossEntropyCast accepts cross_entropy(cast(x, dtype=f32), t) of
+// bf16 x.
+func matchCrossEntropyCast(ce *Op) (args, absorbed []*Value, ok bool) {
+	c := ce.Args[0]
+	if c.Def == nil || c.Def.Kind != Cast || c.DType != F32 {
+		return nil, nil, false
+	}
+	x := c.Def.Args[0]
+	if x.DType != BF16 {
+		return nil, nil, false
+	}
+	return []*Value{x, ce.Args[1]}, []*Value{c}, true
+}
+
+// matchSwiGLU accepts mul(silu(a), b) and mul(b, silu(a)), a and b of one
+// shape and dtype (a broadcast operand stays unfused).
+func matchSwiGLU(mul *Op) (args, absorbed []*Value, ok bool) {
+	for i := range 2 {
+		s, b := mul.Args[i], mul.Args[1-i]
+		if s.Def == nil || s.Def.Kind != SiLU {
+			continue
+		}
+		a := s.Def.Args[0]
+		if a.Shape.Equal(b.Shape) && a.DType == b.DType && s.DType == a.DType {
+			return []*Value{a, b}, []*Value{s}, true
+		}
+	}
+	return nil, nil, false
+}
+
+// Fuse rewrites a forward graph by the pattern table: each op a row
+// matches becomes the row's fused op, in place (its result keeps its
+// name, position and layer), and the values the fusion absorbed leave
+// the graph. A value something else reads (another op, or the loss) is
+// never absorbed. The passes' fuse pass runs it, and the cost model
+// costs the fused graph, so both count what the compiler runs.
+func Fuse(g *Graph) error {
+	uses := g.Uses()
+	gone := map[*Value]bool{}
+	for _, op := range g.Ops() {
+		for _, f := range fusions {
+			if op.Kind != f.Root {
+				continue
+			}
+			args, absorbed, ok := f.Match(op)
+			if !ok || !onlyReadBy(absorbed, op, uses) {
+				continue
+			}
+			fused, err := NewOp(f.Fused, args, nil, op.Pos)
+			if err != nil {
+				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %v", f.Name, op.Out().Name, err)}
+			}
+			if t := fused.Out(); !t.Shape.Equal(op.Out().Shape) || t.DType != op.Out().DType {
+				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %s %s for %s %s", f.Name, op.Out().Name, t.DType, t.Shape, op.Out().DType, op.Out().Shape)}
+			}
+			op.Kind, op.Args, op.Attrs = f.Fused, fused.Args, fused.Attrs
+			for _, v := range absorbed {
+				gone[v] = true
+			}
+			break
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	kept := g.Values[:0]
+	for _, v := range g.Values {
+		if !gone[v] {
+			kept = append(kept, v)
+		}
+	}
+	clear(g.Values[len(kept):])
+	g.Values = kept
+	return nil
+}
+
+// onlyReadBy says whether op is the only reader of each value: a value
+// another op reads, or the loss, must stay.
+func onlyReadBy(vals []*Value, op *Op, uses map[*Value][]*Op) bool {
+	for _, v := range vals {
+		if v.Role != Activation || len(v.Def.Results) != 1 {
+			return false
+		}
+		for _, u := range uses[v] {
+			if u != op {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FusionRules lists the pattern table's rows, in order.
+func FusionRules() []FusionRule { return append([]FusionRule(nil), fusions...) }
