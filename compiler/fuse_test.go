@@ -53,3 +53,40 @@ func TestFuseTrainsBitwise(t *testing.T) {
 		}
 	}
 }
+
+// TestFuseCrossEntropyCastBitwise: in bf16, cross-entropy on the bf16
+// logits gives the bits of cross-entropy on their fp32 cast (the widening
+// is exact, and the gradient is rounded from the same fp32 value): the
+// tied model, whose MLP has no swiglu to fuse, trains to the same losses
+// with fuse on and off, and the fused program casts no logits.
+func TestFuseCrossEntropyCastBitwise(t *testing.T) {
+	job := testjob.Load(t, "tied", `cluster { nodes = 1 gpus_per_node = 2 gpu = "cpu" }
+train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }
+shard auto`)
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	p := cost.Uniform("", cost.Factors{P: F(2, 1), G: F(2, 1), OS: F(2, 1)}, job.Train.Recompute, job.Train.MicroBatch)
+	var losses [2][]float64
+	for i, off := range [][]string{nil, {"fuse"}} {
+		r, err := compiler.Compile(job, p, compiler.Options{Passes: passes.Options{Check: true, Off: off}, Depth: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The frontend casts the logits at the loss's position.
+		logitCasts := 0
+		for _, line := range strings.Split(programText(r.Bundle), "\n") {
+			if strings.Contains(line, "kernel cast ") && strings.Contains(line, "@tied.amsp:35:") {
+				logitCasts++
+			}
+		}
+		if fused := i == 0; fused != (logitCasts == 0) {
+			t.Errorf("fuse %v: %d casts of the logits", fused, logitCasts)
+		}
+		losses[i] = train(t, r.Bundle, 3)
+	}
+	for i := range losses[0] {
+		if losses[0][i] != losses[1][i] {
+			t.Errorf("step %d: loss %.17g fused, %.17g unfused", i+1, losses[0][i], losses[1][i])
+		}
+	}
+}
