@@ -166,7 +166,11 @@ func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
 		f.err = err
 		return f
 	}
-	s, err := passes.Run(job, passes.Options{Recompute: rc})
+	var off []string
+	if ev.m.Config.Unfused {
+		off = []string{"fuse"}
+	}
+	s, err := passes.Run(job, passes.Options{Recompute: rc, Off: off})
 	if err != nil {
 		f.err = err
 		return f

@@ -102,6 +102,8 @@ func compileJob(file string, job *ir.Job, opts passes.Options, cfg cost.Config, 
 		fmt.Fprintf(stderr, "%s: compiling needs a cluster and a train section (or --cluster / --train FILE)\n", file)
 		return nil, exitUser
 	}
+	// With the fuse pass off, the planner costs the unfused graph too.
+	cfg.Unfused = cfg.Unfused || slices.Contains(opts.Off, "fuse")
 	plan, est, err := compiler.Choose(job, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
