@@ -160,6 +160,14 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.SwiGLUGrad(c.out(0), c.out(1), c.arg(0), c.arg(1), c.arg(2))
 		return nil
 	},
+	ir.GeGLUTanh: func(c *KernelCall) error {
+		kernels.GeGLUTanh(c.out(0), c.arg(0), c.arg(1))
+		return nil
+	},
+	ir.GeGLUTanhGrad: func(c *KernelCall) error {
+		kernels.GeGLUTanhGrad(c.out(0), c.out(1), c.arg(0), c.arg(1), c.arg(2))
+		return nil
+	},
 	ir.Scale: func(c *KernelCall) error {
 		kernels.Scale(c.out(0), c.arg(0), c.attr("by").Float)
 		return nil

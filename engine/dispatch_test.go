@@ -180,6 +180,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 		{ir.GELU, []*ir.Value{f32("x", 2, 6)}, nil},
 		{ir.GELUTanh, []*ir.Value{f32("x", 2, 6)}, nil},
 		{ir.SwiGLU, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil},
+		{ir.GeGLUTanh, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil},
 		{ir.Scale, []*ir.Value{f32("x", 2, 6)}, []ir.Attr{ir.FloatAttr("by", 45.254833995939045)}},
 		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil},
 		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("bias", 4)}, nil},

@@ -21,7 +21,10 @@ type FusionRule struct {
 var fusions = []FusionRule{
 	{Name: "swiglu", Root: Mul, Fused: SwiGLU,
 		Why:   "silu(a) * b of one shape: one pass over a and b, and backward computes silu(a) again instead of keeping it",
-		Match: matchSwiGLU},
+		Match: matchGated(SiLU)},
+	{Name: "geglu_tanh", Root: Mul, Fused: GeGLUTanh,
+		Why:   "gelu_tanh(a) * b of one shape (Gemma's MLP), as swiglu",
+		Match: matchGated(GELUTanh)},
 	{Name: "cross-entropy-cast", Root: CrossEntropy, Fused: CrossEntropy,
 		Why:   "cross_entropy(cast(logits to fp32)) reads the bf16 logits as they are (it computes in fp32 and double anyway): no fp32 copy of the logits, the step's largest activation, and none of its gradient",
 		Match: matchCrossEntropyCast},
@@ -41,20 +44,22 @@ func matchCrossEntropyCast(ce *Op) (args, absorbed []*Value, ok bool) {
 	return []*Value{x, ce.Args[1]}, []*Value{c}, true
 }
 
-// matchSwiGLU accepts mul(silu(a), b) and mul(b, silu(a)), a and b of one
+// matchGated accepts mul(act(a), b) and mul(b, act(a)), a and b of one
 // shape and dtype (a broadcast operand stays unfused).
-func matchSwiGLU(mul *Op) (args, absorbed []*Value, ok bool) {
-	for i := range 2 {
-		s, b := mul.Args[i], mul.Args[1-i]
-		if s.Def == nil || s.Def.Kind != SiLU {
-			continue
+func matchGated(act OpKind) func(mul *Op) (args, absorbed []*Value, ok bool) {
+	return func(mul *Op) (args, absorbed []*Value, ok bool) {
+		for i := range 2 {
+			s, b := mul.Args[i], mul.Args[1-i]
+			if s.Def == nil || s.Def.Kind != act {
+				continue
+			}
+			a := s.Def.Args[0]
+			if a.Shape.Equal(b.Shape) && a.DType == b.DType && s.DType == a.DType {
+				return []*Value{a, b}, []*Value{s}, true
+			}
 		}
-		a := s.Def.Args[0]
-		if a.Shape.Equal(b.Shape) && a.DType == b.DType && s.DType == a.DType {
-			return []*Value{a, b}, []*Value{s}, true
-		}
+		return nil, nil, false
 	}
-	return nil, nil, false
 }
 
 // Fuse rewrites a forward graph by the pattern table: each op a row

@@ -96,6 +96,20 @@ func adamw(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	return append(Shape{}, args[0].Shape...), F32, nil
 }
 
+// gated is the shape rule of a gated activation act(a) * b: a and b
+// of one shape and dtype.
+func gated(name string) rule {
+	return func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
+		if err := needFloat(args, 0, 1); err != nil {
+			return nil, 0, err
+		}
+		if !args[0].Shape.Equal(args[1].Shape) || args[0].DType != args[1].DType {
+			return nil, 0, opErr("%s of %s %s and %s %s (one shape and dtype)", name, args[0].DType, args[0].Shape, args[1].DType, args[1].Shape)
+		}
+		return append(Shape{}, args[0].Shape...), args[0].DType, nil
+	}
+}
+
 func initGradOps() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	ropeAttrs := opTable[RoPE].Attrs
@@ -167,17 +181,14 @@ func initGradOps() {
 		// of one shape; backward reads both and computes silu(a) again,
 		// so silu(a) is never stored.
 		SwiGLU: {Name: "swiglu", Arity: 2, Fusion: FuseElementwise, Save: []int{0, 1}, Flops: elementwise(5),
-			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
-				if err := needFloat(args, 0, 1); err != nil {
-					return nil, 0, err
-				}
-				if !args[0].Shape.Equal(args[1].Shape) || args[0].DType != args[1].DType {
-					return nil, 0, opErr("swiglu of %s %s and %s %s (one shape and dtype)", args[0].DType, args[0].Shape, args[1].DType, args[1].Shape)
-				}
-				return append(Shape{}, args[0].Shape...), args[0].DType, nil
-			})},
+			Infer: results(gated("swiglu"))},
 		SwiGLUGrad: {Name: "swiglu_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
 			Infer: results(like(0), like(1)), Flops: elementwise(11)},
+		// geglu_tanh(a, b) = gelu_tanh(a) * b, swiglu's twin for Gemma.
+		GeGLUTanh: {Name: "geglu_tanh", Arity: 2, Fusion: FuseElementwise, Save: []int{0, 1}, Flops: elementwise(11),
+			Infer: results(gated("geglu_tanh"))},
+		GeGLUTanhGrad: {Name: "geglu_tanh_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
+			Infer: results(like(0), like(1)), Flops: elementwise(17)},
 		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
@@ -241,6 +252,9 @@ func initGradOps() {
 	}
 	opTable[SwiGLU].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(SwiGLUGrad, []*Value{op.Args[0], op.Args[1], dy})
+	}
+	opTable[GeGLUTanh].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
+		return b.Apply(GeGLUTanhGrad, []*Value{op.Args[0], op.Args[1], dy})
 	}
 	opTable[Scale].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, Scale, []*Value{dy}, sameAttrs(op)...)}

@@ -51,6 +51,8 @@ const (
 	Scale        // scale(x, by=C): x times a constant (Gemma's embedding)
 	SwiGLU       // swiglu(a, b) = silu(a) * b, made by the fuse pass
 	SwiGLUGrad   // (a, b, dy) -> da, db
+	GeGLUTanh    // geglu_tanh(a, b) = gelu_tanh(a) * b, made by the fuse pass (Gemma's MLP)
+	GeGLUTanhGrad
 	numOps
 )
 

@@ -330,3 +330,47 @@ func SwiGLUGrad(da, db, a, b, dy []float32) {
 		}
 	})
 }
+
+// GeGLUTanh computes out = GELUTanh(a) * b (equal lengths, no broadcast),
+// the fusion of Mul(out, GELUTanh(a), b) with its bits: t = GELUTanh(a)
+// rounded to fp32 exactly as GELUTanh computes it (in float64, rounded
+// once), then out = t * b as one fp32 multiply, which is exactly rounded,
+// so it is mulVec's product (scalar or SIMD).
+func GeGLUTanh(out, a, b []float32) {
+	if len(b) != len(a) {
+		panic(fmt.Sprintf("kernels: GeGLUTanh: operands of %d and %d values", len(a), len(b)))
+	}
+	out = out[:len(a)]
+	parallelFor(len(a), 20, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := float64(a[i])
+			t := float32(0.5 * x * (1 + math.Tanh(geluTanhC*(x+geluTanhA*x*x*x))))
+			out[i] = t * b[i]
+		}
+	})
+}
+
+// GeGLUTanhGrad computes the gradients of out = GeGLUTanh(a, b) given dy,
+// with the bits of the unfused backward (Mul, Mul, GELUTanhGrad):
+// t = GELUTanh(a) as in GeGLUTanh, db = dy * t and dt = dy * b (fp32
+// multiplies, each rounded to fp32), and da = float32(float64(dt) * d)
+// with d GELUTanhGrad's derivative, exactly what GELUTanhGrad(da, a, dt)
+// computes from the rounded dt.
+func GeGLUTanhGrad(da, db, a, b, dy []float32) {
+	if len(b) != len(a) || len(dy) != len(a) {
+		panic(fmt.Sprintf("kernels: GeGLUTanhGrad: operands of %d, %d and %d values", len(a), len(b), len(dy)))
+	}
+	da, db = da[:len(a)], db[:len(a)]
+	parallelFor(len(a), 40, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := dy[i]
+			x := float64(a[i])
+			th := math.Tanh(geluTanhC * (x + geluTanhA*x*x*x))
+			t := float32(0.5 * x * (1 + th))
+			db[i] = float32(g * t)
+			dt := float32(g * b[i])
+			d := 0.5*(1+th) + 0.5*x*(1-th*th)*geluTanhC*(1+3*geluTanhA*x*x)
+			da[i] = float32(float64(dt) * d)
+		}
+	})
+}

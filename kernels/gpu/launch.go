@@ -393,20 +393,16 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{elementwise("transpose_f32", c.n(0), res(0), opnd(0), i64(c.ArgShapes[0][0]), i64(c.ArgShapes[0][1]))}
 		return nil
 	},
-	ir.SiLU:         unary("silu_f32"),
-	ir.GELU:         unary("gelu_f32"),
-	ir.SiLUGrad:     unaryGrad("silu_grad_f32"),
-	ir.GELUGrad:     unaryGrad("gelu_grad_f32"),
-	ir.GELUTanh:     unary("gelu_tanh_f32"),
-	ir.GELUTanhGrad: unaryGrad("gelu_tanh_grad_f32"),
-	ir.SwiGLU: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise("swiglu_f32", c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	},
-	ir.SwiGLUGrad: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise("swiglu_grad_f32", c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
-		return nil
-	},
+	ir.SiLU:          unary("silu_f32"),
+	ir.GELU:          unary("gelu_f32"),
+	ir.SiLUGrad:      unaryGrad("silu_grad_f32"),
+	ir.GELUGrad:      unaryGrad("gelu_grad_f32"),
+	ir.GELUTanh:      unary("gelu_tanh_f32"),
+	ir.GELUTanhGrad:  unaryGrad("gelu_tanh_grad_f32"),
+	ir.SwiGLU:        gated("swiglu_f32"),
+	ir.SwiGLUGrad:    gatedGrad("swiglu_grad_f32"),
+	ir.GeGLUTanh:     gated("geglu_tanh_f32"),
+	ir.GeGLUTanhGrad: gatedGrad("geglu_tanh_grad_f32"),
 	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
 		p.Launches = []Launch{elementwise("scale_f32", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
 		return nil
@@ -465,22 +461,18 @@ func HasStoredPlan(op ir.OpKind) bool { return storedPlans[op] != nil }
 // types and flag their results (ops.cu's _st kernels): one pass over
 // memory where the fp32 kernels of a bf16 instruction take five or six.
 var storedPlans = map[ir.OpKind]opPlan{
-	ir.Add:          storedBroadcast("add_st"),
-	ir.Mul:          storedBroadcast("mul_st"),
-	ir.SiLU:         storedUnary("silu_st"),
-	ir.SiLUGrad:     storedUnaryGrad("silu_grad_st"),
-	ir.GELU:         storedUnary("gelu_st"),
-	ir.GELUGrad:     storedUnaryGrad("gelu_grad_st"),
-	ir.GELUTanh:     storedUnary("gelu_tanh_st"),
-	ir.GELUTanhGrad: storedUnaryGrad("gelu_tanh_grad_st"),
-	ir.SwiGLU: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, "swiglu_st", c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	},
-	ir.SwiGLUGrad: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, "swiglu_grad_st", c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
-		return nil
-	},
+	ir.Add:           storedBroadcast("add_st"),
+	ir.Mul:           storedBroadcast("mul_st"),
+	ir.SiLU:          storedUnary("silu_st"),
+	ir.SiLUGrad:      storedUnaryGrad("silu_grad_st"),
+	ir.GELU:          storedUnary("gelu_st"),
+	ir.GELUGrad:      storedUnaryGrad("gelu_grad_st"),
+	ir.GELUTanh:      storedUnary("gelu_tanh_st"),
+	ir.GELUTanhGrad:  storedUnaryGrad("gelu_tanh_grad_st"),
+	ir.SwiGLU:        storedGated("swiglu_st"),
+	ir.SwiGLUGrad:    storedGatedGrad("swiglu_grad_st"),
+	ir.GeGLUTanh:     storedGated("geglu_tanh_st"),
+	ir.GeGLUTanhGrad: storedGatedGrad("geglu_tanh_grad_st"),
 	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
 		p.Launches = []Launch{stored(c, "scale_st", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
 		return nil
@@ -624,6 +616,36 @@ func storedUnaryGrad(kernel string) opPlan {
 func storedBroadcast(kernel string) opPlan {
 	return func(c *OpCall, p *Plan, _ bool) error {
 		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
+		return nil
+	}
+}
+
+// gated is a gated activation's plan: kernel(out, a, b, n); gatedGrad
+// its gradient's, kernel(da, db, a, b, dy, n).
+func gated(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func gatedGrad(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func storedGated(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func storedGatedGrad(kernel string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
 		return nil
 	}
 }

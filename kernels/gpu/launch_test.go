@@ -45,6 +45,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.Scale, [][]int64{x}, [][]int64{x}, false},
 		{ir.SwiGLU, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.SwiGLUGrad, [][]int64{x, x, x}, [][]int64{x, x}, false},
+		{ir.GeGLUTanh, [][]int64{x, x}, [][]int64{x}, false},
+		{ir.GeGLUTanhGrad, [][]int64{x, x, x}, [][]int64{x, x}, false},
 		{ir.Add, [][]int64{x, w}, [][]int64{x}, false},
 		{ir.Mul, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.CrossEntropy, [][]int64{{6, 10}, {6}}, [][]int64{{1}}, false},
@@ -253,7 +255,7 @@ func TestStoredPlans(t *testing.T) {
 			t.Errorf("%v with f16 storage: %v, want not supported", op, err)
 		}
 	}
-	if n < 19 {
-		t.Errorf("%d ops with stored plans, want the 11 elementwise ones, the norms, RoPE and cross-entropy", n)
+	if n < 21 {
+		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms, RoPE and cross-entropy", n)
 	}
 }

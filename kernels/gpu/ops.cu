@@ -328,6 +328,46 @@ AMSP_EXTERN_C __global__ void swiglu_grad_st(void *da, void *db, const void *a, 
 	}
 }
 
+// out = gelu_tanh(a) * b (equal lengths), the fusion of gelu_tanh_f32 then
+// mul_f32 with their bits: t is gelu_tanh_f32's fp32 value, then one float
+// product.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void geglu_tanh_f32(float *out, const float *a, const float *b, long long n) {
+	GRID_STRIDE(i, n) { out[i] = gelu_tanh_op(a[i]) * b[i]; }
+}
+
+// The gradients of geglu_tanh_f32 with the bits of the unfused kernels:
+// db = dy * t (mul_f32), dt = dy * b rounded to float (mul_f32), and
+// da = gelu_tanh_grad_f32's value from dt.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void geglu_tanh_grad_f32(float *da, float *db, const float *a, const float *b, const float *dy,
+	long long n) {
+	GRID_STRIDE(i, n) {
+		float x = a[i], g = dy[i];
+		db[i] = g * gelu_tanh_op(x);
+		da[i] = gelu_tanh_grad_op(x, g * b[i]);
+	}
+}
+
+// geglu_tanh_f32 on storage bf: out (bit 0), a (1), b (2).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void geglu_tanh_st(void *out, const void *a, const void *b, long long n, long long bf,
+	unsigned long long *first) {
+	GRID_STRIDE(i, n) { st_store(out, i, gelu_tanh_op(st_load(a, i, bf, 1)) * st_load(b, i, bf, 2), bf, 0, first); }
+}
+
+// geglu_tanh_grad_f32 on storage bf: da (bit 0), db (1), a (2), b (3),
+// dy (4); first_da and first_db flag da and db.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void geglu_tanh_grad_st(void *da, void *db, const void *a, const void *b, const void *dy,
+	long long n, long long bf, unsigned long long *first_da, unsigned long long *first_db) {
+	GRID_STRIDE(i, n) {
+		float x = st_load(a, i, bf, 2), g = st_load(dy, i, bf, 4);
+		st_store(db, i, g * gelu_tanh_op(x), bf, 1, first_db);
+		st_store(da, i, gelu_tanh_grad_op(x, g * st_load(b, i, bf, 3)), bf, 0, first_da);
+	}
+}
+
 // gelu_f32 on storage bf: out (bit 0), x (1).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void gelu_st(void *out, const void *x, long long n, long long bf, unsigned long long *first) {

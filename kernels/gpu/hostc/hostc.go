@@ -377,6 +377,24 @@ func SwiGLUGrad(da, db, a, b, dy []float32) {
 	c.each("swiglu_grad_f32", len(a))
 }
 
+// GeGLUTanh is geglu_tanh_f32: out = gelu_tanh(a) * b, a and b of equal
+// length.
+func GeGLUTanh(out, a, b []float32) {
+	var c hostCall
+	c.f32(out, a, b)
+	c.ints(len(a))
+	c.each("geglu_tanh_f32", len(a))
+}
+
+// GeGLUTanhGrad is geglu_tanh_grad_f32: da and db of out = gelu_tanh(a) * b
+// given dy.
+func GeGLUTanhGrad(da, db, a, b, dy []float32) {
+	var c hostCall
+	c.f32(da, db, a, b, dy)
+	c.ints(len(a))
+	c.each("geglu_tanh_grad_f32", len(a))
+}
+
 // RMSNorm is rmsnorm_f32.
 func RMSNorm(out, x, w []float32, rows, d int, eps float32) {
 	var c hostCall

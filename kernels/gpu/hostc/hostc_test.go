@@ -57,7 +57,8 @@ func same(t *testing.T, what string, got, want []float32, exact bool) {
 var shapes = [][2]int{{1, 1}, {3, 37}, {5, 1100}, {64, 96}}
 
 // TestElementwise: add, mul (same shape and broadcast) and their
-// gradients, SiLU and GELU with theirs, and SwiGLU with its gradients.
+// gradients, SiLU and GELU with theirs, and SwiGLU and GeGLUTanh with
+// their gradients.
 func TestElementwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, sh := range shapes {
@@ -130,6 +131,23 @@ func TestElementwise(t *testing.T) {
 		Mul(wdb, dy, tw)
 		same(t, "swiglu_grad da unfused", gda, wda, true)
 		same(t, "swiglu_grad db unfused", gdb, wdb, true)
+		// geglu_tanh likewise: against the Go kernels, and bit for bit
+		// against gelu_tanh_f32 then mul_f32; mul_f32 twice and
+		// gelu_tanh_grad_f32.
+		GeGLUTanh(got, x, b8)
+		kernels.GeGLUTanh(want, x, b8)
+		same(t, "geglu_tanh", got, want, false)
+		unary("gelu_tanh_f32", tw, x)
+		Mul(want, tw, b8)
+		same(t, "geglu_tanh unfused", got, want, true)
+		GeGLUTanhGrad(gda, gdb, x, b8, dy)
+		kernels.GeGLUTanhGrad(wda, wdb, x, b8, dy)
+		same(t, "geglu_tanh_grad da", gda, wda, false)
+		same(t, "geglu_tanh_grad db", gdb, wdb, false)
+		unaryGrad("gelu_tanh_grad_f32", wda, x, dt)
+		Mul(wdb, dy, tw)
+		same(t, "geglu_tanh_grad da unfused", gda, wda, true)
+		same(t, "geglu_tanh_grad db unfused", gdb, wdb, true)
 	}
 }
 

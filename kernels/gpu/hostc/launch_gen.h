@@ -160,6 +160,35 @@ static void h_swiglu_grad_st(const void *p) {
 		(unsigned long long *)(uintptr_t)w[7], (unsigned long long *)(uintptr_t)w[8]);
 }
 
+// geglu_tanh_f32 (ops.cu, elementwise).
+static void h_geglu_tanh_f32(const void *p) {
+	const unsigned long long *w = p;
+	geglu_tanh_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
+		(long long)w[3]);
+}
+
+// geglu_tanh_grad_f32 (ops.cu, elementwise).
+static void h_geglu_tanh_grad_f32(const void *p) {
+	const unsigned long long *w = p;
+	geglu_tanh_grad_f32((float *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const float *)(uintptr_t)w[2],
+		(const float *)(uintptr_t)w[3], (const float *)(uintptr_t)w[4], (long long)w[5]);
+}
+
+// geglu_tanh_st (ops.cu, elementwise).
+static void h_geglu_tanh_st(const void *p) {
+	const unsigned long long *w = p;
+	geglu_tanh_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (unsigned long long *)(uintptr_t)w[5]);
+}
+
+// geglu_tanh_grad_st (ops.cu, elementwise).
+static void h_geglu_tanh_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	geglu_tanh_grad_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
+		(unsigned long long *)(uintptr_t)w[7], (unsigned long long *)(uintptr_t)w[8]);
+}
+
 // gelu_st (ops.cu, elementwise).
 static void h_gelu_st(const void *p) {
 	const unsigned long long *w = p;
@@ -531,120 +560,132 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 19: // swiglu_grad_st
 		LAUNCH(gx, h_swiglu_grad_st(w));
 		return 0;
-	case 20: // gelu_st
+	case 20: // geglu_tanh_f32
+		LAUNCH(gx, h_geglu_tanh_f32(w));
+		return 0;
+	case 21: // geglu_tanh_grad_f32
+		LAUNCH(gx, h_geglu_tanh_grad_f32(w));
+		return 0;
+	case 22: // geglu_tanh_st
+		LAUNCH(gx, h_geglu_tanh_st(w));
+		return 0;
+	case 23: // geglu_tanh_grad_st
+		LAUNCH(gx, h_geglu_tanh_grad_st(w));
+		return 0;
+	case 24: // gelu_st
 		LAUNCH(gx, h_gelu_st(w));
 		return 0;
-	case 21: // gelu_grad_st
+	case 25: // gelu_grad_st
 		LAUNCH(gx, h_gelu_grad_st(w));
 		return 0;
-	case 22: // gelu_tanh_st
+	case 26: // gelu_tanh_st
 		LAUNCH(gx, h_gelu_tanh_st(w));
 		return 0;
-	case 23: // gelu_tanh_grad_st
+	case 27: // gelu_tanh_grad_st
 		LAUNCH(gx, h_gelu_tanh_grad_st(w));
 		return 0;
-	case 24: // scale_st
+	case 28: // scale_st
 		LAUNCH(gx, h_scale_st(w));
 		return 0;
-	case 25: // rmsnorm_f32
+	case 29: // rmsnorm_f32
 		LAUNCH(gx, h_rmsnorm_f32(w));
 		return 0;
-	case 26: // rmsnorm_st
+	case 30: // rmsnorm_st
 		LAUNCH(gx, h_rmsnorm_st(w));
 		return 0;
-	case 27: // rmsnorm_grad_f32
+	case 31: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 28: // rmsnorm_grad_st
+	case 32: // rmsnorm_grad_st
 		LAUNCH(gx, h_rmsnorm_grad_st(w));
 		return 0;
-	case 29: // rmsnorm_grad_w_f32
+	case 33: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 30: // rmsnorm_grad_w_st
+	case 34: // rmsnorm_grad_w_st
 		LAUNCH(gx, h_rmsnorm_grad_w_st(w));
 		return 0;
-	case 31: // layernorm_f32
+	case 35: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 32: // layernorm_st
+	case 36: // layernorm_st
 		LAUNCH(gx, h_layernorm_st(w));
 		return 0;
-	case 33: // layernorm_grad_f32
+	case 37: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 34: // layernorm_grad_st
+	case 38: // layernorm_grad_st
 		LAUNCH(gx, h_layernorm_grad_st(w));
 		return 0;
-	case 35: // layernorm_grad_wb_f32
+	case 39: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 36: // layernorm_grad_wb_st
+	case 40: // layernorm_grad_wb_st
 		LAUNCH(gx, h_layernorm_grad_wb_st(w));
 		return 0;
-	case 37: // rope_f32
+	case 41: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 38: // rope_st
+	case 42: // rope_st
 		LAUNCH(gx, h_rope_st(w));
 		return 0;
-	case 39: // embed_f32
+	case 43: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 40: // embed_grad_f32
+	case 44: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 41: // cross_entropy_f32
+	case 45: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 42: // cross_entropy_st
+	case 46: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 43: // cross_entropy_grad_f32
+	case 47: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 44: // cross_entropy_grad_st
+	case 48: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 45: // adamw_f32
+	case 49: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 46: // attention_f32
+	case 50: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 47: // attention_dsum_f32
+	case 51: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 48: // attention_dq_f32
+	case 52: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 49: // attention_dkv_f32
+	case 53: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 50: // attention_dkv_sum_f32
+	case 54: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 51: // first_nonfinite_f32
+	case 55: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 52: // bf16_widen
+	case 56: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 53: // bf16_round
+	case 57: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 54: // bf16_pack
+	case 58: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 55: // bf16_finish
+	case 59: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 56: // mma_probe
+	case 60: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 57: // attention_mma_fwd
+	case 61: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 58: // attention_mma_dkv
+	case 62: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 59: // attention_mma_dq
+	case 63: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 60: // attention_dsum_bf16
+	case 64: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}

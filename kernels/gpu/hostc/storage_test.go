@@ -57,6 +57,8 @@ var stKernels = []stKernel{
 	{name: "gelu_tanh_grad", outs: 1, ins: 2},
 	{name: "swiglu", outs: 1, ins: 2},
 	{name: "swiglu_grad", outs: 2, ins: 3},
+	{name: "geglu_tanh", outs: 1, ins: 2},
+	{name: "geglu_tanh_grad", outs: 2, ins: 3},
 	{name: "scale", outs: 1, ins: 1, scale: []float32{1, -1.5, 0.3}},
 }
 
