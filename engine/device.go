@@ -369,6 +369,12 @@ func (b *deviceBackend) launchChecked(s int, c *KernelCall, p *gpu.Plan, scratch
 	}
 	defer b.checks.Unlock()
 	b.storedRuns.Add(1)
+	return b.launchAll(s, c, p, scratch, flags)
+}
+
+// launchAll launches a plan's kernels, each argument resolved to the
+// operand's, result's, scratch buffer's or check slot's address.
+func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch, flags []uint64) error {
 	for li := range p.Launches {
 		l := &p.Launches[li]
 		addrs := make([]uint64, len(l.Args))
@@ -499,22 +505,8 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 	if err != nil {
 		return err
 	}
-	for li := range p.Launches {
-		l := &p.Launches[li]
-		addrs := make([]uint64, len(l.Args))
-		for i, a := range l.Args {
-			switch a.Kind {
-			case gpu.Operand:
-				addrs[i] = c.Args[a.N].Addr
-			case gpu.Result:
-				addrs[i] = c.Outs[a.N].Addr
-			case gpu.Scratch:
-				addrs[i] = scratch[a.N]
-			}
-		}
-		if err := b.dev.Launch(s, l, addrs); err != nil {
-			return fmt.Errorf("%s: %w", l.Kernel, err)
-		}
+	if err := b.launchAll(s, c, p, scratch, nil); err != nil {
+		return err
 	}
 	return b.hostPart(c, p, scratch)
 }

@@ -348,82 +348,15 @@ var opPlans = map[ir.OpKind]opPlan{
 	ir.MatMul:      gemm(GemmAB),
 	ir.MatMulGradA: gemm(GemmABt),
 	ir.MatMulGradB: gemm(GemmAtB),
-	ir.RMSNorm: func(c *OpCall, p *Plan, _ bool) error {
-		d := c.n(1)
-		rows := c.n(0) / d
-		p.Launches = []Launch{row("rmsnorm_f32", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(c.fa("eps")))}
-		return nil
-	},
-	ir.RMSNormGrad: func(c *OpCall, p *Plan, _ bool) error {
-		d := c.n(1)
-		rows := c.n(0) / d
-		p.Scratch = []ScratchBuf{f32Scratch(rows)}
-		p.Launches = []Launch{
-			row("rmsnorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
-			columns("rmsnorm_grad_w_f32", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
-		}
-		return nil
-	},
-	ir.LayerNorm: func(c *OpCall, p *Plan, _ bool) error {
-		d := c.n(1)
-		rows := c.n(0) / d
-		p.Launches = []Launch{row("layernorm_f32", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps")))}
-		return nil
-	},
-	ir.LayerNormGrad: func(c *OpCall, p *Plan, _ bool) error {
-		d := c.n(1)
-		rows := c.n(0) / d
-		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
-		p.Launches = []Launch{
-			row("layernorm_grad_f32", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
-			columns("layernorm_grad_wb_f32", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
-		}
-		return nil
-	},
 	ir.SumRows: func(c *OpCall, p *Plan, _ bool) error {
 		d := c.OutElems[0]
 		p.Launches = []Launch{columns("col_sum_f32", d, res(0), opnd(0), Arg{Kind: Null}, i64(c.n(0)/d), i64(d))}
 		return nil
 	},
-	ir.RoPE:          rope(1),
-	ir.RoPEGrad:      rope(-1),
 	ir.Attention:     planAttention,
 	ir.AttentionGrad: planAttention,
 	ir.Transpose: func(c *OpCall, p *Plan, _ bool) error {
 		p.Launches = []Launch{elementwise("transpose_f32", c.n(0), res(0), opnd(0), i64(c.ArgShapes[0][0]), i64(c.ArgShapes[0][1]))}
-		return nil
-	},
-	ir.SiLU:          unary("silu_f32"),
-	ir.GELU:          unary("gelu_f32"),
-	ir.SiLUGrad:      unaryGrad("silu_grad_f32"),
-	ir.GELUGrad:      unaryGrad("gelu_grad_f32"),
-	ir.GELUTanh:      unary("gelu_tanh_f32"),
-	ir.GELUTanhGrad:  unaryGrad("gelu_tanh_grad_f32"),
-	ir.SwiGLU:        gated("swiglu_f32"),
-	ir.SwiGLUGrad:    gatedGrad("swiglu_grad_f32"),
-	ir.GeGLUTanh:     gated("geglu_tanh_f32"),
-	ir.GeGLUTanhGrad: gatedGrad("geglu_tanh_grad_f32"),
-	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise("scale_f32", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
-		return nil
-	},
-	ir.Add: broadcast("add_f32"),
-	ir.Mul: broadcast("mul_f32"),
-	ir.CrossEntropy: func(c *OpCall, p *Plan, _ bool) error {
-		v := lastDim(c.ArgShapes[0])
-		rows := c.n(0) / v
-		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
-		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
-		if rows > 0 {
-			p.Launches = []Launch{row("cross_entropy_f32", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
-		}
-		return nil
-	},
-	ir.CrossEntropyGrad: func(c *OpCall, p *Plan, _ bool) error {
-		v := lastDim(c.ArgShapes[0])
-		rows := c.n(0) / v
-		f := float64(float32(c.fa("scale"))) / float64(rows)
-		p.Launches = []Launch{row("cross_entropy_grad_f32", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
 		return nil
 	},
 	ir.Cast: func(c *OpCall, p *Plan, _ bool) error {
@@ -460,103 +393,213 @@ func HasStoredPlan(op ir.OpKind) bool { return storedPlans[op] != nil }
 // storedPlans are the ops whose kernels read and write their storage
 // types and flag their results (ops.cu's _st kernels): one pass over
 // memory where the fp32 kernels of a bf16 instruction take five or six.
-var storedPlans = map[ir.OpKind]opPlan{
-	ir.Add:           storedBroadcast("add_st"),
-	ir.Mul:           storedBroadcast("mul_st"),
-	ir.SiLU:          storedUnary("silu_st"),
-	ir.SiLUGrad:      storedUnaryGrad("silu_grad_st"),
-	ir.GELU:          storedUnary("gelu_st"),
-	ir.GELUGrad:      storedUnaryGrad("gelu_grad_st"),
-	ir.GELUTanh:      storedUnary("gelu_tanh_st"),
-	ir.GELUTanhGrad:  storedUnaryGrad("gelu_tanh_grad_st"),
-	ir.SwiGLU:        storedGated("swiglu_st"),
-	ir.SwiGLUGrad:    storedGatedGrad("swiglu_grad_st"),
-	ir.GeGLUTanh:     storedGated("geglu_tanh_st"),
-	ir.GeGLUTanhGrad: storedGatedGrad("geglu_tanh_grad_st"),
-	ir.Scale: func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, "scale_st", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
+// Cross-entropy reads bf16 logits as they are (the fuse pass drops the
+// cast to fp32 before it): the fp32 copy of the logits, the largest
+// activation of a step, is never made.
+var storedPlans = family(storage)
+
+func init() {
+	for op, plan := range family(plain) {
+		opPlans[op] = plan
+	}
+}
+
+// family is the plans written once for both kernel families: the
+// elementwise ops, the norms, RoPE and cross-entropy.
+func family(k kset) map[ir.OpKind]opPlan {
+	return map[ir.OpKind]opPlan{
+		ir.Add:              broadcast(k, "add"),
+		ir.Mul:              broadcast(k, "mul"),
+		ir.SiLU:             unary(k, "silu"),
+		ir.SiLUGrad:         unaryGrad(k, "silu_grad"),
+		ir.GELU:             unary(k, "gelu"),
+		ir.GELUGrad:         unaryGrad(k, "gelu_grad"),
+		ir.GELUTanh:         unary(k, "gelu_tanh"),
+		ir.GELUTanhGrad:     unaryGrad(k, "gelu_tanh_grad"),
+		ir.SwiGLU:           gated(k, "swiglu"),
+		ir.SwiGLUGrad:       gatedGrad(k, "swiglu_grad"),
+		ir.GeGLUTanh:        gated(k, "geglu_tanh"),
+		ir.GeGLUTanhGrad:    gatedGrad(k, "geglu_tanh_grad"),
+		ir.Scale:            scale(k),
+		ir.RMSNorm:          rmsnorm(k),
+		ir.RMSNormGrad:      rmsnormGrad(k),
+		ir.LayerNorm:        layernorm(k),
+		ir.LayerNormGrad:    layernormGrad(k),
+		ir.RoPE:             rope(k, 1),
+		ir.RoPEGrad:         rope(k, -1),
+		ir.CrossEntropy:     crossEntropy(k),
+		ir.CrossEntropyGrad: crossEntropyGrad(k),
+	}
+}
+
+// kset is a family of kernels: ops.cu's fp32 kernels (plain, NAME_f32)
+// or its storage kernels (storage, NAME_st), which take bf16 and fp32 as
+// stored, with the mask of their bf16 pointers and a flag per result
+// after their fp32 twin's parameters. A plan written against a kset
+// serves both.
+type kset bool
+
+const (
+	plain   kset = false
+	storage kset = true
+)
+
+func (k kset) name(op string) string {
+	if k == storage {
+		return op + "_st"
+	}
+	return op + "_f32"
+}
+
+// ew, row and cols are k's elementwise, row and column launches of op.
+func (k kset) ew(c *OpCall, op string, n int64, args ...Arg) Launch {
+	if k == storage {
+		return stored(c, k.name(op), n, args...)
+	}
+	return elementwise(k.name(op), n, args...)
+}
+
+func (k kset) row(c *OpCall, op string, rows, d int64, args ...Arg) Launch {
+	l := k.ew(c, op, 0, args...)
+	r := row(l.Kernel, rows, d)
+	l.Grid, l.Block = r.Grid, r.Block
+	return l
+}
+
+func (k kset) cols(c *OpCall, op string, d int64, args ...Arg) Launch {
+	l := k.ew(c, op, 0, args...)
+	col := columns(l.Kernel, d)
+	l.Grid, l.Block = col.Grid, col.Block
+	return l
+}
+
+// unary is an elementwise op's plan: op(out, x, n); unaryGrad its
+// gradient's, op(dx, x, dy, n).
+func unary(k kset, op string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, op, c.n(0), res(0), opnd(0), i64(c.n(0)))}
 		return nil
-	},
-	ir.RMSNorm: func(c *OpCall, p *Plan, _ bool) error {
+	}
+}
+
+func unaryGrad(k kset, op string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, op, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+// broadcast is a broadcasting binary op: op(out, a, b, n, bn).
+func broadcast(k kset, op string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, op, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
+		return nil
+	}
+}
+
+// gated is a gated activation's plan: op(out, a, b, n); gatedGrad its
+// gradient's, op(da, db, a, b, dy, n).
+func gated(k kset, op string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, op, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func gatedGrad(k kset, op string) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, op, c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
+		return nil
+	}
+}
+
+func scale(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		p.Launches = []Launch{k.ew(c, "scale", c.n(0), res(0), opnd(0), i64(c.n(0)), f32(c.fa("by")))}
+		return nil
+	}
+}
+
+// The norms: a block per row, and their weight gradients a thread per
+// column summing the rows in order.
+func rmsnorm(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
 		d := c.n(1)
 		rows := c.n(0) / d
-		p.Launches = []Launch{storedRow(c, "rmsnorm_st", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(c.fa("eps")))}
+		p.Launches = []Launch{k.row(c, "rmsnorm", rows, d, res(0), opnd(0), opnd(1), i64(rows), i64(d), f32(c.fa("eps")))}
 		return nil
-	},
-	ir.RMSNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+	}
+}
+
+func rmsnormGrad(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
 		d := c.n(1)
 		rows := c.n(0) / d
 		p.Scratch = []ScratchBuf{f32Scratch(rows)}
 		p.Launches = []Launch{
-			storedRow(c, "rmsnorm_grad_st", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
-			storedColumns(c, "rmsnorm_grad_w_st", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+			k.row(c, "rmsnorm_grad", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
+			k.cols(c, "rmsnorm_grad_w", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
 		return nil
-	},
-	ir.LayerNorm: func(c *OpCall, p *Plan, _ bool) error {
+	}
+}
+
+func layernorm(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
 		d := c.n(1)
 		rows := c.n(0) / d
-		p.Launches = []Launch{storedRow(c, "layernorm_st", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps")))}
+		p.Launches = []Launch{k.row(c, "layernorm", rows, d, res(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps")))}
 		return nil
-	},
-	ir.LayerNormGrad: func(c *OpCall, p *Plan, _ bool) error {
+	}
+}
+
+func layernormGrad(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
 		d := c.n(1)
 		rows := c.n(0) / d
 		p.Scratch = []ScratchBuf{f32Scratch(2 * rows)}
 		p.Launches = []Launch{
-			storedRow(c, "layernorm_grad_st", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
-			storedColumns(c, "layernorm_grad_wb_st", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+			k.row(c, "layernorm_grad", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
+			k.cols(c, "layernorm_grad_wb", d, res(1), res(2), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
 		}
 		return nil
-	},
-	ir.RoPE:     storedRoPE(1),
-	ir.RoPEGrad: storedRoPE(-1),
-	// Cross-entropy reads bf16 logits as they are (the fuse pass drops
-	// the cast to fp32 before it): the fp32 copy of the logits, the
-	// largest activation of a step, is never made.
-	ir.CrossEntropy: func(c *OpCall, p *Plan, _ bool) error {
-		v := lastDim(c.ArgShapes[0])
-		rows := c.n(0) / v
-		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
-		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
-		if rows > 0 {
-			p.Launches = []Launch{storedRow(c, "cross_entropy_st", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
-		}
-		return nil
-	},
-	ir.CrossEntropyGrad: func(c *OpCall, p *Plan, _ bool) error {
-		v := lastDim(c.ArgShapes[0])
-		rows := c.n(0) / v
-		f := float64(float32(c.fa("scale"))) / float64(rows)
-		p.Launches = []Launch{storedRow(c, "cross_entropy_grad_st", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
-		return nil
-	},
+	}
 }
 
-// storedRoPE rotates (sign 1) or rotates back (-1) in one pass.
-func storedRoPE(sign float64) opPlan {
+// rope rotates (sign 1) or rotates back (-1, the gradient).
+func rope(k kset, sign float64) opPlan {
 	return func(c *OpCall, p *Plan, _ bool) error {
 		x := c.ArgShapes[0]
 		heads := c.Attr("heads").Int
-		p.Launches = []Launch{stored(c, "rope_st", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
+		p.Launches = []Launch{k.ew(c, "rope", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
 			f64(c.fa("theta")), f32(sign))}
 		return nil
 	}
 }
 
-// storedRow and storedColumns are stored's row and column launches.
-func storedRow(c *OpCall, kernel string, rows, d int64, args ...Arg) Launch {
-	l := stored(c, kernel, 0, args...)
-	r := row(kernel, rows, d)
-	l.Grid, l.Block = r.Grid, r.Block
-	return l
+// crossEntropy is per-row losses in double (scratch 0, the step's loss on
+// the host) and the first row whose target is out of range (scratch 1).
+func crossEntropy(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
+		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
+		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
+		if rows > 0 {
+			p.Launches = []Launch{k.row(c, "cross_entropy", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
+		}
+		return nil
+	}
 }
 
-func storedColumns(c *OpCall, kernel string, d int64, args ...Arg) Launch {
-	l := stored(c, kernel, 0, args...)
-	col := columns(kernel, d)
-	l.Grid, l.Block = col.Grid, col.Block
-	return l
+func crossEntropyGrad(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		v := lastDim(c.ArgShapes[0])
+		rows := c.n(0) / v
+		f := float64(float32(c.fa("scale"))) / float64(rows)
+		p.Launches = []Launch{k.row(c, "cross_entropy_grad", rows, v, res(0), opnd(0), opnd(1), i64(rows), i64(v), f64(f))}
+		return nil
+	}
 }
 
 // planStored is an op's Stored plan: its operands and results fp32 or
@@ -597,92 +640,6 @@ func stored(c *OpCall, kernel string, n int64, args ...Arg) Launch {
 		}
 	}
 	return elementwise(kernel, n, append(append(args, i64(mask)), flags...)...)
-}
-
-func storedUnary(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), i64(c.n(0)))}
-		return nil
-	}
-}
-
-func storedUnaryGrad(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	}
-}
-
-func storedBroadcast(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
-		return nil
-	}
-}
-
-// gated is a gated activation's plan: kernel(out, a, b, n); gatedGrad
-// its gradient's, kernel(da, db, a, b, dy, n).
-func gated(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	}
-}
-
-func gatedGrad(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
-		return nil
-	}
-}
-
-func storedGated(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	}
-}
-
-func storedGatedGrad(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{stored(c, kernel, c.n(0), res(0), res(1), opnd(0), opnd(1), opnd(2), i64(c.n(0)))}
-		return nil
-	}
-}
-
-// unary is an elementwise op's plan: kernel(out, x, n).
-func unary(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), i64(c.n(0)))}
-		return nil
-	}
-}
-
-// unaryGrad is an elementwise op's gradient: kernel(dx, x, dy, n).
-func unaryGrad(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)))}
-		return nil
-	}
-}
-
-// broadcast is a broadcasting binary op: kernel(out, a, b, n, bn).
-func broadcast(kernel string) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		p.Launches = []Launch{elementwise(kernel, c.n(0), res(0), opnd(0), opnd(1), i64(c.n(0)), i64(c.n(1)))}
-		return nil
-	}
-}
-
-// rope rotates (sign 1) or rotates back (-1, the gradient).
-func rope(sign float64) opPlan {
-	return func(c *OpCall, p *Plan, _ bool) error {
-		x := c.ArgShapes[0]
-		heads := c.Attr("heads").Int
-		p.Launches = []Launch{elementwise("rope_f32", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
-			f64(c.fa("theta")), f32(sign))}
-		return nil
-	}
 }
 
 // planAttention is attention's plan on fp32 CUDA cores, forward or
