@@ -262,7 +262,8 @@ __device__ __forceinline__ float st_load(const void *p, long long i, long long b
 }
 
 // st_store stores x to element i of p, parameter k of a kernel with mask
-// bf, and flags it in *first when it is a NaN or an infinity as stored.
+// bf, and flags it in *first (when first is not null) when it is a NaN
+// or an infinity as stored.
 __device__ __forceinline__ void st_store(void *p, long long i, float x, long long bf, int k, unsigned long long *first) {
 	float v = x;
 	if ((bf >> k) & 1) {
@@ -277,7 +278,7 @@ __device__ __forceinline__ void st_store(void *p, long long i, float x, long lon
 	} else {
 		((float *)p)[i] = x;
 	}
-	if (!(v - v == 0)) {
+	if (first && !(v - v == 0)) {
 		atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
 	}
 }
@@ -400,28 +401,15 @@ AMSP_EXTERN_C __global__ void scale_st(void *out, const void *x, long long n, fl
 	GRID_STRIDE(i, n) { st_store(out, i, st_load(x, i, bf, 1) * c, bf, 0, first); }
 }
 
-// One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.
-// amspc:launch row
-AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const float *w, long long rows, long long d, float eps) {
-	__shared__ double red[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *xr = x + r * d;
-	double ss = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		ss += (double)xr[j] * (double)xr[j];
-	}
-	ss = block_sum(ss, red);
-	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		out[r * d + j] = xr[j] * rs * w[j];
-	}
-}
+// The row kernels below and their gradients are each one body, a device
+// function on storage bf as the storage-typed kernels above take it: the
+// _st kernel calls it with its mask and flags, its fp32 twin with bf = 0
+// and no flags (plain float loads and stores, no flag), so the two
+// cannot drift. A row body takes its kernel's shared arrays.
 
-// rmsnorm_f32 on storage bf: out (bit 0), x (1), w (2).
-// amspc:launch row
-AMSP_EXTERN_C __global__ void rmsnorm_st(void *out, const void *x, const void *w, long long rows, long long d, float eps,
-	long long bf, unsigned long long *first) {
-	__shared__ double red[AMSP_BLOCK];
+// rmsnorm_body is rmsnorm_st's (rmsnorm_f32's with bf = 0, no flag).
+__device__ __forceinline__ void rmsnorm_body(void *out, const void *x, const void *w, long long d, float eps, long long bf,
+	unsigned long long *first, double *red) {
 	long long r = blockIdx.x;
 	double ss = 0;
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
@@ -435,40 +423,25 @@ AMSP_EXTERN_C __global__ void rmsnorm_st(void *out, const void *x, const void *w
 	}
 }
 
-// One block per row: dx = rstd * (dy*w - xh*mean(dy*w*xh)), xh = x*rstd;
-// rstd[r] is kept for rmsnorm_grad_w_f32.
+// One block per row of d: out = x / sqrt(mean(x^2) + eps) * w.
 // amspc:launch row
-AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const float *x, const float *w, const float *dy,
-	long long rows, long long d, float eps) {
+AMSP_EXTERN_C __global__ void rmsnorm_f32(float *out, const float *x, const float *w, long long rows, long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *xr = x + r * d, *dyr = dy + r * d;
-	double ss = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		ss += (double)xr[j] * (double)xr[j];
-	}
-	ss = block_sum(ss, red);
-	float rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
-	double dot = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		dot += (double)(dyr[j] * w[j]) * (double)(xr[j] * rs);
-	}
-	dot = block_sum(dot, red);
-	float c = (float)(dot / (double)d);
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		dx[r * d + j] = rs * (dyr[j] * w[j] - xr[j] * rs * c);
-	}
-	if (threadIdx.x == 0) {
-		rstd[r] = rs;
-	}
+	rmsnorm_body(out, x, w, d, eps, 0, 0, red);
 }
 
-// rmsnorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4); rstd
-// (1) is fp32 scratch, written as rmsnorm_grad_f32 writes it.
+// rmsnorm_f32 on storage bf: out (bit 0), x (1), w (2).
 // amspc:launch row
-AMSP_EXTERN_C __global__ void rmsnorm_grad_st(void *dx, float *rstd, const void *x, const void *w, const void *dy,
-	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+AMSP_EXTERN_C __global__ void rmsnorm_st(void *out, const void *x, const void *w, long long rows, long long d, float eps,
+	long long bf, unsigned long long *first) {
 	__shared__ double red[AMSP_BLOCK];
+	rmsnorm_body(out, x, w, d, eps, bf, first, red);
+}
+
+// rmsnorm_grad_body is rmsnorm_grad_st's (rmsnorm_grad_f32's with bf = 0,
+// no flag).
+__device__ __forceinline__ void rmsnorm_grad_body(void *dx, float *rstd, const void *x, const void *w, const void *dy,
+	long long d, float eps, long long bf, unsigned long long *first, double *red) {
 	long long r = blockIdx.x;
 	double ss = 0;
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
@@ -493,35 +466,27 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_st(void *dx, float *rstd, const void 
 	}
 }
 
-// dw[j] = sum over rows, in order, of dy * (x * rstd).
-// amspc:launch elementwise
-AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, const float *dy, const float *rstd, long long rows,
-	long long d) {
-	GRID_STRIDE(j, d) {
-		double acc = 0;
-		long long r = 0;
-		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
-			float t[AMSP_AHEAD];
-#pragma unroll
-			for (int u = 0; u < AMSP_AHEAD; u++) {
-				t[u] = dy[(r + u) * d + j] * (x[(r + u) * d + j] * rstd[r + u]);
-			}
-#pragma unroll
-			for (int u = 0; u < AMSP_AHEAD; u++) {
-				acc += (double)t[u];
-			}
-		}
-		for (; r < rows; r++) {
-			acc += (double)(dy[r * d + j] * (x[r * d + j] * rstd[r]));
-		}
-		dw[j] = (float)acc;
-	}
+// One block per row: dx = rstd * (dy*w - xh*mean(dy*w*xh)), xh = x*rstd;
+// rstd[r] is kept for rmsnorm_grad_w_f32.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const float *x, const float *w, const float *dy,
+	long long rows, long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	rmsnorm_grad_body(dx, rstd, x, w, dy, d, eps, 0, 0, red);
 }
 
-// rmsnorm_grad_w_f32 on storage bf: dw (bit 0), x (1), dy (2); rstd (3)
-// is fp32, rmsnorm_grad_st's.
-// amspc:launch elementwise
-AMSP_EXTERN_C __global__ void rmsnorm_grad_w_st(void *dw, const void *x, const void *dy, const float *rstd, long long rows,
+// rmsnorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4); rstd
+// (1) is fp32 scratch, written as rmsnorm_grad_f32 writes it.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void rmsnorm_grad_st(void *dx, float *rstd, const void *x, const void *w, const void *dy,
+	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	rmsnorm_grad_body(dx, rstd, x, w, dy, d, eps, bf, first, red);
+}
+
+// rmsnorm_grad_w_body is rmsnorm_grad_w_st's (rmsnorm_grad_w_f32's with
+// bf = 0, no flag).
+__device__ __forceinline__ void rmsnorm_grad_w_body(void *dw, const void *x, const void *dy, const float *rstd, long long rows,
 	long long d, long long bf, unsigned long long *first) {
 	GRID_STRIDE(j, d) {
 		double acc = 0;
@@ -544,36 +509,24 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_w_st(void *dw, const void *x, const v
 	}
 }
 
-// One block per row: out = (x - mean) / sqrt(var + eps) * w + b, the
-// biased variance taken in a second pass.
-// amspc:launch row
-AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const float *w, const float *b, long long rows,
-	long long d, float eps) {
-	__shared__ double red[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *xr = x + r * d;
-	double s = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		s += (double)xr[j];
-	}
-	double m = block_sum(s, red) / (double)d;
-	double ss = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		double c = (double)xr[j] - m;
-		ss += c * c;
-	}
-	ss = block_sum(ss, red);
-	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		out[r * d + j] = (xr[j] - mean) * rs * w[j] + b[j];
-	}
+// dw[j] = sum over rows, in order, of dy * (x * rstd).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rmsnorm_grad_w_f32(float *dw, const float *x, const float *dy, const float *rstd, long long rows,
+	long long d) {
+	rmsnorm_grad_w_body(dw, x, dy, rstd, rows, d, 0, 0);
 }
 
-// layernorm_f32 on storage bf: out (bit 0), x (1), w (2), b (3).
-// amspc:launch row
-AMSP_EXTERN_C __global__ void layernorm_st(void *out, const void *x, const void *w, const void *b, long long rows, long long d,
-	float eps, long long bf, unsigned long long *first) {
-	__shared__ double red[AMSP_BLOCK];
+// rmsnorm_grad_w_f32 on storage bf: dw (bit 0), x (1), dy (2); rstd (3)
+// is fp32, rmsnorm_grad_st's.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rmsnorm_grad_w_st(void *dw, const void *x, const void *dy, const float *rstd, long long rows,
+	long long d, long long bf, unsigned long long *first) {
+	rmsnorm_grad_w_body(dw, x, dy, rstd, rows, d, bf, first);
+}
+
+// layernorm_body is layernorm_st's (layernorm_f32's with bf = 0, no flag).
+__device__ __forceinline__ void layernorm_body(void *out, const void *x, const void *w, const void *b, long long d, float eps,
+	long long bf, unsigned long long *first, double *red) {
 	long long r = blockIdx.x;
 	double s = 0;
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
@@ -593,51 +546,27 @@ AMSP_EXTERN_C __global__ void layernorm_st(void *out, const void *x, const void 
 	}
 }
 
-// One block per row: dx = rstd * (g - mean(g) - xh*mean(g*xh)), g = dy*w;
-// stats[2r], stats[2r+1] keep the row's mean and rstd for
-// layernorm_grad_wb_f32.
+// One block per row: out = (x - mean) / sqrt(var + eps) * w + b, the
+// biased variance taken in a second pass.
 // amspc:launch row
-AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const float *x, const float *w, const float *dy,
-	long long rows, long long d, float eps) {
+AMSP_EXTERN_C __global__ void layernorm_f32(float *out, const float *x, const float *w, const float *b, long long rows,
+	long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *xr = x + r * d, *dyr = dy + r * d;
-	double s = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		s += (double)xr[j];
-	}
-	double m = block_sum(s, red) / (double)d;
-	double ss = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		double c = (double)xr[j] - m;
-		ss += c * c;
-	}
-	ss = block_sum(ss, red);
-	float mean = (float)m, rs = (float)(1 / sqrt(ss / (double)d + (double)eps));
-	double sg = 0, sgx = 0;
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		float g = dyr[j] * w[j];
-		sg += (double)g;
-		sgx += (double)g * (double)((xr[j] - mean) * rs);
-	}
-	sg = block_sum(sg, red);
-	sgx = block_sum(sgx, red);
-	float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
-	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
-		dx[r * d + j] = rs * (dyr[j] * w[j] - mg - (xr[j] - mean) * rs * mgx);
-	}
-	if (threadIdx.x == 0) {
-		stats[2 * r] = mean;
-		stats[2 * r + 1] = rs;
-	}
+	layernorm_body(out, x, w, b, d, eps, 0, 0, red);
 }
 
-// layernorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4);
-// stats (1) is fp32 scratch, written as layernorm_grad_f32 writes it.
+// layernorm_f32 on storage bf: out (bit 0), x (1), w (2), b (3).
 // amspc:launch row
-AMSP_EXTERN_C __global__ void layernorm_grad_st(void *dx, float *stats, const void *x, const void *w, const void *dy,
-	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+AMSP_EXTERN_C __global__ void layernorm_st(void *out, const void *x, const void *w, const void *b, long long rows, long long d,
+	float eps, long long bf, unsigned long long *first) {
 	__shared__ double red[AMSP_BLOCK];
+	layernorm_body(out, x, w, b, d, eps, bf, first, red);
+}
+
+// layernorm_grad_body is layernorm_grad_st's (layernorm_grad_f32's with
+// bf = 0, no flag).
+__device__ __forceinline__ void layernorm_grad_body(void *dx, float *stats, const void *x, const void *w, const void *dy,
+	long long d, float eps, long long bf, unsigned long long *first, double *red) {
 	long long r = blockIdx.x;
 	double s = 0;
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
@@ -670,42 +599,28 @@ AMSP_EXTERN_C __global__ void layernorm_grad_st(void *dx, float *stats, const vo
 	}
 }
 
-// dw[j] = sum over rows of dy * xh, db[j] = sum of dy, in row order.
-// amspc:launch elementwise
-AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const float *x, const float *dy, const float *stats,
-	long long rows, long long d) {
-	GRID_STRIDE(j, d) {
-		double aw = 0, ab = 0;
-		long long r = 0;
-		for (; r + AMSP_AHEAD <= rows; r += AMSP_AHEAD) {
-			float tw[AMSP_AHEAD], tb[AMSP_AHEAD];
-#pragma unroll
-			for (int u = 0; u < AMSP_AHEAD; u++) {
-				float v = x[(r + u) * d + j], g = dy[(r + u) * d + j];
-				tw[u] = g * ((v - stats[2 * (r + u)]) * stats[2 * (r + u) + 1]);
-				tb[u] = g;
-			}
-#pragma unroll
-			for (int u = 0; u < AMSP_AHEAD; u++) {
-				aw += (double)tw[u];
-				ab += (double)tb[u];
-			}
-		}
-		for (; r < rows; r++) {
-			float v = x[r * d + j], g = dy[r * d + j];
-			aw += (double)(g * ((v - stats[2 * r]) * stats[2 * r + 1]));
-			ab += (double)g;
-		}
-		dw[j] = (float)aw;
-		db[j] = (float)ab;
-	}
+// One block per row: dx = rstd * (g - mean(g) - xh*mean(g*xh)), g = dy*w;
+// stats[2r], stats[2r+1] keep the row's mean and rstd for
+// layernorm_grad_wb_f32.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void layernorm_grad_f32(float *dx, float *stats, const float *x, const float *w, const float *dy,
+	long long rows, long long d, float eps) {
+	__shared__ double red[AMSP_BLOCK];
+	layernorm_grad_body(dx, stats, x, w, dy, d, eps, 0, 0, red);
 }
 
-// layernorm_grad_wb_f32 on storage bf: dw (bit 0), db (1), x (2), dy (3);
-// stats (4) is fp32, layernorm_grad_st's; first_dw and first_db flag dw
-// and db.
-// amspc:launch elementwise
-AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const void *x, const void *dy, const float *stats,
+// layernorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4);
+// stats (1) is fp32 scratch, written as layernorm_grad_f32 writes it.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void layernorm_grad_st(void *dx, float *stats, const void *x, const void *w, const void *dy,
+	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	layernorm_grad_body(dx, stats, x, w, dy, d, eps, bf, first, red);
+}
+
+// layernorm_grad_wb_body is layernorm_grad_wb_st's (layernorm_grad_wb_f32's
+// with bf = 0, no flags).
+__device__ __forceinline__ void layernorm_grad_wb_body(void *dw, void *db, const void *x, const void *dy, const float *stats,
 	long long rows, long long d, long long bf, unsigned long long *first_dw, unsigned long long *first_db) {
 	GRID_STRIDE(j, d) {
 		double aw = 0, ab = 0;
@@ -734,29 +649,24 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const voi
 	}
 }
 
-// RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
-// (x[i], x[i+hd/2]) of each head at position p turns by
-// sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
-// The angle, its sine and cosine are double, rounded once to float. One
-// thread per pair.
+// dw[j] = sum over rows of dy * xh, db[j] = sum of dy, in row order.
 // amspc:launch elementwise
-AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long batch, long long seq, long long heads, long long hd,
-	double theta, float sign) {
-	long long half = hd / 2, pairs = batch * seq * heads * half;
-	GRID_STRIDE(k, pairs) {
-		long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
-		double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
-		float c = (float)cos(ang), s = sign * (float)sin(ang);
-		long long base = ((b * seq + p) * heads + h) * hd;
-		float u = x[base + i], v = x[base + i + half];
-		out[base + i] = u * c - v * s;
-		out[base + i + half] = v * c + u * s;
-	}
+AMSP_EXTERN_C __global__ void layernorm_grad_wb_f32(float *dw, float *db, const float *x, const float *dy, const float *stats,
+	long long rows, long long d) {
+	layernorm_grad_wb_body(dw, db, x, dy, stats, rows, d, 0, 0, 0);
 }
 
-// rope_f32 on storage bf: out (bit 0), x (1).
+// layernorm_grad_wb_f32 on storage bf: dw (bit 0), db (1), x (2), dy (3);
+// stats (4) is fp32, layernorm_grad_st's; first_dw and first_db flag dw
+// and db.
 // amspc:launch elementwise
-AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
+AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const void *x, const void *dy, const float *stats,
+	long long rows, long long d, long long bf, unsigned long long *first_dw, unsigned long long *first_db) {
+	layernorm_grad_wb_body(dw, db, x, dy, stats, rows, d, bf, first_dw, first_db);
+}
+
+// rope_body is rope_st's (rope_f32's with bf = 0, no flag).
+__device__ __forceinline__ void rope_body(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
 	double theta, float sign, long long bf, unsigned long long *first) {
 	long long half = hd / 2, pairs = batch * seq * heads * half;
 	GRID_STRIDE(k, pairs) {
@@ -768,6 +678,24 @@ AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch,
 		st_store(out, base + i, u * c - v * s, bf, 0, first);
 		st_store(out, base + i + half, v * c + u * s, bf, 0, first);
 	}
+}
+
+// RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
+// (x[i], x[i+hd/2]) of each head at position p turns by
+// sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
+// The angle, its sine and cosine are double, rounded once to float. One
+// thread per pair.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long batch, long long seq, long long heads, long long hd,
+	double theta, float sign) {
+	rope_body(out, x, batch, seq, heads, hd, theta, sign, 0, 0);
+}
+
+// rope_f32 on storage bf: out (bit 0), x (1).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
+	double theta, float sign, long long bf, unsigned long long *first) {
+	rope_body(out, x, batch, seq, heads, hd, theta, sign, bf, first);
 }
 
 // out[t] = table[ids[t]] for rows of d. An id outside [0, vocab) writes
@@ -804,43 +732,10 @@ AMSP_EXTERN_C __global__ void embed_grad_f32(float *dtable, const int *start, co
 	}
 }
 
-// One block per row of logits: loss[r] = logsumexp(row) - row[target],
-// in double (the host takes the mean in its own order). A target outside
-// [0, vocab) lowers *bad to its row.
-// amspc:launch row
-AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logits, const int *targets, long long rows,
-	long long vocab, unsigned long long *bad) {
-	__shared__ double red[AMSP_BLOCK];
-	__shared__ float redf[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *row = logits + r * vocab;
-	float mx = row[0];
-	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
-		mx = row[j] > mx ? row[j] : mx;
-	}
-	mx = block_max(mx, redf);
-	double s = 0;
-	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
-		s += exp((double)(row[j] - mx));
-	}
-	s = block_sum(s, red);
-	if (threadIdx.x == 0) {
-		int t = targets[r];
-		if (t < 0 || t >= vocab) {
-			atomicMin(bad, (unsigned long long)r);
-			loss[r] = 0;
-		} else {
-			loss[r] = (double)mx + log(s) - (double)row[t];
-		}
-	}
-}
-
-// cross_entropy_f32 on storage bf: logits (bit 1).
-// amspc:launch row
-AMSP_EXTERN_C __global__ void cross_entropy_st(double *loss, const void *logits, const int *targets, long long rows,
-	long long vocab, unsigned long long *bad, long long bf) {
-	__shared__ double red[AMSP_BLOCK];
-	__shared__ float redf[AMSP_BLOCK];
+// cross_entropy_body is cross_entropy_st's (cross_entropy_f32's with
+// bf = 0). red holds AMSP_BLOCK doubles, redf AMSP_BLOCK floats.
+__device__ __forceinline__ void cross_entropy_body(double *loss, const void *logits, const int *targets, long long vocab,
+	unsigned long long *bad, long long bf, double *red, float *redf) {
 	long long r = blockIdx.x;
 	float mx = st_load(logits, r * vocab, bf, 1);
 	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
@@ -864,42 +759,30 @@ AMSP_EXTERN_C __global__ void cross_entropy_st(double *loss, const void *logits,
 	}
 }
 
-// One block per row: dlogits = (softmax(logits) - onehot(target)) * f,
-// f the upstream gradient over the rows, in double.
+// One block per row of logits: loss[r] = logsumexp(row) - row[target],
+// in double (the host takes the mean in its own order). A target outside
+// [0, vocab) lowers *bad to its row.
 // amspc:launch row
-AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float *logits, const int *targets, long long rows,
-	long long vocab, double f) {
+AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logits, const int *targets, long long rows,
+	long long vocab, unsigned long long *bad) {
 	__shared__ double red[AMSP_BLOCK];
 	__shared__ float redf[AMSP_BLOCK];
-	long long r = blockIdx.x;
-	const float *row = logits + r * vocab;
-	float mx = row[0];
-	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
-		mx = row[j] > mx ? row[j] : mx;
-	}
-	mx = block_max(mx, redf);
-	double s = 0;
-	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
-		s += exp((double)(row[j] - mx));
-	}
-	s = block_sum(s, red);
-	double lse = (double)mx + log(s);
-	int t = targets[r];
-	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
-		double v = exp((double)row[j] - lse);
-		if (j == t) {
-			v -= 1;
-		}
-		dlogits[r * vocab + j] = (float)(v * f);
-	}
+	cross_entropy_body(loss, logits, targets, vocab, bad, 0, red, redf);
 }
 
-// cross_entropy_grad_f32 on storage bf: dlogits (bit 0), logits (1).
+// cross_entropy_f32 on storage bf: logits (bit 1).
 // amspc:launch row
-AMSP_EXTERN_C __global__ void cross_entropy_grad_st(void *dlogits, const void *logits, const int *targets, long long rows,
-	long long vocab, double f, long long bf, unsigned long long *first) {
+AMSP_EXTERN_C __global__ void cross_entropy_st(double *loss, const void *logits, const int *targets, long long rows,
+	long long vocab, unsigned long long *bad, long long bf) {
 	__shared__ double red[AMSP_BLOCK];
 	__shared__ float redf[AMSP_BLOCK];
+	cross_entropy_body(loss, logits, targets, vocab, bad, bf, red, redf);
+}
+
+// cross_entropy_grad_body is cross_entropy_grad_st's
+// (cross_entropy_grad_f32's with bf = 0, no flag).
+__device__ __forceinline__ void cross_entropy_grad_body(void *dlogits, const void *logits, const int *targets, long long vocab,
+	double f, long long bf, unsigned long long *first, double *red, float *redf) {
 	long long r = blockIdx.x;
 	float mx = st_load(logits, r * vocab, bf, 1);
 	for (long long j = threadIdx.x; j < vocab; j += blockDim.x) {
@@ -921,6 +804,25 @@ AMSP_EXTERN_C __global__ void cross_entropy_grad_st(void *dlogits, const void *l
 		}
 		st_store(dlogits, r * vocab + j, (float)(v * f), bf, 0, first);
 	}
+}
+
+// One block per row: dlogits = (softmax(logits) - onehot(target)) * f,
+// f the upstream gradient over the rows, in double.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void cross_entropy_grad_f32(float *dlogits, const float *logits, const int *targets, long long rows,
+	long long vocab, double f) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	cross_entropy_grad_body(dlogits, logits, targets, vocab, f, 0, 0, red, redf);
+}
+
+// cross_entropy_grad_f32 on storage bf: dlogits (bit 0), logits (1).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void cross_entropy_grad_st(void *dlogits, const void *logits, const int *targets, long long rows,
+	long long vocab, double f, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	__shared__ float redf[AMSP_BLOCK];
+	cross_entropy_grad_body(dlogits, logits, targets, vocab, f, bf, first, red, redf);
 }
 
 // One AdamW step per element, in double as kernels.AdamW, with explicit
