@@ -361,38 +361,26 @@ func SiLUGrad(dx, x, dy []float32) { unaryGrad("silu_grad_f32", dx, x, dy) }
 func GELU(out, x []float32)        { unary("gelu_f32", out, x) }
 func GELUGrad(dx, x, dy []float32) { unaryGrad("gelu_grad_f32", dx, x, dy) }
 
-// SwiGLU is swiglu_f32: out = silu(a) * b, a and b of equal length.
-func SwiGLU(out, a, b []float32) {
+// SwiGLU, SwiGLUGrad, GeGLUTanh and GeGLUTanhGrad are their kernels:
+// out = act(a) * b, a and b of equal length, and its da and db given dy.
+func SwiGLU(out, a, b []float32)               { gated("swiglu_f32", out, a, b) }
+func SwiGLUGrad(da, db, a, b, dy []float32)    { gatedGrad("swiglu_grad_f32", da, db, a, b, dy) }
+func GeGLUTanh(out, a, b []float32)            { gated("geglu_tanh_f32", out, a, b) }
+func GeGLUTanhGrad(da, db, a, b, dy []float32) { gatedGrad("geglu_tanh_grad_f32", da, db, a, b, dy) }
+
+// gated runs kernel(out, a, b, n), gatedGrad kernel(da, db, a, b, dy, n).
+func gated(kernel string, out, a, b []float32) {
 	var c hostCall
 	c.f32(out, a, b)
 	c.ints(len(a))
-	c.each("swiglu_f32", len(a))
+	c.each(kernel, len(a))
 }
 
-// SwiGLUGrad is swiglu_grad_f32: da and db of out = silu(a) * b given dy.
-func SwiGLUGrad(da, db, a, b, dy []float32) {
+func gatedGrad(kernel string, da, db, a, b, dy []float32) {
 	var c hostCall
 	c.f32(da, db, a, b, dy)
 	c.ints(len(a))
-	c.each("swiglu_grad_f32", len(a))
-}
-
-// GeGLUTanh is geglu_tanh_f32: out = gelu_tanh(a) * b, a and b of equal
-// length.
-func GeGLUTanh(out, a, b []float32) {
-	var c hostCall
-	c.f32(out, a, b)
-	c.ints(len(a))
-	c.each("geglu_tanh_f32", len(a))
-}
-
-// GeGLUTanhGrad is geglu_tanh_grad_f32: da and db of out = gelu_tanh(a) * b
-// given dy.
-func GeGLUTanhGrad(da, db, a, b, dy []float32) {
-	var c hostCall
-	c.f32(da, db, a, b, dy)
-	c.ints(len(a))
-	c.each("geglu_tanh_grad_f32", len(a))
+	c.each(kernel, len(a))
 }
 
 // RMSNorm is rmsnorm_f32.
