@@ -60,9 +60,10 @@ func TestFuseTrainsBitwise(t *testing.T) {
 
 // TestFuseCrossEntropyCastBitwise: in bf16, cross-entropy on the bf16
 // logits gives the bits of cross-entropy on their fp32 cast (the widening
-// is exact, and the gradient is rounded from the same fp32 value): the
-// tied model, whose MLP has no swiglu to fuse, trains to the same losses
-// with fuse on and off, and the fused program casts no logits.
+// is exact, and the gradient is rounded from the same fp32 value), and
+// the head's matmul joins it (linear_cross_entropy, in chunks of rows):
+// the tied model, whose MLP has no swiglu to fuse, trains to the same
+// losses with fuse on and off, and the fused program casts no logits.
 func TestFuseCrossEntropyCastBitwise(t *testing.T) {
 	job := testjob.Load(t, "tied", `cluster { nodes = 1 gpus_per_node = 2 gpu = "cpu" }
 train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
@@ -85,6 +86,10 @@ shard auto`)
 		}
 		if fused := i == 0; fused != (logitCasts == 0) {
 			t.Errorf("fuse %v: %d casts of the logits", fused, logitCasts)
+		}
+		text := programText(r.Bundle)
+		if fused, runs := i == 0, strings.Contains(text, "kernel linear_cross_entropy ") && strings.Contains(text, "kernel linear_cross_entropy_grad "); fused != runs {
+			t.Errorf("fuse %v: the program runs the linear cross-entropy: %v", fused, runs)
 		}
 		losses[i] = train(t, r.Bundle, 3)
 	}

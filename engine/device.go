@@ -389,6 +389,18 @@ func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch, fl
 			case gpu.Flag:
 				addrs[i] = flags[a.N]
 			}
+			if a.Kind < gpu.Null {
+				addrs[i] += uint64(a.I) // a chunk of the buffer
+			}
+		}
+		if l.Gemm != nil {
+			if err := l.CheckArgs(); err != nil {
+				return err
+			}
+			if err := b.dev.Gemm(s, l.Gemm, addrs[0], addrs[1], addrs[2]); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := b.dev.Launch(s, l, addrs); err != nil {
 			return fmt.Errorf("%s: %w", l.Kernel, err)

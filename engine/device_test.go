@@ -20,8 +20,8 @@ import (
 
 // TestDeviceKernels runs every kernel instruction of tiny's programs (a
 // ZeRO-3 rank's and a single rank's, fp32 and bf16), a GPT-2 style
-// block's, tied embeddings' and a Gemma-style model's (scale, gelu_tanh)
-// on the device backend
+// block's, tied embeddings' (fp32 and bf16: the linear cross-entropy) and
+// a Gemma-style model's (scale, gelu_tanh) on the device backend
 // over the host-simulated GPU and on the CPU backend, from the same
 // operands: the results agree to 1e-5 of each result's largest magnitude,
 // bf16 results to 1e-2 (issue 12's bounds).
@@ -36,6 +36,7 @@ func TestDeviceKernels(t *testing.T) {
 		compileModel(t, "../variants/layernorm_gelu", 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}),
 		compileModel(t, "tied", 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}),
 		compileModel(t, "gemma", 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}),
+		compileModel(t, "tied", 1, 1, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, bf16), // the linear cross-entropy on bf16 logits
 	} {
 		p := b.Template(0)
 		for _, in := range engine.FirstOfEachKind(p) {

@@ -200,6 +200,25 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.CrossEntropyGrad(c.out(0), logits, c.ints(1), len(logits)/v, v, float32(c.attr("scale").Float))
 		return nil
 	},
+	ir.LinearCrossEntropy: func(c *KernelCall) error {
+		rows, d, v, chunk := linearCE(c)
+		loss, err := kernels.LinearCrossEntropy(c.arg(0), c.arg(1), c.ints(2), rows, d, v, chunk, c.Args[0].DType == ir.BF16)
+		if err != nil {
+			return err
+		}
+		c.out(0)[0] = float32(loss)
+		*c.Losses = append(*c.Losses, loss)
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return fmt.Errorf("loss is %v", loss)
+		}
+		return nil
+	},
+	ir.LinearCrossEntropyGrad: func(c *KernelCall) error {
+		rows, d, v, chunk := linearCE(c)
+		kernels.LinearCrossEntropyGrad(c.out(0), c.out(1), c.arg(0), c.arg(1), c.ints(2), rows, d, v, chunk,
+			c.Args[0].DType == ir.BF16, float32(c.attr("scale").Float))
+		return nil
+	},
 	ir.Cast: func(c *KernelCall) error {
 		o, x := c.out(0), c.arg(0)
 		switch dt := ir.DType(c.attr("dtype").Int); dt {
@@ -287,6 +306,14 @@ func (k *rank) packOperand(in *ir.Instr, b []float32) *kernels.PackedB {
 
 // arg and out are the host storage of operand i and result i, ints the
 // ids of operand i.
+// linearCE is a linear cross-entropy's rows, d, vocab and chunk of rows
+// (ir.LinearCEChunk).
+func linearCE(c *KernelCall) (rows, d, vocab, chunk int) {
+	w := c.ArgShapes[1]
+	r := c.Args[0].N / w[0]
+	return int(r), int(w[0]), int(w[1]), int(ir.LinearCEChunk(r, w[0], w[1]))
+}
+
 func (c *KernelCall) arg(i int) []float32 { return c.Args[i].f32 }
 func (c *KernelCall) out(i int) []float32 { return c.Outs[i].f32 }
 func (c *KernelCall) ints(i int) []int32  { return c.Args[i].i32 }

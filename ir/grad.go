@@ -189,6 +189,17 @@ func initGradOps() {
 			Infer: results(gated("geglu_tanh"))},
 		GeGLUTanhGrad: {Name: "geglu_tanh_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
 			Infer: results(like(0), like(1)), Flops: elementwise(17)},
+		// linear_cross_entropy(h, w, targets) = cross_entropy(h @ w,
+		// targets) with the logits formed LinearCEChunk rows at a time
+		// (passes' fuse): the logits, the step's largest activation, are
+		// never stored whole, and backward forms each chunk again. The
+		// logits are of h's dtype, as the matmul's would be.
+		LinearCrossEntropy: {Name: "linear_cross_entropy", Arity: 3, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: argsOnly, Workspace: linearCEWorkspace,
+			Infer: results(inferLinearCE), Save: []int{0, 1, 2}, IDs: &IDOperand{Arg: 2, From: 1, Dim: -1},
+			Flops: func(op *Op) float64 { return linearCEFlops(op, 1) }},
+		LinearCrossEntropyGrad: {Name: "linear_cross_entropy_grad", Arity: 3, Results: 2, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: plusResults(0, 1), Workspace: linearCEWorkspace,
+			Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0), like(1)), IDs: &IDOperand{Arg: 2, From: 1, Dim: -1},
+			Flops: func(op *Op) float64 { return linearCEFlops(op, 3) }}, // the chunk's logits again, then dh and dw
 		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
@@ -255,6 +266,13 @@ func initGradOps() {
 	}
 	opTable[GeGLUTanh].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(GeGLUTanhGrad, []*Value{op.Args[0], op.Args[1], dy})
+	}
+	opTable[CrossEntropy].LossGrad = func(b GradBuilder, op *Op, weight float64) []*Value {
+		return []*Value{apply(b, CrossEntropyGrad, []*Value{op.Args[0], op.Args[1]}, FloatAttr("scale", weight)), nil}
+	}
+	opTable[LinearCrossEntropy].LossGrad = func(b GradBuilder, op *Op, weight float64) []*Value {
+		g := b.Apply(LinearCrossEntropyGrad, []*Value{op.Args[0], op.Args[1], op.Args[2]}, FloatAttr("scale", weight))
+		return []*Value{g[0], g[1], nil}
 	}
 	opTable[Scale].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, Scale, []*Value{dy}, sameAttrs(op)...)}

@@ -163,3 +163,23 @@ func sumRowsTraffic(args [][]int64) int64 {
 	}
 	return in + lastOf(args[0])
 }
+
+// LinearCEChunk is the rows of logits linear_cross_entropy's kernels
+// form at once, for h [rows, d] and w [d, vocab]: as many as make the
+// chunk no larger than h (Liger-Kernel's rule), in whole groups of 64
+// rows (the loss's partial sums, so its mean has the unfused op's bits),
+// at least 64, at most rows.
+func LinearCEChunk(rows, d, vocab int64) int64 {
+	c := rows * d / max(vocab, 1) / 64 * 64
+	return min(max(c, 64), rows)
+}
+
+// linearCEWorkspace is linear_cross_entropy's chunk of logits: elements
+// of h's dtype.
+func linearCEWorkspace(args [][]int64) int64 {
+	if len(args) < 2 || len(args[1]) != 2 {
+		return 0
+	}
+	rows, d, vocab := rowsOf(args[0]), args[1][0], args[1][1]
+	return LinearCEChunk(rows, d, vocab) * vocab
+}

@@ -53,6 +53,8 @@ const (
 	SwiGLUGrad   // (a, b, dy) -> da, db
 	GeGLUTanh    // geglu_tanh(a, b) = gelu_tanh(a) * b, made by the fuse pass (Gemma's MLP)
 	GeGLUTanhGrad
+	LinearCrossEntropy     // linear_cross_entropy(h, w, targets) = cross_entropy(h @ w, targets), made by the fuse pass
+	LinearCrossEntropyGrad // (h, w, targets) -> dh, dw
 	numOps
 )
 
@@ -155,6 +157,15 @@ type OpInfo struct {
 	// dy of the result (nil where an operand has none: ids, targets).
 	// Only single-result ops have one.
 	Backward func(b GradBuilder, op *Op, dy *Value) []*Value
+	// LossGrad, for an op a step's loss may be (cross-entropy, plain or
+	// fused with the head's matmul), returns the gradient of each
+	// operand given the loss's weight in the step (autodiff's seed; nil
+	// for targets).
+	LossGrad func(b GradBuilder, op *Op, weight float64) []*Value
+	// Workspace is the bytes of scratch memory one kernel of the op
+	// holds while it runs, given its argument shapes (nil: none beyond
+	// its operands and results); the simulator counts it in the peak.
+	Workspace func(args [][]int64) int64
 	// IDs, for an op that reads token ids (class indices), says which
 	// operand holds them and where their bound is; nil for the others.
 	IDs *IDOperand
@@ -187,6 +198,10 @@ func (d *IDOperand) Bound(args [][]int64, result []int64) int64 {
 	}
 	return s[i]
 }
+
+// IsLoss says whether a step's loss may be an op of this kind (it has a
+// LossGrad).
+func (info *OpInfo) IsLoss() bool { return info.LossGrad != nil }
 
 // NumResults is the number of values an op of this kind computes.
 func (info *OpInfo) NumResults() int {
@@ -647,6 +662,29 @@ func elementwise(perElem float64) func(op *Op) float64 {
 func attentionFlops(op *Op) float64 {
 	q := op.Args[0].Shape
 	return 4 * float64(q[0]) * float64(q[1]) * float64(q[1]) * float64(q[2])
+}
+
+// inferLinearCE checks linear_cross_entropy's (h, w, targets): h @ w's
+// shape rule, and targets as cross_entropy's of the logits h @ w would
+// be. The result is the f32 loss.
+func inferLinearCE(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	logits, dt, err := inferMatMul(args[:2], attrs)
+	if err != nil {
+		return nil, 0, err
+	}
+	s, dt, err := inferCrossEntropy([]*Value{{Name: "h @ w", Shape: logits, DType: dt}, args[2]}, attrs)
+	if err != nil && err.Arg == 1 {
+		err.Arg = 2
+	}
+	return s, dt, err
+}
+
+// linearCEFlops is linear_cross_entropy's products (gemms of them, each
+// 2·rows·d·vocab) and its softmax over the logits.
+func linearCEFlops(op *Op, gemms float64) float64 {
+	h, w := op.Args[0].Shape, op.Args[1].Shape
+	rows, d, vocab := float64(h.NumElements()/h[len(h)-1]), float64(w[0]), float64(w[1])
+	return gemms*2*rows*d*vocab + 5*rows*vocab
 }
 
 func crossEntropyFlops(op *Op) float64 {

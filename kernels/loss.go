@@ -26,6 +26,18 @@ func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, 
 	pp := getF64(chunks)
 	defer putF64(pp)
 	partial := *pp
+	lossPartials(partial, logits, targets, rows, vocab)
+	var total float64
+	for _, s := range partial {
+		total += s
+	}
+	return total / float64(rows), nil
+}
+
+// lossPartials writes the loss summed over each ceChunk rows into
+// partial (one per group, the last one short).
+func lossPartials(partial []float64, logits []float32, targets []int32, rows, vocab int) {
+	chunks := (rows + ceChunk - 1) / ceChunk
 	parallelFor(chunks, ceChunk*vocab*10, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
 			var s float64
@@ -36,11 +48,6 @@ func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, 
 			partial[c] = s
 		}
 	})
-	var total float64
-	for _, s := range partial {
-		total += s
-	}
-	return total / float64(rows), nil
 }
 
 func checkTargets(targets []int32, rows, vocab int) error {
@@ -84,7 +91,11 @@ func CrossEntropyGrad(dlogits, logits []float32, targets []int32, rows, vocab in
 	if err := checkTargets(targets, rows, vocab); err != nil {
 		panic("kernels: CrossEntropyGrad: " + err.Error())
 	}
-	f := float64(scale) / float64(rows)
+	softmaxGrad(dlogits, logits, targets, rows, vocab, float64(scale)/float64(rows))
+}
+
+// softmaxGrad writes dlogits = (softmax(logits) - onehot(target)) * f.
+func softmaxGrad(dlogits, logits []float32, targets []int32, rows, vocab int, f float64) {
 	parallelFor(rows, vocab*10, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row, dr := logits[r*vocab:(r+1)*vocab], dlogits[r*vocab:(r+1)*vocab]

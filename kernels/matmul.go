@@ -66,11 +66,27 @@ func checkLen(what string, s []float32, n int) {
 	}
 }
 
+// MatMulGradBAcc adds a[m,k]^T @ dy[m,n] to db[k,n]: each element goes on
+// from its value, adding the m rows in row order, so products over
+// consecutive row ranges, in order, give MatMulGradB's bits over all of
+// them.
+func MatMulGradBAcc(db, a, dy []float32, m, k, n int) {
+	checkLen("MatMulGradBAcc db", db, k*n)
+	checkLen("MatMulGradBAcc a", a, m*k)
+	checkLen("MatMulGradBAcc dy", dy, m*n)
+	gemmInto(Workers(), db, view{a, 1, k}, view{dy, n, 1}, k, m, n, true)
+}
+
 // gemm overwrites c[m,n] (row-major, contiguous) with A[m,k] @ B[k,n].
-// B is packed once, shared read-only; then workers take mc-row blocks of C
-// (or parts of them, see chunks) from a counter, each owned by one worker
-// start to end.
 func gemm(workers int, c []float32, a, b view, m, k, n int) {
+	gemmInto(workers, c, a, b, m, k, n, false)
+}
+
+// gemmInto is gemm, or with acc adds the product to c. B is packed once,
+// shared read-only; then workers take mc-row blocks of C (or parts of
+// them, see chunks) from a counter, each owned by one worker start to
+// end.
+func gemmInto(workers int, c []float32, a, b view, m, k, n int, acc bool) {
 	var pb []float32
 	if m > 0 && k > 0 && n > 0 {
 		pbp := getF32((n + nr - 1) / nr * k * nr)
@@ -78,7 +94,7 @@ func gemm(workers int, c []float32, a, b view, m, k, n int) {
 		pb = *pbp
 		packAll(workers, pb, b, k, n)
 	}
-	gemmPacked(workers, c, a, pb, m, k, n)
+	gemmPacked(workers, c, a, pb, m, k, n, acc)
 }
 
 // packAll packs all of B into pb, split by strips when big. B is always
@@ -138,7 +154,7 @@ func packed(b view, k, n int) *PackedB {
 func MatMulPacked(out, a []float32, b *PackedB, m int) {
 	checkLen("MatMulPacked out", out, m*b.n)
 	checkLen("MatMulPacked a", a, m*b.k)
-	gemmPacked(Workers(), out, view{a, b.k, 1}, b.data, m, b.k, b.n)
+	gemmPacked(Workers(), out, view{a, b.k, 1}, b.data, m, b.k, b.n, false)
 }
 
 // MatMulGradAPacked is MatMulGradA with b packed by PackBT (the same
@@ -146,17 +162,19 @@ func MatMulPacked(out, a []float32, b *PackedB, m int) {
 func MatMulGradAPacked(da, dy []float32, b *PackedB, m int) {
 	checkLen("MatMulGradAPacked da", da, m*b.n)
 	checkLen("MatMulGradAPacked dy", dy, m*b.k)
-	gemmPacked(Workers(), da, view{dy, b.k, 1}, b.data, m, b.k, b.n)
+	gemmPacked(Workers(), da, view{dy, b.k, 1}, b.data, m, b.k, b.n, false)
 }
 
-// gemmPacked is gemm after B's packing: pb holds B[k,n]'s strips.
-func gemmPacked(workers int, c []float32, a view, pb []float32, m, k, n int) {
+// gemmPacked is gemmInto after B's packing: pb holds B[k,n]'s strips.
+func gemmPacked(workers int, c []float32, a view, pb []float32, m, k, n int, acc bool) {
 	if m == 0 || n == 0 {
 		return
 	}
 	c = c[:m*n]
 	if k == 0 {
-		clear(c)
+		if !acc {
+			clear(c)
+		}
 		return
 	}
 	nStrips := (n + nr - 1) / nr
@@ -185,7 +203,7 @@ func gemmPacked(workers int, c []float32, a view, pb []float32, m, k, n int) {
 			}
 			blk, ch := u/chunks, u%chunks
 			i0 := blk * mc
-			gemmBlock(c, a, pb, *pap, i0, min(mc, m-i0), k, n, nStrips*ch/chunks, nStrips*(ch+1)/chunks)
+			gemmBlock(c, a, pb, *pap, i0, min(mc, m-i0), k, n, nStrips*ch/chunks, nStrips*(ch+1)/chunks, acc)
 		}
 	}
 	if workers <= 1 {
@@ -204,7 +222,7 @@ func gemmPacked(workers int, c []float32, a view, pb []float32, m, k, n int) {
 // [s0, s1). With a SIMD kernel, full row strips of a row-major or a
 // transposed A are read in place instead of packed (packing costs as much
 // as the product when n is small).
-func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int) {
+func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int, acc bool) {
 	var tile [mr * nr]float32
 	rStrips := (rows + mr - 1) / mr
 	// A's full row strips are read in place when A is row-major (rows
@@ -214,6 +232,7 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 	direct := simd && (a.cs == 1 || a.rs == 1)
 	for p0 := 0; p0 < k; p0 += kc {
 		kb := min(kc, k-p0)
+		zero := p0 == 0 && !acc // the tile starts from 0, not from C
 		for r := 0; r < rStrips; r++ {
 			if ni := min(mr, rows-r*mr); !direct || ni < mr {
 				packA(pa[r*kb*mr:(r+1)*kb*mr], a, i0+r*mr, ni, p0, kb)
@@ -234,12 +253,12 @@ func gemmBlock(c []float32, a view, pb, pa []float32, i0, rows, k, n, s0, s1 int
 				default:
 					as, ars, aks = a.data[ri+p0*a.cs:], 1, a.cs
 				}
-				if ni == mr && nj == nr && microKernelC(as, ars, aks, bs, bks, kb, c[ri*n+j0:], n, p0 == 0) {
+				if ni == mr && nj == nr && microKernelC(as, ars, aks, bs, bks, kb, c[ri*n+j0:], n, zero) {
 					continue
 				}
 				// Load the tile (zero on the first panel), run the
 				// panel, store back: exactly the naive k order.
-				if p0 == 0 {
+				if zero {
 					tile = [mr * nr]float32{}
 				} else {
 					for ii := 0; ii < ni; ii++ {

@@ -22,7 +22,7 @@ func autodiff(s *State) error {
 	if loss == nil || loss.Def == nil {
 		return fmt.Errorf("no loss to differentiate")
 	}
-	if loss.Def.Kind != ir.CrossEntropy {
+	if !loss.Def.Kind.Info().IsLoss() {
 		return &UserError{Pos: loss.Pos, Msg: fmt.Sprintf("training needs loss = cross_entropy(...) directly, not %s (not supported yet)", loss.Def.Kind)}
 	}
 	b := &gradBuilder{g: g, origin: s.Origin}
@@ -32,11 +32,16 @@ func autodiff(s *State) error {
 		contrib[to] = append(contrib[to], grad)
 		shared[grad]++
 	}
-	// The seed: d loss / d logits of the weighted micro-batch mean.
+	// The seed: the loss op's gradients (d loss / d logits, or d loss /
+	// d h and d w when the head is fused in) of the weighted micro-batch
+	// mean.
 	ce := loss.Def
 	b.at(loss)
-	seed := b.one(ir.CrossEntropyGrad, []*ir.Value{ce.Args[0], ce.Args[1]}, ir.FloatAttr("scale", s.LossScale))
-	add(ce.Args[0], seed)
+	for j, gr := range ce.Kind.Info().LossGrad(b, ce, s.LossScale) {
+		if a := ce.Args[j]; gr != nil && (a.Role == ir.Param || a.Def != nil) {
+			add(a, gr)
+		}
+	}
 
 	fwd := g.Values[:len(g.Values)-1] // everything before the seed
 	for i := len(fwd) - 1; i >= 0; i-- {

@@ -213,11 +213,11 @@ func lower(s *State) error {
 			buf[v] = newBuf(p, v.Name, v.DType, v.Shape.NumElements())
 		}
 	}
-	// An input read as cross_entropy's targets is the shifted window.
+	// An input read as the loss's targets is the shifted window.
 	targets := map[*ir.Value]bool{}
 	for _, v := range g.Values {
-		if op := v.Def; op != nil && op.Results[0] == v && op.Kind == ir.CrossEntropy {
-			targets[op.Args[1]] = true
+		if op := v.Def; op != nil && op.Results[0] == v && op.Kind.Info().IsLoss() {
+			targets[op.Args[op.Kind.Info().IDs.Arg]] = true
 		}
 	}
 	inputs := g.ByRole(ir.Input)

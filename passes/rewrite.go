@@ -218,7 +218,7 @@ func deadKernels(p *ir.Program) {
 		changed = false
 		for i := 0; i < len(p.Seq); i++ {
 			op := &p.Seq[i]
-			if op.Op != ir.Kernel || op.Kern == ir.CrossEntropy {
+			if op.Op != ir.Kernel || op.Kern.Info().IsLoss() {
 				continue
 			}
 			live := false

@@ -29,10 +29,12 @@ type Timeline struct {
 	// step (communication compute did not hide, and waiting).
 	Compute, Exposed float64
 	// PeakBytes is the most memory live at once: persistent shards plus
-	// transient buffers.
+	// transient buffers plus the workspace of the kernels running
+	// (ir.OpInfo.Workspace).
 	PeakBytes, PersistentBytes float64
 	// PeakBuffers are the transient buffers live at the peak, by id in
-	// increasing order: what the peak's transient part holds.
+	// increasing order: what the peak's transient part holds (with any
+	// kernel's workspace).
 	PeakBuffers []int32
 	// PeakHostBytes is PeakBytes with every element stored in 4 bytes,
 	// as the CPU backend stores bf16 and f16 (in float32) and i32.
@@ -55,6 +57,7 @@ type flight struct {
 	cpu         float64 // processor load while transferring (SharedCores)
 	span        int     // its span in the timeline
 	transfering bool
+	ws, wsHost  float64 // a kernel's workspace bytes, given back at its end
 }
 
 // Simulate replays a program on the machine model: each stream runs its
@@ -152,11 +155,20 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					}
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
-					name = in.Kern.String()
+					name = SpanName(p, in)
+					// Scratch the kernel holds while it runs (ir.OpInfo.Workspace).
+					var ws, wsHost float64
+					if f := in.Kern.Info().Workspace; f != nil && dur > 0 {
+						n := float64(f(shapes))
+						ws, wsHost = n*float64(dt.Size()), 4*n
+						mem = append(mem, memEvent{clock[s], ws, wsHost, -1, true})
+					}
 					if m.SharedCores && dur > 0 {
 						// The span is filled in when the kernel ends.
-						fl[s] = &flight{start: clock[s], solo: dur, work: dur, cpu: 1, span: len(tl.Spans), transfering: true}
+						fl[s] = &flight{start: clock[s], solo: dur, work: dur, cpu: 1, span: len(tl.Spans), transfering: true, ws: ws, wsHost: wsHost}
 						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: name, Stage: stageName(in.Stage)})
+					} else if ws > 0 {
+						mem = append(mem, memEvent{clock[s] + dur, -ws, -wsHost, -1, false})
 					}
 				case ir.Collective:
 					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
@@ -166,7 +178,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 						if m.SharedCores {
 							fl[s].cpu = 1
 						}
-						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: in.Coll.String() + " " + in.Group.String(), Stage: stageName(in.Stage)})
+						tl.Spans = append(tl.Spans, Span{Stream: s, Index: at[s], Start: clock[s], Name: SpanName(p, in), Stage: stageName(in.Stage)})
 					}
 				case ir.Record:
 					for int(in.Event) >= len(recorded) {
@@ -224,6 +236,9 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 			sp := &tl.Spans[f.span]
 			sp.Dur = max(now-sp.Start, f.solo)
 			clock[s] = sp.Start + sp.Dur
+			if f.ws > 0 {
+				mem = append(mem, memEvent{clock[s], -f.ws, -f.wsHost, -1, false})
+			}
 			if s == ir.Compute && p.Streams[s][at[s]].Op == ir.Kernel {
 				tl.Compute += sp.Dur
 			}
@@ -277,6 +292,9 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	atPeak := map[int32]int{}
 	for _, e := range mem[:peak+1] {
+		if e.buf < 0 { // a kernel's workspace
+			continue
+		}
 		if e.alloc {
 			atPeak[e.buf]++
 		} else {
@@ -373,4 +391,19 @@ func Transient(p *ir.Program) map[int32]bool {
 		}
 	}
 	return out
+}
+
+// SpanName names an instruction in a trace, planned or measured: a
+// kernel by its op, a collective by its kind and group, a load by its
+// buffer, a record or a wait by its event.
+func SpanName(p *ir.Program, in *ir.Instr) string {
+	switch in.Op {
+	case ir.Kernel:
+		return in.Kern.String()
+	case ir.Collective:
+		return in.Coll.String() + " " + in.Group.String()
+	case ir.Load:
+		return "load " + p.Buffers[in.Buf].Name
+	}
+	return fmt.Sprintf("%v e%d", in.Op, in.Event)
 }

@@ -51,6 +51,7 @@ var Kernels = []Kernel{
 	{"rope_f32", []Param("pplllldf"), Elementwise},
 	{"rope_st", []Param("pplllldflp"), Elementwise},
 	{"embed_f32", []Param("ppplllp"), Elementwise},
+	{"check_ids", []Param("pllp"), Elementwise},
 	{"embed_grad_f32", []Param("ppppll"), Elementwise},
 	{"cross_entropy_f32", []Param("pppllp"), Row},
 	{"cross_entropy_st", []Param("pppllpl"), Row},

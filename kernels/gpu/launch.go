@@ -29,13 +29,17 @@ const (
 	Float64                // F, a double
 )
 
-// Arg is one argument of a launch.
+// Arg is one argument of a launch. A pointer's I is a byte offset into
+// its buffer (a chunk of rows).
 type Arg struct {
 	Kind ArgKind
 	N    int
 	I    int64
 	F    float64
 }
+
+// at is pointer a offset by bytes.
+func at(a Arg, bytes int64) Arg { a.I += bytes; return a }
 
 func opnd(i int) Arg    { return Arg{Kind: Operand, N: i} }
 func res(i int) Arg     { return Arg{Kind: Result, N: i} }
@@ -56,13 +60,20 @@ func (l *Launch) add(a ...Arg) { l.Args = append(l.Args, a...) }
 
 // Launch is one kernel launch: Grid blocks of Block threads (Grid[1] and
 // Grid[2] 1 unless the kernel is an attention kernel), Smem bytes of
-// dynamic shared memory.
+// dynamic shared memory. With Gemm it is a matmul instead, in order
+// with the kernels around it: Args are its a, b and output pointers.
 type Launch struct {
 	Kernel string
 	Grid   [3]int
 	Block  int
 	Smem   int
 	Args   []Arg
+	Gemm   *Gemm
+}
+
+// gemmLaunch is a matmul among a plan's launches: out = a·b as g says.
+func gemmLaunch(g Gemm, a, b, out Arg) Launch {
+	return Launch{Kernel: "gemm", Gemm: &g, Args: []Arg{a, b, out}}
 }
 
 // ScratchBuf is device memory a plan needs for its launches: Bytes bytes,
@@ -85,11 +96,28 @@ const (
 
 // Gemm is a matmul: operands 0 and 1 into result 0 (fp32), the operands
 // fp32 or, when BF16, both bf16 (cuBLASLt's bf16 inputs, fp32
-// accumulation: tensor cores).
+// accumulation: tensor cores). Among a plan's launches (Launch.Gemm) it
+// may also write bf16 (OutBF16, rounded to nearest even from the fp32
+// sums; with BF16 inputs only) or add to its output (Accumulate, fp32
+// output only: each element goes on from its value, as
+// kernels.MatMulGradBAcc).
 type Gemm struct {
-	Kind    GemmKind
-	M, K, N int
-	BF16    bool
+	Kind       GemmKind
+	M, K, N    int
+	BF16       bool
+	OutBF16    bool
+	Accumulate bool
+}
+
+// Check says what is wrong with g's combination of types, if anything.
+func (g *Gemm) Check() error {
+	switch {
+	case g.OutBF16 && !g.BF16:
+		return fmt.Errorf("gemm: bf16 output of fp32 inputs")
+	case g.OutBF16 && g.Accumulate:
+		return fmt.Errorf("gemm: accumulating into bf16")
+	}
+	return nil
 }
 
 // Plan is an instruction's work on a GPU.
@@ -182,7 +210,8 @@ type OpCall struct {
 
 // RawBF16 says whether an instruction's launch plan takes its bf16
 // operands as they are (else a backend widens them to fp32 first): a
-// matmul of two bf16 operands (cuBLASLt's bf16 inputs), and, with
+// matmul of two bf16 operands (cuBLASLt's bf16 inputs), a linear
+// cross-entropy of bf16 h and w (its products' inputs), and, with
 // tensorCores, attention and its gradient on bf16 operands with a head
 // dim mma.cu's kernels take (a multiple of 16 up to 128).
 func RawBF16(op ir.OpKind, argTypes []ir.DType, argShapes [][]int64, heads int64, tensorCores bool) bool {
@@ -193,6 +222,8 @@ func RawBF16(op ir.OpKind, argTypes []ir.DType, argShapes [][]int64, heads int64
 	switch op {
 	case ir.MatMul, ir.MatMulGradA, ir.MatMulGradB:
 		return len(argTypes) == 2 && all
+	case ir.LinearCrossEntropy, ir.LinearCrossEntropyGrad: // h and w; the targets are ids
+		return len(argTypes) == 3 && argTypes[0] == ir.BF16 && argTypes[1] == ir.BF16
 	case ir.Attention, ir.AttentionGrad:
 		if !tensorCores || !all || heads <= 0 || len(argShapes[0]) != 3 {
 			return false
@@ -314,11 +345,11 @@ func gemm(kind GemmKind) opPlan {
 		}
 		switch kind {
 		case GemmAB: // m x k times k x n
-			p.Gemm = &Gemm{kind, int(g.M), int(g.K), int(g.N), raw}
+			p.Gemm = &Gemm{Kind: kind, M: int(g.M), K: int(g.K), N: int(g.N), BF16: raw}
 		case GemmABt: // dy [m, n] times w [k, n]^T: the product's K is n
-			p.Gemm = &Gemm{kind, int(g.M), int(g.N), int(g.K), raw}
+			p.Gemm = &Gemm{Kind: kind, M: int(g.M), K: int(g.N), N: int(g.K), BF16: raw}
 		case GemmAtB: // a [m, k]^T times dy [m, n]: the product's M is k
-			p.Gemm = &Gemm{kind, int(g.K), int(g.M), int(g.N), raw}
+			p.Gemm = &Gemm{Kind: kind, M: int(g.K), K: int(g.M), N: int(g.N), BF16: raw}
 		}
 		return nil
 	}
@@ -691,6 +722,12 @@ func planAttention(c *OpCall, p *Plan, _ bool) error {
 // CheckArgs checks a launch's arguments against its kernel's parameter
 // list in Kernels.
 func (l *Launch) CheckArgs() error {
+	if l.Gemm != nil {
+		if len(l.Args) != 3 || !l.Args[0].pointer() || !l.Args[1].pointer() || !l.Args[2].pointer() {
+			return fmt.Errorf("a gemm launch takes 3 pointers, not %v", l.Args)
+		}
+		return l.Gemm.Check()
+	}
 	for _, k := range allKernels {
 		if k.Name != l.Kernel {
 			continue

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"amspc/ir"
@@ -53,6 +54,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.CrossEntropyGrad, [][]int64{{6, 10}, {6}}, [][]int64{{6, 10}}, false},
 		{ir.Cast, [][]int64{x}, [][]int64{x}, false},
 		{ir.AdamWStep, [][]int64{{48}, {48}, {48}, {48}}, [][]int64{{48}, {48}, {48}}, false},
+		{ir.LinearCrossEntropy, [][]int64{x, {8, 40}, ids}, [][]int64{{1}}, false},
+		{ir.LinearCrossEntropyGrad, [][]int64{x, {8, 40}, ids}, [][]int64{x, {8, 40}}, false},
 	}
 	covered := map[ir.OpKind]bool{}
 	for _, c := range cases {
@@ -70,7 +73,7 @@ func TestPlanEveryOp(t *testing.T) {
 		}
 		for i, s := range c.args {
 			dt := ir.F32
-			if (c.op == ir.Embed || c.op == ir.EmbedGrad) && i == 0 || (c.op == ir.CrossEntropy || c.op == ir.CrossEntropyGrad) && i == 1 {
+			if ids := c.op.Info().IDs; ids != nil && i == ids.Arg {
 				dt = ir.I32
 			}
 			oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, dt), append(oc.ArgElems, elems(s))
@@ -257,5 +260,73 @@ func TestStoredPlans(t *testing.T) {
 	}
 	if n < 21 {
 		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms, RoPE and cross-entropy", n)
+	}
+}
+
+// TestPlanLinearCrossEntropy: the linear cross-entropy's plans go over
+// the rows in chunks of ir.LinearCEChunk (200 rows: 64, 64, 64 and 8),
+// one product into the chunk of logits each, then the cross-entropy
+// kernel (forward), or the gradient kernel, dh's rows and dw, added to
+// from the second chunk on (backward); every pointer a launch passes
+// stays inside its buffer; bf16 h and w are read as they are, the
+// logits written and read as bf16.
+func TestPlanLinearCrossEntropy(t *testing.T) {
+	h, w, tg := []int64{200, 8}, []int64{8, 40}, []int64{200}
+	for _, op := range []ir.OpKind{ir.LinearCrossEntropy, ir.LinearCrossEntropyGrad} {
+		for _, bf := range []bool{false, true} {
+			dt, esz := ir.F32, int64(4)
+			if bf {
+				dt, esz = ir.BF16, 2
+			}
+			oc := &OpCall{Op: op, ArgShapes: [][]int64{h, w, tg}, ArgTypes: []ir.DType{dt, dt, ir.I32}, ArgElems: []int64{1600, 320, 200},
+				Attr: func(string) ir.AttrVal { return ir.AttrVal{Float: 0.5} }}
+			bytes := map[ArgKind][]int64{Operand: {1600 * esz, 320 * esz, 800}}
+			if op == ir.LinearCrossEntropy {
+				oc.OutShapes, oc.OutTypes, oc.OutElems = [][]int64{{}}, []ir.DType{ir.F32}, []int64{1}
+				bytes[Result] = []int64{4}
+			} else {
+				oc.OutShapes, oc.OutTypes, oc.OutElems = [][]int64{h, w}, []ir.DType{ir.F32, ir.F32}, []int64{1600, 320}
+				bytes[Result] = []int64{1600 * 4, 320 * 4}
+			}
+			p, err := PlanOp(oc)
+			if err != nil {
+				t.Fatalf("%v bf16 %v: %v", op, bf, err)
+			}
+			for _, sb := range p.Scratch {
+				bytes[Scratch] = append(bytes[Scratch], sb.Bytes)
+			}
+			var gemms, accumulating []int
+			for _, l := range p.Launches {
+				if err := l.CheckArgs(); err != nil {
+					t.Errorf("%v: %v", op, err)
+				}
+				for _, a := range l.Args {
+					if a.Kind == Operand || a.Kind == Result || a.Kind == Scratch {
+						if a.I < 0 || a.I >= bytes[a.Kind][a.N] {
+							t.Errorf("%v bf16 %v: %s passes byte %d of a %d-byte buffer", op, bf, l.Kernel, a.I, bytes[a.Kind][a.N])
+						}
+					}
+				}
+				if g := l.Gemm; g != nil {
+					gemms = append(gemms, g.M)
+					if g.Accumulate {
+						accumulating = append(accumulating, g.M)
+					}
+					if g.BF16 != bf || (g.Kind == GemmAB && g.OutBF16 != bf) {
+						t.Errorf("%v bf16 %v: gemm %+v", op, bf, *g)
+					}
+				}
+			}
+			want := []int{64, 64, 64, 8}
+			if op == ir.LinearCrossEntropyGrad {
+				want = []int{64, 64, 64, 64, 64, 64, 64, 64, 64, 8, 8, 8}
+				if fmt.Sprint(accumulating) != "[64 64 8]" {
+					t.Errorf("%v bf16 %v: accumulating products of %v rows, want [64 64 8]", op, bf, accumulating)
+				}
+			}
+			if fmt.Sprint(gemms) != fmt.Sprint(want) {
+				t.Errorf("%v bf16 %v: products of %v rows, want %v", op, bf, gemms, want)
+			}
+		}
 	}
 }

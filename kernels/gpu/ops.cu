@@ -715,6 +715,19 @@ AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float 
 	}
 }
 
+// An id outside [0, limit) lowers *bad to its position (the host sets
+// *bad to n first): one check of every target before a loss computed in
+// chunks of rows.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void check_ids(const int *ids, long long n, long long limit, unsigned long long *bad) {
+	GRID_STRIDE(t, n) {
+		int id = ids[t];
+		if (id < 0 || id >= limit) {
+			atomicMin(bad, (unsigned long long)t);
+		}
+	}
+}
+
 // dtable[v] = the sum of dy's rows at the positions where id v occurs, in
 // position order: pos[start[v]:start[v+1]] lists them ascending (the host
 // builds the lists from the ids, which it loaded). Rows of ids that do

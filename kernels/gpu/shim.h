@@ -7,6 +7,12 @@
 // threads as coroutines (each its own stack, __syncthreads a switch to
 // the next until all are at the barrier, a warp shuffle through shared
 // memory and a barrier), so their geometry is the GPU's.
+//
+// All of the shim's state (indices, shared memory, the barrier, the
+// shuffle and tensor-core exchanges) is thread-local: a launch runs
+// within one C call on one OS thread (a block's coroutine threads too),
+// so launches on different threads (the simulated GPU's streams) run at
+// once without sharing any of it.
 #ifndef AMSP_GPU_SHIM_H
 #define AMSP_GPU_SHIM_H
 
@@ -16,7 +22,7 @@
 #define AMSP_EXTERN_C
 #define __global__
 #define __device__ static
-#define __shared__ static
+#define __shared__ static __thread
 #define __forceinline__ inline
 
 struct amsp_dim3 {
@@ -26,7 +32,7 @@ static __thread struct amsp_dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, bl
 
 // amsp_barrier is the running block's barrier while its threads are
 // coroutines, else null (one thread: nothing to wait for).
-static void (*amsp_barrier)(void);
+static __thread void (*amsp_barrier)(void);
 
 static void __syncthreads(void) {
 	if (amsp_barrier) {
@@ -38,8 +44,8 @@ static void __syncthreads(void) {
 // partner's (every thread of the block calls it). Shuffles alternate
 // between two arrays, so a thread writes one only after the barrier of
 // the shuffle in between, which every reader of its last use has passed.
-static float amsp_xchg[2][1024];
-static unsigned char amsp_xchg_turn[1024]; // each thread's next array
+static __thread float amsp_xchg[2][1024];
+static __thread unsigned char amsp_xchg_turn[1024]; // each thread's next array
 
 static float amsp_shfl_xor(float v, int off) {
 	float *x = amsp_xchg[amsp_xchg_turn[threadIdx.x]];
@@ -54,9 +60,11 @@ typedef struct {
 } float4;
 
 // Dynamic shared memory: the attention kernels take at most 48 KiB.
-#define AMSP_DYN_SHARED(name) static float name[12 << 10]
+#define AMSP_DYN_SHARED(name) static __thread float name[12 << 10]
 
-// One thread: an atomic is a plain update.
+// One thread: an atomic is a plain update (a block's threads are
+// coroutines on one OS thread, and launches that may run at once never
+// share a flag).
 static unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
 	unsigned long long old = *p;
 	if (v < old) {
@@ -88,8 +96,8 @@ static float __uint_as_float(unsigned u) {
 // each rebuilds the warp's A and B and computes its four elements of
 // D = A B + C (products of bf16 values, exact in fp32, added in k
 // order), all wait again. Every thread of the block calls it.
-static unsigned amsp_mma_a[1024][4], amsp_mma_b[1024][2];
-static float amsp_mma_c[1024][4];
+static __thread unsigned amsp_mma_a[1024][4], amsp_mma_b[1024][2];
+static __thread float amsp_mma_c[1024][4];
 
 static float amsp_bf16_lo(unsigned r) { return __uint_as_float(r << 16); }
 static float amsp_bf16_hi(unsigned r) { return __uint_as_float(r & 0xffff0000u); }

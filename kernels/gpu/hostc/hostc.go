@@ -17,6 +17,7 @@ package hostc
 #include <stdint.h>
 #include <string.h>
 #include <ucontext.h>
+#include <pthread.h>
 #include "../shim.h"
 #include "../ops.cu"
 #include "../mma.cu"
@@ -31,24 +32,42 @@ package hostc
 typedef void (*amsp_body)(const void *args);
 enum { amsp_ready, amsp_waiting, amsp_done };
 #define AMSP_CO_STACK (128 << 10)
-static struct {
+struct amsp_co_state {
 	ucontext_t sched, ctx[1024];
 	char *stack[1024];
 	unsigned char state[1024];
 	unsigned cur;
 	amsp_body fn;
 	const void *args;
-} amsp_co;
+};
+
+// Each OS thread has its own scheduler (launches on several threads run
+// at once): on the heap, about 1 MiB of contexts being too much for
+// thread-local storage, made by the thread's first such launch and freed
+// with its stacks when the thread exits.
+static __thread struct amsp_co_state *amsp_co;
+static pthread_key_t amsp_co_key;
+static pthread_once_t amsp_co_once = PTHREAD_ONCE_INIT;
+
+static void amsp_co_free(void *p) {
+	struct amsp_co_state *s = p;
+	for (unsigned t = 0; t < 1024; t++) {
+		free(s->stack[t]);
+	}
+	free(s);
+}
+
+static void amsp_co_key_init(void) { pthread_key_create(&amsp_co_key, amsp_co_free); }
 
 static void amsp_co_entry(void) {
-	amsp_co.fn(amsp_co.args);
-	amsp_co.state[amsp_co.cur] = amsp_done; // then uc_link: the scheduler
+	amsp_co->fn(amsp_co->args);
+	amsp_co->state[amsp_co->cur] = amsp_done; // then uc_link: the scheduler
 }
 
 static void amsp_co_barrier(void) {
-	unsigned t = amsp_co.cur;
-	amsp_co.state[t] = amsp_waiting;
-	swapcontext(&amsp_co.ctx[t], &amsp_co.sched);
+	unsigned t = amsp_co->cur;
+	amsp_co->state[t] = amsp_waiting;
+	swapcontext(&amsp_co->ctx[t], &amsp_co->sched);
 }
 
 // amsp_coop_launch runs fn over the grid with blocks of block threads:
@@ -57,13 +76,20 @@ static int amsp_coop_launch(amsp_body fn, const void *args, unsigned gx, unsigne
 	if (block == 0 || block > 1024) {
 		return -1;
 	}
+	if (!amsp_co) {
+		pthread_once(&amsp_co_once, amsp_co_key_init);
+		if (!(amsp_co = calloc(1, sizeof *amsp_co))) {
+			return -1;
+		}
+		pthread_setspecific(amsp_co_key, amsp_co);
+	}
 	for (unsigned t = 0; t < block; t++) {
-		if (!amsp_co.stack[t] && !(amsp_co.stack[t] = malloc(AMSP_CO_STACK))) {
+		if (!amsp_co->stack[t] && !(amsp_co->stack[t] = malloc(AMSP_CO_STACK))) {
 			return -1;
 		}
 	}
-	amsp_co.fn = fn;
-	amsp_co.args = args;
+	amsp_co->fn = fn;
+	amsp_co->args = args;
 	blockDim.x = block;
 	gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;
 	memset(amsp_xchg_turn, 0, sizeof amsp_xchg_turn);
@@ -72,22 +98,22 @@ static int amsp_coop_launch(amsp_body fn, const void *args, unsigned gx, unsigne
 	for (unsigned bz = 0; bz < gz && rc == 0; bz++) for (unsigned by = 0; by < gy && rc == 0; by++) for (unsigned bx = 0; bx < gx && rc == 0; bx++) {
 		blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
 		for (unsigned t = 0; t < block; t++) {
-			getcontext(&amsp_co.ctx[t]);
-			amsp_co.ctx[t].uc_stack.ss_sp = amsp_co.stack[t];
-			amsp_co.ctx[t].uc_stack.ss_size = AMSP_CO_STACK;
-			amsp_co.ctx[t].uc_link = &amsp_co.sched;
-			makecontext(&amsp_co.ctx[t], amsp_co_entry, 0);
-			amsp_co.state[t] = amsp_ready;
+			getcontext(&amsp_co->ctx[t]);
+			amsp_co->ctx[t].uc_stack.ss_sp = amsp_co->stack[t];
+			amsp_co->ctx[t].uc_stack.ss_size = AMSP_CO_STACK;
+			amsp_co->ctx[t].uc_link = &amsp_co->sched;
+			makecontext(&amsp_co->ctx[t], amsp_co_entry, 0);
+			amsp_co->state[t] = amsp_ready;
 		}
 		for (;;) {
 			unsigned waiting = 0, done = 0;
 			for (unsigned t = 0; t < block; t++) {
-				amsp_co.cur = t;
+				amsp_co->cur = t;
 				threadIdx.x = t;
-				swapcontext(&amsp_co.sched, &amsp_co.ctx[t]);
-				if (amsp_co.state[t] == amsp_waiting) {
+				swapcontext(&amsp_co->sched, &amsp_co->ctx[t]);
+				if (amsp_co->state[t] == amsp_waiting) {
 					waiting++;
-					amsp_co.state[t] = amsp_ready;
+					amsp_co->state[t] = amsp_ready;
 				} else {
 					done++;
 				}
@@ -120,7 +146,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
 
@@ -138,22 +163,47 @@ var launchIndex = func() map[string]int {
 	return m
 }()
 
-// launch runs l, whose arguments l.CheckArgs has checked, with its
-// pointer arguments at addrs, launchMu held. Every launch comes here:
-// the arguments become 64-bit words by the kernel's parameter kinds
+// mmaKernels are mma.cu's kernels: their shared memory on the shim is
+// a plain static array of mma.cu's (AMSP_MMA_SHARED), not thread-local
+// as the rest of the shim's state is, so mmaMu runs them one at a time.
+var (
+	mmaKernels = func() map[string]bool {
+		m := map[string]bool{}
+		for _, k := range gpu.MMAKernels {
+			m[k.Name] = true
+		}
+		return m
+	}()
+	mmaMu sync.Mutex
+)
+
+// A shimLaunch is a launch ready to run on the shim: its kernel's number
+// in h_launch, its arguments as words, the grid and block it runs with.
+// It holds no reference to the gpu.Launch or the addresses it came from.
+type shimLaunch struct {
+	name         string
+	k            int
+	w            []C.ulonglong
+	gx, gy, gz   int
+	block, asked int
+}
+
+// prepare makes l, whose arguments l.CheckArgs has checked, with its
+// pointer arguments at addrs, a shimLaunch. Every launch comes here: the
+// arguments become 64-bit words by the kernel's parameter kinds
 // (launch_gen.h converts them back), and the grid is the kernel shape's
 // on the shim: an elementwise kernel's at most maxGrid one-thread blocks
 // (its loops stride), a row kernel's a block per row, an attention
 // kernel's (ops.cu's, mma.cu's) the launch's own grid and block, their
 // threads coroutines.
-func launch(l *gpu.Launch, addrs []uint64) error {
+func prepare(l *gpu.Launch, addrs []uint64) (*shimLaunch, error) {
 	k, ok := launchIndex[l.Kernel]
 	if !ok {
-		return fmt.Errorf("hostc: no kernel %s", l.Kernel)
+		return nil, fmt.Errorf("hostc: no kernel %s", l.Kernel)
 	}
 	kern := &launchKernels[k]
 	if len(l.Args) != len(kern.Params) {
-		return fmt.Errorf("hostc: %s takes %d arguments, the launch passes %d", l.Kernel, len(kern.Params), len(l.Args))
+		return nil, fmt.Errorf("hostc: %s takes %d arguments, the launch passes %d", l.Kernel, len(kern.Params), len(l.Args))
 	}
 	w := make([]C.ulonglong, max(len(kern.Params), 1))
 	for i, p := range kern.Params {
@@ -164,7 +214,7 @@ func launch(l *gpu.Launch, addrs []uint64) error {
 				break
 			}
 			if i >= len(addrs) {
-				return fmt.Errorf("hostc: %s: no address for argument %d", l.Kernel, i)
+				return nil, fmt.Errorf("hostc: %s: no address for argument %d", l.Kernel, i)
 			}
 			w[i] = C.ulonglong(addrs[i])
 		case gpu.I64:
@@ -174,7 +224,7 @@ func launch(l *gpu.Launch, addrs []uint64) error {
 		case gpu.F64:
 			w[i] = C.ulonglong(math.Float64bits(a.F))
 		default:
-			return fmt.Errorf("hostc: %s: parameter %d of kind %c", l.Kernel, i, p)
+			return nil, fmt.Errorf("hostc: %s: parameter %d of kind %c", l.Kernel, i, p)
 		}
 	}
 	gx, gy, gz, block := l.Grid[0], l.Grid[1], l.Grid[2], l.Block
@@ -184,16 +234,35 @@ func launch(l *gpu.Launch, addrs []uint64) error {
 	case gpu.Row:
 		gx, gy, gz, block = l.Grid[0], 1, 1, 1
 	}
-	switch C.h_launch(C.int(k), &w[0], C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block)) {
+	return &shimLaunch{name: l.Kernel, k: k, w: w, gx: gx, gy: gy, gz: gz, block: block, asked: l.Block}, nil
+}
+
+// run runs the launch to its end on the calling thread.
+func (s *shimLaunch) run() error {
+	if mmaKernels[s.name] {
+		mmaMu.Lock()
+		defer mmaMu.Unlock()
+	}
+	switch C.h_launch(C.int(s.k), &s.w[0], C.uint(s.gx), C.uint(s.gy), C.uint(s.gz), C.uint(s.block)) {
 	case 0:
 		return nil
 	case -1:
-		return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", l.Kernel, l.Block)
+		return fmt.Errorf("hostc: %s: no memory for the stacks of a block of %d threads", s.name, s.asked)
 	case -2:
-		return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", l.Kernel)
+		return fmt.Errorf("hostc: %s: threads of a block ended while others waited at a barrier", s.name)
 	default:
-		return fmt.Errorf("hostc: %s: launch_gen.h has no kernel %d", l.Kernel, k)
+		return fmt.Errorf("hostc: %s: launch_gen.h has no kernel %d", s.name, s.k)
 	}
+}
+
+// launch runs l, whose arguments l.CheckArgs has checked, with its
+// pointer arguments at addrs, now.
+func launch(l *gpu.Launch, addrs []uint64) error {
+	s, err := prepare(l, addrs)
+	if err != nil {
+		return err
+	}
+	return s.run()
 }
 
 // hostCall is a launch's arguments in Go memory, for the helpers below:
@@ -267,8 +336,6 @@ func (c *hostCall) run(l gpu.Launch) {
 	if err := l.CheckArgs(); err != nil {
 		panic("hostc: " + err.Error())
 	}
-	launchMu.Lock()
-	defer launchMu.Unlock()
 	if err := launch(&l, addrs); err != nil {
 		panic(err)
 	}
@@ -674,135 +741,4 @@ func FirstNonFinite(x []float32) int {
 	c.each("first_nonfinite_f32", len(x))
 	i, _ := gpu.NonFinite(flag)
 	return i
-}
-
-// Device is a GPU simulated on the host for launch plans (gpu.PlanOp):
-// memory from C's malloc, addressed by its address as a GPU's is, each
-// launch run to its end by this package's shim (one thread per block, or
-// the plan's block of coroutine threads for the attention kernels),
-// matmuls by package kernels. A backend that drives it (the runtime's
-// device backend) drives a CUDA device the same way, so its tests run the
-// CUDA backend's logic (plans, scratch, copies, checks) without a GPU.
-type Device struct {
-	mu    sync.Mutex
-	sizes map[uint64]int64
-}
-
-// NewDevice is an empty Device.
-func NewDevice() *Device { return &Device{sizes: map[uint64]int64{}} }
-
-func (d *Device) Name() string { return "host-simulated GPU" }
-
-// launchMu serializes the shim's launches.
-var launchMu sync.Mutex
-
-// Live is the number of allocations not freed.
-func (d *Device) Live() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.sizes)
-}
-
-func (d *Device) Alloc(bytes int64) (uint64, error) {
-	p := C.calloc(C.size_t(max(bytes, 1)), 1)
-	if p == nil {
-		return 0, fmt.Errorf("out of host memory allocating %d bytes", bytes)
-	}
-	a := uint64(uintptr(p))
-	d.mu.Lock()
-	d.sizes[a] = bytes
-	d.mu.Unlock()
-	return a, nil
-}
-
-func (d *Device) Free(addr uint64) {
-	d.mu.Lock()
-	_, ok := d.sizes[addr]
-	delete(d.sizes, addr)
-	d.mu.Unlock()
-	if !ok {
-		panic(fmt.Sprintf("hostc: free of %#x, which Alloc did not return", addr))
-	}
-	C.free(ptr(addr))
-}
-
-// ptr is the C pointer at addr (C memory: the collector never sees it).
-func ptr(addr uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
-
-func (d *Device) Upload(addr uint64, src []byte) error {
-	if len(src) > 0 {
-		C.memcpy(ptr(addr), unsafe.Pointer(&src[0]), C.size_t(len(src)))
-	}
-	return nil
-}
-
-func (d *Device) Download(dst []byte, addr uint64) error {
-	if len(dst) > 0 {
-		C.memcpy(unsafe.Pointer(&dst[0]), ptr(addr), C.size_t(len(dst)))
-	}
-	return nil
-}
-
-func (d *Device) Copy(_ int, dst, src uint64, bytes int64) error {
-	C.memmove(ptr(dst), ptr(src), C.size_t(bytes))
-	return nil
-}
-
-func (d *Device) Zero(_ int, addr uint64, bytes int64) error {
-	C.memset(ptr(addr), 0, C.size_t(bytes))
-	return nil
-}
-
-func (d *Device) Record(int, int) error { return nil }
-func (d *Device) Wait(int, int) error   { return nil }
-func (d *Device) Sync() error           { return nil }
-
-func floats(addr uint64, n int) []float32 {
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(ptr(addr)), n)
-}
-
-// Gemm runs a plan's matmul with package kernels (bf16 operands widened
-// exactly first).
-func (d *Device) Gemm(_ int, g *gpu.Gemm, a, b, out uint64) error {
-	m, k, n := g.M, g.K, g.N
-	in := func(addr uint64, n int) []float32 {
-		if !g.BF16 {
-			return floats(addr, n)
-		}
-		w := make([]float32, n)
-		for i, v := range unsafe.Slice((*uint16)(ptr(addr)), n) {
-			w[i] = math.Float32frombits(uint32(v) << 16)
-		}
-		return w
-	}
-	switch g.Kind {
-	case gpu.GemmAB:
-		kernels.MatMul(floats(out, m*n), in(a, m*k), in(b, k*n), m, k, n)
-	case gpu.GemmABt:
-		kernels.MatMulGradA(floats(out, m*k), in(a, m*n), in(b, k*n), m, k, n)
-	case gpu.GemmAtB:
-		kernels.MatMulGradB(floats(out, k*n), in(a, m*k), in(b, m*n), m, k, n)
-	default:
-		return fmt.Errorf("hostc: gemm kind %d", g.Kind)
-	}
-	return nil
-}
-
-// Launch runs l with its pointer arguments at addrs (addrs[i] for
-// l.Args[i] of a pointer kind; 0 for Null). Elementwise kernels get a
-// grid of at most 61 one-thread blocks (their loops stride), row kernels
-// a block per row, attention kernels (ops.cu's and mma.cu's) the plan's
-// grid and block, their threads coroutines.
-func (d *Device) Launch(_ int, l *gpu.Launch, addrs []uint64) error {
-	if err := l.CheckArgs(); err != nil {
-		return err
-	}
-	// The shim's thread and block indices and its shared memory are C
-	// globals: one launch at a time in the process.
-	launchMu.Lock()
-	defer launchMu.Unlock()
-	return launch(l, addrs)
 }

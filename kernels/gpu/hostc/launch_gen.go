@@ -56,6 +56,7 @@ var launchKernels = [...]gpu.Kernel{
 	{Name: "rope_f32", Params: []gpu.Param("pplllldf"), Shape: gpu.Elementwise},
 	{Name: "rope_st", Params: []gpu.Param("pplllldflp"), Shape: gpu.Elementwise},
 	{Name: "embed_f32", Params: []gpu.Param("ppplllp"), Shape: gpu.Elementwise},
+	{Name: "check_ids", Params: []gpu.Param("pllp"), Shape: gpu.Elementwise},
 	{Name: "embed_grad_f32", Params: []gpu.Param("ppppll"), Shape: gpu.Elementwise},
 	{Name: "cross_entropy_f32", Params: []gpu.Param("pppllp"), Shape: gpu.Row},
 	{Name: "cross_entropy_st", Params: []gpu.Param("pppllpl"), Shape: gpu.Row},

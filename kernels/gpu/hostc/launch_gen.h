@@ -337,6 +337,12 @@ static void h_embed_f32(const void *p) {
 		(long long)w[4], (long long)w[5], (unsigned long long *)(uintptr_t)w[6]);
 }
 
+// check_ids (ops.cu, elementwise).
+static void h_check_ids(const void *p) {
+	const unsigned long long *w = p;
+	check_ids((const int *)(uintptr_t)w[0], (long long)w[1], (long long)w[2], (unsigned long long *)(uintptr_t)w[3]);
+}
+
 // embed_grad_f32 (ops.cu, elementwise).
 static void h_embed_grad_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -632,60 +638,63 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 43: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 44: // embed_grad_f32
+	case 44: // check_ids
+		LAUNCH(gx, h_check_ids(w));
+		return 0;
+	case 45: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 45: // cross_entropy_f32
+	case 46: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 46: // cross_entropy_st
+	case 47: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 47: // cross_entropy_grad_f32
+	case 48: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 48: // cross_entropy_grad_st
+	case 49: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 49: // adamw_f32
+	case 50: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 50: // attention_f32
+	case 51: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 51: // attention_dsum_f32
+	case 52: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 52: // attention_dq_f32
+	case 53: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 53: // attention_dkv_f32
+	case 54: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 54: // attention_dkv_sum_f32
+	case 55: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 55: // first_nonfinite_f32
+	case 56: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 56: // bf16_widen
+	case 57: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 57: // bf16_round
+	case 58: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 58: // bf16_pack
+	case 59: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 59: // bf16_finish
+	case 60: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 60: // mma_probe
+	case 61: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 61: // attention_mma_fwd
+	case 62: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 62: // attention_mma_dkv
+	case 63: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 63: // attention_mma_dq
+	case 64: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 64: // attention_dsum_bf16
+	case 65: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}

@@ -1,0 +1,77 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+
+	"amspc/codegen"
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/engine"
+	"amspc/internal/testjob"
+	"amspc/ir"
+	"amspc/kernels/gpu/hostc"
+	"amspc/passes"
+)
+
+// TestDeviceLinearCrossEntropy: on the simulated GPU the linear
+// cross-entropy's plan (chunks of rows: a product into a chunk of logits,
+// bf16 ones in bf16, the cross-entropy kernels on it, dh's rows and dw
+// accumulated over the chunks) gives the bits of the unfused matmul and
+// cross-entropy: the tied model in bf16 and the Gemma-style model in
+// fp32 (both with vocab 8 x d, so the head fuses, in two chunks) train
+// to the same losses with fuse on and off.
+func TestDeviceLinearCrossEntropy(t *testing.T) {
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	for _, c := range []struct {
+		model string
+		extra []string
+	}{
+		{"tied", []string{bf16}},
+		{"gemma", nil},
+	} {
+		var losses [2][]float64
+		for i, off := range [][]string{nil, {"fuse"}} {
+			b := compileOff(t, c.model, off, c.extra...)
+			text := engineProgramText(b)
+			if fused := i == 0; fused != strings.Contains(text, "kernel linear_cross_entropy_grad ") {
+				t.Fatalf("%s, fuse %v: the program runs linear_cross_entropy_grad: %v", c.model, fused, !fused)
+			}
+			newBackend := func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }
+			losses[i] = steps(t, start(t, b, newBackend), 3)
+		}
+		for s := range losses[0] {
+			if losses[0][s] != losses[1][s] {
+				t.Errorf("%s step %d: loss %.17g fused, %.17g unfused", c.model, s+1, losses[0][s], losses[1][s])
+			}
+		}
+	}
+}
+
+// compileOff compiles an example model on one rank with the passes off
+// named off.
+func compileOff(t *testing.T, model string, off []string, extra ...string) *codegen.Bundle {
+	t.Helper()
+	job := testjob.Load(t, model, append([]string{"cluster { nodes = 1 gpus_per_node = 1 gpu = \"cpu\" }\nshard auto"}, extra...)...)
+	one := ir.Factor{S0: 1, S1: 1}
+	p := cost.Uniform("", cost.Factors{P: one, G: one, OS: one}, job.Train.Recompute, job.Train.MicroBatch)
+	r, err := compiler.Compile(job, p, compiler.Options{Passes: passes.Options{Check: true, Off: off}, Depth: 2})
+	if err != nil {
+		t.Fatalf("%s, %v off: %v", model, off, err)
+	}
+	return r.Bundle
+}
+
+// engineProgramText is rank 0's program, one instruction a line.
+func engineProgramText(b *codegen.Bundle) string {
+	var sb strings.Builder
+	p := b.Template(0)
+	for s := range p.Streams {
+		for i := range p.Streams[s] {
+			sb.WriteString(ir.FormatInstr(&p.Streams[s][i], ir.Group.String))
+			sb.WriteByte('\n')
+		}
+	}
+	return sb.String()
+}
