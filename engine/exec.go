@@ -81,6 +81,10 @@ type rank struct {
 
 	timeMu sync.Mutex
 	timing map[string]*Timing // per instruction kind, summed over steps
+
+	// trace records this rank's instructions for a Trace (trace.go), nil
+	// without one; rec is it during a step the trace records, else nil.
+	trace, rec *rankTrace
 }
 
 // Timing is the measured time of one kind of instruction on a rank.
@@ -427,6 +431,7 @@ var ErrStopped = errors.New("stopped because another rank failed")
 // runStep runs one step of this rank's program: three goroutines, one per
 // stream. A failure aborts the Comm, so every rank stops.
 func (k *rank) runStep(abort <-chan struct{}) error {
+	k.rec = k.trace.begin()
 	k.events = make([]chan struct{}, k.p.Events)
 	for i := range k.events {
 		k.events[i] = make(chan struct{})
@@ -465,6 +470,11 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err error) {
 	ins := k.p.Streams[s]
 	var cur *ir.Instr
+	// tr records this step's instructions, when traced: each reads the
+	// clock before and after (t0, t1), a kernel and a collective as
+	// k.time always does.
+	tr := k.rec
+	var t0 time.Time
 	// With a gate, a stream holds its place through a run of kernels (the
 	// next one finds its inputs in this core's caches) and gives it up
 	// before anything that may block.
@@ -498,11 +508,20 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 		case ir.Free:
 			k.free(in.Buf)
 		case ir.Record:
+			if tr != nil {
+				t0 = time.Now()
+			}
 			if err := k.be.Record(s, int(in.Event)); err != nil {
 				return k.fail(s, in, err)
 			}
 			close(k.events[in.Event])
+			if tr != nil {
+				tr.add(s, i, t0, time.Now())
+			}
 		case ir.Wait:
+			if tr != nil {
+				t0 = time.Now()
+			}
 			select {
 			case <-k.events[in.Event]:
 			case <-abort:
@@ -511,29 +530,46 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			if err := k.be.Wait(s, int(in.Event)); err != nil {
 				return k.fail(s, in, err)
 			}
+			if tr != nil {
+				tr.add(s, i, t0, time.Now())
+			}
 		case ir.Load:
+			if tr != nil {
+				t0 = time.Now()
+			}
 			k.wrote(in.Buf)
 			if err := k.load(in); err != nil {
 				return k.fail(s, in, err)
 			}
+			if tr != nil {
+				tr.add(s, i, t0, time.Now())
+			}
 		case ir.Kernel:
-			t0 := time.Now()
+			t0 = time.Now()
 			if err := k.kernel(s, in); err != nil {
 				return k.fail(s, in, err)
 			}
-			k.time(in.Kern.String(), time.Since(t0))
+			t1 := time.Now()
+			k.time(in.Kern.String(), t1.Sub(t0))
+			if tr != nil {
+				tr.add(s, i, t0, t1)
+			}
 			// A collective woken while both cores compute would wait for
 			// the scheduler's 10 ms preemption: let it run now.
 			runtime.Gosched()
 		case ir.Collective:
-			t0 := time.Now()
+			t0 = time.Now()
 			if err := k.collective(s, in); err != nil {
 				if failed.Load() || errors.Is(err, ErrCommAborted) {
 					return ErrStopped
 				}
 				return k.fail(s, in, err)
 			}
-			k.time(in.Coll.String()+" "+in.Group.String(), time.Since(t0))
+			t1 := time.Now()
+			k.time(in.Coll.String()+" "+in.Group.String(), t1.Sub(t0))
+			if tr != nil {
+				tr.add(s, i, t0, t1)
+			}
 		}
 	}
 	return nil

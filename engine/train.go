@@ -155,8 +155,11 @@ type Run struct {
 	// NewBackend gives each of this process's ranks its backend; nil:
 	// the CPU's.
 	NewBackend func(rank int) (Backend, error)
-	ranks      []*rank // this process's ranks, in World.Local order
-	step       int
+	// Trace, if set, records the instructions of the steps it is armed
+	// for (trace.go); CPU ranks only.
+	Trace *Trace
+	ranks []*rank // this process's ranks, in World.Local order
+	step  int
 }
 
 // Start prepares every rank: buffers, initial params.
@@ -194,6 +197,11 @@ func (r *Run) Start() error {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
 		k.gate = gate
+		if r.Trace != nil {
+			if err := r.Trace.attach(k); err != nil {
+				return fmt.Errorf("rank %d: %w", i, err)
+			}
+		}
 		if err := k.initShards(flats); err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}

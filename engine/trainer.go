@@ -55,6 +55,10 @@ type Trainer struct {
 	// state), else its only one. amspc run --cpuprofile starts its
 	// profile there. Its error ends the run, returned as it is.
 	SteadyState func() error
+	// Trace, if set, is the run's Trace (Run.Trace): it records the
+	// steps from the first after its Start (amspc run --trace calls it in
+	// SteadyState).
+	Trace *Trace
 }
 
 // Progress hears a training run's events, in order, on the goroutine
@@ -163,7 +167,7 @@ func (t *Trainer) Start() (*Run, error) {
 // started.
 func (t *Trainer) newRun() *Run {
 	tr := t.Bundle.Train
-	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World,
+	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World, Trace: t.Trace,
 		Data: &Data{Tokens: t.Tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if t.Devices != nil {
 		r.NewBackend = t.Devices.Backend

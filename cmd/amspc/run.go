@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -17,9 +18,11 @@ import (
 
 	"amspc"
 	"amspc/codegen"
+	"amspc/compiler"
 	"amspc/cost"
 	"amspc/engine"
 	"amspc/internal/outfile"
+	"amspc/ir"
 	"amspc/passes"
 	"amspc/simulator"
 )
@@ -58,9 +61,10 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 // runOptions are amspc run's flags, and what checking them found.
 type runOptions struct {
 	lf                           loadFlags
-	steps, saveEvery             int
+	steps, saveEvery, traceSteps int
 	data, logPath, save, resume  string
 	cpuProfile, device, progress string
+	trace                        string
 	overwrite, tensorCores       bool
 	set                          map[string]bool // the flags given
 	bar                          bool            // a live progress bar, not lines
@@ -68,7 +72,7 @@ type runOptions struct {
 }
 
 func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	o := &runOptions{set: map[string]bool{}}
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -80,21 +84,56 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	fs.BoolVar(&o.overwrite, "overwrite", false, "with --save, replace a checkpoint in DIR of another model, of a later step than this run starts from, or of the step it starts at when it did not resume from DIR")
 	fs.StringVar(&o.resume, "resume", "", "resume from the checkpoint in `DIR` (saved under any plan or rank count)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the training steps after the first to `FILE` (go tool pprof reads it; under MPI, each rank appends .rank<R>)")
+	fs.StringVar(&o.trace, "trace", "", "write a trace of what ran to `FILE` (amspc trace's format, to open beside the plan's in Perfetto): each instruction's wall time on CPU ranks, for --trace-steps steps from the steady state's first (the second when the run takes more than one); under MPI, each rank appends .rank<R>")
+	fs.IntVar(&o.traceSteps, "trace-steps", 1, "with --trace, trace `N` steps")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	fs.StringVar(&o.device, "device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
 	fs.StringVar(&o.progress, "progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
 	return fs, o
 }
 
-// checkOutputs refuses a --log or --cpuprofile that names an input.
+// checkOutputs refuses a --log, --cpuprofile or --trace that names an
+// input, and a --trace that names another output or standard output.
 func (o *runOptions) checkOutputs(file string, stderr io.Writer) bool {
-	for _, out := range []struct{ flag, path string }{{"--log", o.logPath}, {"--cpuprofile", o.cpuProfile}} {
+	for _, out := range []struct{ flag, path string }{{"--log", o.logPath}, {"--cpuprofile", o.cpuProfile}, {"--trace", o.trace}} {
 		if err := notAnInput(out.flag, out.path, file, o.data, o.lf.cluster, o.lf.train, o.lf.profile); err != nil {
 			fmt.Fprintf(stderr, "amspc run: %v\n", err)
 			return false
 		}
 	}
+	switch {
+	case o.trace == "":
+		return true
+	case o.trace == outfile.Stdout:
+		fmt.Fprintln(stderr, "amspc run: --trace -: standard output shows the run's progress; name a file")
+		return false
+	case samePath(o.trace, o.logPath):
+		fmt.Fprintf(stderr, "amspc run: --trace and --log both name %s\n", o.trace)
+		return false
+	case samePath(o.trace, o.cpuProfile):
+		fmt.Fprintf(stderr, "amspc run: --trace and --cpuprofile both name %s\n", o.trace)
+		return false
+	}
+	// Written after the training: a directory is refused before it.
+	if fi, err := os.Stat(o.trace); err == nil && fi.IsDir() {
+		fmt.Fprintf(stderr, "amspc run: --trace %s is a directory\n", o.trace)
+		return false
+	}
 	return true
+}
+
+// samePath reports whether a and b (b may be empty) name the same file:
+// the same path, or two names of one existing file.
+func samePath(a, b string) bool {
+	if b == "" {
+		return false
+	}
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // check checks the flags against each other, chooses the progress's
@@ -116,6 +155,19 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 	}
 	if names := engine.DeviceNames(); !slices.Contains(names, o.device) {
 		fmt.Fprintf(stderr, "amspc run: --device must be %s, not %q\n", oneOf(names), o.device)
+		return false
+	}
+	switch {
+	case o.set["trace-steps"] && o.trace == "":
+		fmt.Fprintln(stderr, "amspc run: --trace-steps needs --trace FILE")
+		return false
+	case o.traceSteps < 1:
+		fmt.Fprintf(stderr, "amspc run: --trace-steps %d: want 1 or more\n", o.traceSteps)
+		return false
+	case o.trace != "" && o.device != "cpu":
+		// Host times on a device are when work was issued, not when it
+		// ran: no trace rather than a misleading one.
+		fmt.Fprintf(stderr, "amspc run: --trace is not supported yet with --device %s: it needs the GPU's own timestamps per instruction (CUDA events), which the device backends do not record yet\n", o.device)
 		return false
 	}
 	var ok bool
@@ -230,6 +282,11 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 	defer func() { status = max(status, prof.stop(stderr)) }()
 	t := o.trainer(plan, tokens, pw, n, progress, &prof, stderr)
 	res, err := t.Train(ctx)
+	if err == nil && t.Trace != nil && len(res.StepSeconds) > 0 {
+		// Written however the steps ended (a stop's included), after
+		// the summary.
+		defer func() { status = max(status, o.writeTrace(plan.bundle, t.Trace, pw, stdout, stderr)) }()
+	}
 	switch {
 	case err != nil:
 		return proc.fail(err)
@@ -272,12 +329,23 @@ func (o *runOptions) trainer(plan *trainPlan, tokens []int32, pw *procWorld, n i
 		}
 		return err
 	}
-	if o.cpuProfile != "" {
+	if o.trace != "" {
+		t.Trace = &engine.Trace{Steps: o.traceSteps}
+	}
+	if o.cpuProfile != "" || o.trace != "" {
 		path := o.cpuProfile
-		if pw != nil {
+		if pw != nil && path != "" {
 			path = fmt.Sprintf("%s.rank%d", path, pw.rank)
 		}
-		t.SteadyState = func() error { return prof.start(path) }
+		t.SteadyState = func() error {
+			if t.Trace != nil {
+				t.Trace.Start()
+			}
+			if path == "" {
+				return nil
+			}
+			return prof.start(path)
+		}
 	}
 	return t
 }
@@ -510,6 +578,76 @@ func (p *cpuProfile) stop(stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc run: --cpuprofile: %v\n", err)
 		return exitUser
 	}
+	return exitOK
+}
+
+// writeTrace writes what tr recorded to --trace's file (under MPI, this
+// process's rank's: FILE.rank<R>), returning the exit status its failure
+// calls for. The trace has amspc trace's processes (rank r is pid r),
+// threads (a stream each), event names and categories for the same
+// instructions, so a plan's predicted trace and the run's open side by
+// side; it adds the records, waits and loads, and each event's step. Its
+// times are this process's wall clock from the first traced step's start.
+func (o *runOptions) writeTrace(b *codegen.Bundle, tr *engine.Trace, pw *procWorld, stdout, stderr io.Writer) int {
+	path := o.trace
+	ranks := make([]int, b.Topo.Ranks())
+	for r := range ranks {
+		ranks[r] = r
+	}
+	if pw != nil {
+		path = fmt.Sprintf("%s.rank%d", path, pw.rank)
+		ranks = []int{pw.rank}
+	}
+	first, n := tr.Recorded()
+	steps, what := "none", "no step (the run stopped before the steady state)"
+	switch {
+	case n == 1:
+		steps = fmt.Sprint(first)
+		what = "step " + steps
+	case n > 1:
+		steps = fmt.Sprintf("%d-%d", first, first+n-1)
+		what = "steps " + steps
+	}
+	spans := tr.Spans()
+	err := outfile.Write(path, nil, func(w io.Writer) error {
+		tw := simulator.NewTraceWriter(w, "trace", "measured by amspc run --trace", "model", b.Model, "plan", b.Plan,
+			"steps", steps, "clock", "wall time of the host (CPU ranks), from the start of the first step traced")
+		stages := map[*ir.Program][]string{}
+		for _, r := range ranks {
+			tw.Rank(r)
+			p := b.Template(r)
+			if stages[p] == nil {
+				stages[p] = compiler.StageNames(p)
+			}
+			for len(spans) > 0 && spans[0].Rank < r {
+				spans = spans[1:]
+			}
+			for ; len(spans) > 0 && spans[0].Rank == r; spans = spans[1:] {
+				sp := &spans[0]
+				in := sp.Instr
+				stage := ""
+				if in.Stage >= 0 && int(in.Stage) < len(stages[p]) {
+					stage = stages[p][in.Stage]
+				}
+				args := []simulator.TraceArg{{Key: "step", Val: int64(sp.Step)}}
+				if in.Op == ir.Record || in.Op == ir.Wait {
+					args = append(args, simulator.TraceArg{Key: "event", Val: int64(in.Event)})
+				}
+				tw.Span(r, &simulator.Span{Stream: sp.Stream, Index: sp.Index, Start: sp.Start.Seconds(), Dur: sp.Dur.Seconds(),
+					Name: simulator.SpanName(p, in), Stage: stage}, args...)
+			}
+		}
+		return tw.Close()
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc run: --trace: %v\n", err)
+		return exitUser
+	}
+	who := fmt.Sprintf("%d ranks", len(ranks))
+	if pw != nil {
+		who = fmt.Sprintf("rank %d (every rank writes its own %s.rank<R>)", pw.rank, o.trace)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s as measured on %s; open it in https://ui.perfetto.dev beside amspc trace's plan\n", path, what, who)
 	return exitOK
 }
 

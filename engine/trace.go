@@ -1,0 +1,164 @@
+package engine
+
+// A measured trace: what a run's ranks executed, instruction by
+// instruction, on the wall clock, for `amspc run --trace` to write in the
+// format of the plan's predicted trace (simulator.TraceWriter).
+//
+// Each stream's goroutine reads the clock before and after each
+// instruction that it traces and appends the pair to a slice of its own,
+// so recording takes no lock; a step that is not traced reads no clock
+// beyond what the per-kind timings (rank.time) always read. Kernels,
+// collectives, waits (from before the wait to after the event came),
+// records and loads are traced; allocs and frees are not (a pool's
+// bookkeeping, and at most the clearing of a reused buffer that its
+// first use does not overwrite): they, and a stream's wait for a core
+// when ranks outnumber cores (the gate), fall in the gaps between
+// events.
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"amspc/ir"
+)
+
+// A Trace records the instructions that a run's ranks in this process
+// execute during the steps it records: from the first step after Start
+// on, Steps of them (at least one). Set it as Run.Trace before the run
+// starts. It records host wall time, so a rank on a device backend (whose
+// kernels run after the host issues them) refuses it at Start.
+type Trace struct {
+	Steps int // how many steps to record (less than 1: one)
+
+	mu     sync.Mutex
+	armed  bool
+	first  int       // the first step recorded; 0 before it
+	last   int       // the last step recorded so far
+	origin time.Time // when the first rank began the first step recorded
+	ranks  []*rankTrace
+}
+
+// rankTrace is one rank's record; its streams append to their own
+// slices, so only begin, between steps, touches the rest.
+type rankTrace struct {
+	t      *Trace
+	k      *rank
+	step   int32
+	origin time.Time
+	spans  [ir.NumStreams][]traceRec
+}
+
+// traceRec is one instruction executed: its index in its stream, the
+// step, and its start and end since the trace's origin.
+type traceRec struct {
+	index, step int32
+	start, end  time.Duration
+}
+
+// Start arms the trace: the next step any rank begins is the first one
+// recorded. A second Start does nothing.
+func (t *Trace) Start() {
+	t.mu.Lock()
+	t.armed = true
+	t.mu.Unlock()
+}
+
+// Recorded is the steps recorded: the first and how many (0, 0 for none).
+func (t *Trace) Recorded() (first, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.first == 0 {
+		return 0, 0
+	}
+	return t.first, t.last - t.first + 1
+}
+
+// attach makes k record into t.
+func (t *Trace) attach(k *rank) error {
+	if !k.host {
+		return fmt.Errorf("a measured trace is not supported yet on the %s backend: it needs the device's own timestamps per instruction (CUDA events), which it does not record, and host times are not the device's", k.be.Name())
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k.trace = &rankTrace{t: t, k: k}
+	t.ranks = append(t.ranks, k.trace)
+	return nil
+}
+
+// begin readies the rank's record of the step it is about to take and
+// returns it, or nil when that step is not recorded (or rt is nil: the
+// run has no trace). The first rank to begin the first recorded step
+// sets the trace's origin.
+func (rt *rankTrace) begin() *rankTrace {
+	if rt == nil {
+		return nil
+	}
+	t, k := rt.t, rt.k
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.armed {
+		return nil
+	}
+	if t.first == 0 {
+		t.first, t.origin = k.step, time.Now()
+	}
+	if k.step >= t.first+max(t.Steps, 1) {
+		return nil
+	}
+	t.last = max(t.last, k.step)
+	rt.step, rt.origin = int32(k.step), t.origin
+	for s := range rt.spans {
+		rt.spans[s] = growSpans(rt.spans[s], len(k.p.Streams[s]))
+	}
+	return rt
+}
+
+// growSpans gives s room for n more without a copy while a step runs.
+func growSpans(s []traceRec, n int) []traceRec {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	out := make([]traceRec, len(s), len(s)+n)
+	copy(out, s)
+	return out
+}
+
+// add records instruction i of stream s, which ran from t0 to t1.
+func (rt *rankTrace) add(s, i int, t0, t1 time.Time) {
+	rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, t0.Sub(rt.origin), t1.Sub(rt.origin)})
+}
+
+// A TraceSpan is one instruction a rank executed.
+type TraceSpan struct {
+	Rank, Stream int
+	Index        int // its position in its stream
+	Step         int
+	Instr        *ir.Instr // the instruction, of the rank's template
+	// Start and Dur: when it began, since the trace's origin (the start
+	// of the first step recorded, as this process's first rank began it),
+	// and how long it took, on this process's wall clock.
+	Start, Dur time.Duration
+}
+
+// Spans is every instruction recorded, by rank, stream, step and index.
+// Call it when no step is running.
+func (t *Trace) Spans() []TraceSpan {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []TraceSpan
+	rts := append([]*rankTrace(nil), t.ranks...)
+	sort.Slice(rts, func(i, j int) bool { return rts[i].k.r < rts[j].k.r })
+	for _, rt := range rts {
+		for s := range rt.spans {
+			recs := rt.spans[s]
+			// In a stream, recorded in order: by step, then index.
+			for _, x := range recs {
+				out = append(out, TraceSpan{Rank: rt.k.r, Stream: s, Index: int(x.index), Step: int(x.step),
+					Instr: &rt.k.p.Streams[s][x.index], Start: x.start, Dur: x.end - x.start})
+			}
+		}
+	}
+	return out
+}
