@@ -19,13 +19,19 @@
 #     and by amspc on the same tokens (amspc1b-tc.txt: --tensor-cores):
 #     tokens/s, MFU, peak memory;
 #     profile-1b.csv: amspc profile --device cuda of that job (each
-#     kernel timed alone on the GPU).
+#     kernel timed alone on the GPU);
+#   - gpu.json: those figures as JSON (bench/gpu_summary.py; commit it
+#     as bench/results/gpu.json): card, date, commit, each GPU test's
+#     result, per model PyTorch's and amspc's tokens/s, MFU, peak memory,
+#     amspc's predicted step and losses, attention TFLOP/s.
 set -eu
 cd "$(dirname "$0")/.."
 d=out/gpu
 case ${1:-} in
 build)
 	mkdir -p $d
+	# The commit these binaries are built from (gpu.json names it).
+	echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!bench/results' || echo ' (with uncommitted changes)')" >$d/commit.txt
 	go build -o $d/amspc ./cmd/amspc
 	go test -c -o $d/cudalib.test ./engine/cudalib
 	# amspc on Open MPI, for tiny on 8 processes sharing the GPU (run
@@ -49,13 +55,13 @@ run)
 	fi
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120; do
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120 TestGPUStreamsWait:60 TestGPUStreamsConcurrent:60 TestGPUNCCLOneRank:90; do
 		(cd engine/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
 	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
 	# Attention forward at TinyLlama's shapes: fp32 CUDA cores against
 	# bf16 tensor cores (mma.cu).
-	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' || true
+	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' | tee $o/attention.txt || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then
@@ -86,9 +92,9 @@ PY
 	else
 		PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_llama.py --data $d/tok.bin --write-tokens 2000000 --batch 4 --steps 8 2>&1 | tee $o/torch.txt || true
 	fi
-	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
+	timeout 150 $d/amspc run --device cuda --steps 6 --data $d/tok.bin --log $o/amspc1b.jsonl $d/llama1b.amsp 2>&1 | tee $o/amspc1b.txt || true
 	# The same with attention on bf16 tensor cores (mma.cu).
-	timeout 150 $d/amspc run --device cuda --tensor-cores --steps 6 --data $d/tok.bin $d/llama1b.amsp 2>&1 | tee $o/amspc1b-tc.txt || true
+	timeout 150 $d/amspc run --device cuda --tensor-cores --steps 6 --data $d/tok.bin --log $o/amspc1b-tc.jsonl $d/llama1b.amsp 2>&1 | tee $o/amspc1b-tc.txt || true
 	timeout 120 $d/amspc profile --device cuda --reps 3 -o $o/profile-1b.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	timeout 120 $d/amspc profile --device cuda --tensor-cores --reps 3 -o $d/profile-1b-tc.csv $d/llama1b.amsp 2>&1 | head -12 || true
 	if [ -n "${NCU:-}" ]; then
@@ -102,6 +108,8 @@ PY
 		fi
 	fi
 	nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv || true
+	# The figures as JSON: commit it as bench/results/gpu.json.
+	python3 bench/gpu_summary.py "$o" $d >$o/gpu.json && echo "wrote $o/gpu.json" || echo "gpu_summary.py failed"
 	;;
 *)
 	echo "usage: sh bench/gpu_checks.sh build|run" >&2

@@ -260,6 +260,11 @@ func (m *Module) Function(name string) (*Function, error) {
 // shmem bytes of dynamic shared memory. Arguments are Ptr, int32, int64,
 // float32 or float64, in the kernel's parameter order.
 func (f *Function) Launch(grid, block [3]int, shmem int, args ...any) error {
+	return f.LaunchOn(Stream{}, grid, block, shmem, args...)
+}
+
+// LaunchOn is Launch enqueued on stream s.
+func (f *Function) LaunchOn(s Stream, grid, block [3]int, shmem int, args ...any) error {
 	vals, err := packArgs(args)
 	if err != nil {
 		return fmt.Errorf("%s: %v", f.Name, err)
@@ -279,7 +284,7 @@ func (f *Function) Launch(grid, block [3]int, shmem int, args ...any) error {
 	return f.c.do(func() error {
 		return check("cuLaunchKernel "+f.Name, C.amsp_cuLaunchKernel(f.f,
 			C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-			C.uint(shmem), nil, ptrs))
+			C.uint(shmem), s.h, ptrs))
 	})
 }
 

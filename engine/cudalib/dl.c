@@ -23,6 +23,8 @@ static CUresult (*p_cuMemFree)(CUdeviceptr);
 static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 static CUresult (*p_cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
 static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+static CUresult (*p_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+static CUresult (*p_cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
 static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -30,10 +32,12 @@ static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, un
 	CUstream, void **, void **);
 static CUresult (*p_cuStreamCreate)(CUstream *, unsigned);
 static CUresult (*p_cuStreamSynchronize)(CUstream);
+static CUresult (*p_cuStreamDestroy)(CUstream);
 static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
 static CUresult (*p_cuEventRecord)(CUevent, CUstream);
 static CUresult (*p_cuStreamWaitEvent)(CUstream, CUevent, unsigned);
 static CUresult (*p_cuEventSynchronize)(CUevent);
+static CUresult (*p_cuEventDestroy)(CUevent);
 static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
 
@@ -73,11 +77,32 @@ static int (*p_cublasLtMatmul)(void *, void *, const void *, const void *, void 
 	const void *, void *, void *, void *, const void *, void *, size_t, CUstream);
 static const char *(*p_cublasLtGetStatusString)(int);
 static ncclResult_t (*p_ncclGetVersion)(int *);
+// ncclUniqueId is a struct of NCCL_UNIQUE_ID_BYTES chars, passed by value.
+typedef struct {
+	char internal[128];
+} amsp_ncclUniqueId;
+static const char *(*p_ncclGetErrorString)(ncclResult_t);
+static const char *(*p_ncclGetLastError)(ncclComm_t);
+static ncclResult_t (*p_ncclGetUniqueId)(amsp_ncclUniqueId *);
+static ncclResult_t (*p_ncclCommInitRank)(ncclComm_t *, int, amsp_ncclUniqueId, int);
+static ncclResult_t (*p_ncclCommSplit)(ncclComm_t, int, int, ncclComm_t *, void *);
+static ncclResult_t (*p_ncclCommCount)(ncclComm_t, int *);
+static ncclResult_t (*p_ncclCommUserRank)(ncclComm_t, int *);
+static ncclResult_t (*p_ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
+static ncclResult_t (*p_ncclCommAbort)(ncclComm_t);
+static ncclResult_t (*p_ncclCommDestroy)(ncclComm_t);
+static ncclResult_t (*p_ncclGroupStart)(void);
+static ncclResult_t (*p_ncclGroupEnd)(void);
+static ncclResult_t (*p_ncclAllGather)(const void *, void *, size_t, int, ncclComm_t, CUstream);
+static ncclResult_t (*p_ncclReduceScatter)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
+static ncclResult_t (*p_ncclAllReduce)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
+static ncclResult_t (*p_ncclBroadcast)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
 
 struct sym {
 	int lib;
 	const char *name;
 	void **slot;
+	int optional; // may be missing: its wrapper says so when called
 };
 
 // The driver's versioned names (_v2) are the ones its headers map the
@@ -98,16 +123,20 @@ static const struct sym syms[] = {
 	{AMSP_LIB_CUDA, "cuMemcpyHtoD_v2", (void **)&p_cuMemcpyHtoD},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoD_v2", (void **)&p_cuMemcpyDtoD},
 	{AMSP_LIB_CUDA, "cuMemsetD8_v2", (void **)&p_cuMemsetD8},
+	{AMSP_LIB_CUDA, "cuMemcpyDtoDAsync_v2", (void **)&p_cuMemcpyDtoDAsync},
+	{AMSP_LIB_CUDA, "cuMemsetD8Async", (void **)&p_cuMemsetD8Async},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoH_v2", (void **)&p_cuMemcpyDtoH},
 	{AMSP_LIB_CUDA, "cuModuleLoadData", (void **)&p_cuModuleLoadData},
 	{AMSP_LIB_CUDA, "cuModuleGetFunction", (void **)&p_cuModuleGetFunction},
 	{AMSP_LIB_CUDA, "cuLaunchKernel", (void **)&p_cuLaunchKernel},
 	{AMSP_LIB_CUDA, "cuStreamCreate", (void **)&p_cuStreamCreate},
 	{AMSP_LIB_CUDA, "cuStreamSynchronize", (void **)&p_cuStreamSynchronize},
+	{AMSP_LIB_CUDA, "cuStreamDestroy_v2", (void **)&p_cuStreamDestroy},
 	{AMSP_LIB_CUDA, "cuEventCreate", (void **)&p_cuEventCreate},
 	{AMSP_LIB_CUDA, "cuEventRecord", (void **)&p_cuEventRecord},
 	{AMSP_LIB_CUDA, "cuStreamWaitEvent", (void **)&p_cuStreamWaitEvent},
 	{AMSP_LIB_CUDA, "cuEventSynchronize", (void **)&p_cuEventSynchronize},
+	{AMSP_LIB_CUDA, "cuEventDestroy_v2", (void **)&p_cuEventDestroy},
 	{AMSP_LIB_CUDA, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime},
 	{AMSP_LIB_CUDA, "cuGetErrorString", (void **)&p_cuGetErrorString},
 	{AMSP_LIB_NVRTC, "nvrtcVersion", (void **)&p_nvrtcVersion},
@@ -133,6 +162,22 @@ static const struct sym syms[] = {
 	{AMSP_LIB_CUBLASLT, "cublasLtMatmul", (void **)&p_cublasLtMatmul},
 	{AMSP_LIB_CUBLASLT, "cublasLtGetStatusString", (void **)&p_cublasLtGetStatusString},
 	{AMSP_LIB_NCCL, "ncclGetVersion", (void **)&p_ncclGetVersion},
+	{AMSP_LIB_NCCL, "ncclGetErrorString", (void **)&p_ncclGetErrorString, 1},
+	{AMSP_LIB_NCCL, "ncclGetLastError", (void **)&p_ncclGetLastError, 1},
+	{AMSP_LIB_NCCL, "ncclGetUniqueId", (void **)&p_ncclGetUniqueId, 1},
+	{AMSP_LIB_NCCL, "ncclCommInitRank", (void **)&p_ncclCommInitRank, 1},
+	{AMSP_LIB_NCCL, "ncclCommSplit", (void **)&p_ncclCommSplit, 1},
+	{AMSP_LIB_NCCL, "ncclCommCount", (void **)&p_ncclCommCount, 1},
+	{AMSP_LIB_NCCL, "ncclCommUserRank", (void **)&p_ncclCommUserRank, 1},
+	{AMSP_LIB_NCCL, "ncclCommGetAsyncError", (void **)&p_ncclCommGetAsyncError, 1},
+	{AMSP_LIB_NCCL, "ncclCommAbort", (void **)&p_ncclCommAbort, 1},
+	{AMSP_LIB_NCCL, "ncclCommDestroy", (void **)&p_ncclCommDestroy, 1},
+	{AMSP_LIB_NCCL, "ncclGroupStart", (void **)&p_ncclGroupStart, 1},
+	{AMSP_LIB_NCCL, "ncclGroupEnd", (void **)&p_ncclGroupEnd, 1},
+	{AMSP_LIB_NCCL, "ncclAllGather", (void **)&p_ncclAllGather, 1},
+	{AMSP_LIB_NCCL, "ncclReduceScatter", (void **)&p_ncclReduceScatter, 1},
+	{AMSP_LIB_NCCL, "ncclAllReduce", (void **)&p_ncclAllReduce, 1},
+	{AMSP_LIB_NCCL, "ncclBroadcast", (void **)&p_ncclBroadcast, 1},
 };
 
 int amsp_load(int lib, const char **paths, char *err, size_t errlen, const char **opened) {
@@ -162,7 +207,7 @@ int amsp_load(int lib, const char **paths, char *err, size_t errlen, const char 
 			continue;
 		}
 		*syms[i].slot = dlsym(handles[lib], syms[i].name);
-		if (*syms[i].slot == NULL) {
+		if (*syms[i].slot == NULL && !syms[i].optional) {
 			snprintf(err, errlen, "%s", syms[i].name);
 			return 2;
 		}
@@ -185,6 +230,12 @@ CUresult amsp_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
 CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) { return p_cuMemcpyHtoD(dst, src, bytes); }
 CUresult amsp_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoD(dst, src, bytes); }
 CUresult amsp_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) { return p_cuMemsetD8(dst, v, n); }
+CUresult amsp_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
+	return p_cuMemcpyDtoDAsync(dst, src, bytes, s);
+}
+CUresult amsp_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+	return p_cuMemsetD8Async(dst, v, n, s);
+}
 CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoH(dst, src, bytes); }
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image) { return p_cuModuleLoadData(m, image); }
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { return p_cuModuleGetFunction(f, m, name); }
@@ -194,10 +245,12 @@ CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 }
 CUresult amsp_cuStreamCreate(CUstream *s, unsigned flags) { return p_cuStreamCreate(s, flags); }
 CUresult amsp_cuStreamSynchronize(CUstream s) { return p_cuStreamSynchronize(s); }
+CUresult amsp_cuStreamDestroy(CUstream s) { return p_cuStreamDestroy(s); }
 CUresult amsp_cuEventCreate(CUevent *e, unsigned flags) { return p_cuEventCreate(e, flags); }
 CUresult amsp_cuEventRecord(CUevent e, CUstream s) { return p_cuEventRecord(e, s); }
 CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { return p_cuStreamWaitEvent(s, e, flags); }
 CUresult amsp_cuEventSynchronize(CUevent e) { return p_cuEventSynchronize(e); }
+CUresult amsp_cuEventDestroy(CUevent e) { return p_cuEventDestroy(e); }
 CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end) { return p_cuEventElapsedTime(ms, start, end); }
 
 const char *amsp_cuErrorString(CUresult r) {
@@ -239,35 +292,110 @@ enum {
 	LT_PREF_MAX_WORKSPACE = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
 };
 
-int amsp_lt_matmul(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, CUdeviceptr a, int64_t lda,
-	CUdeviceptr b, int64_t ldb, CUdeviceptr c, int64_t ldc, int dtype, CUdeviceptr ws, size_t wssize) {
-	void *desc = NULL, *la = NULL, *lb = NULL, *lc = NULL, *pref = NULL;
+// amsp_lt_plan makes a product's descriptors and asks cuBLASLt's
+// heuristic for its algorithm once; amsp_lt_run runs it (with beta 0 or
+// 1) as often as the caller likes. The caller keeps a plan per shape.
+int amsp_lt_plan(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int64_t lda, int64_t ldb,
+	int64_t ldc, int dtype, int ctype, size_t wssize, struct amsp_lt_plan *p) {
 	int32_t ta = transa, tb = transb;
 	uint64_t wsmax = wssize;
 	struct amsp_heuristic h;
+	void *pref = NULL;
 	int count = 0, st;
-	float alpha = 1, beta = 0;
-	if ((st = p_cublasLtMatmulDescCreate(&desc, LT_COMPUTE_32F, LT_R_32F)) != 0) goto out;
-	if ((st = p_cublasLtMatmulDescSetAttribute(desc, LT_DESC_TRANSA, &ta, sizeof ta)) != 0) goto out;
-	if ((st = p_cublasLtMatmulDescSetAttribute(desc, LT_DESC_TRANSB, &tb, sizeof tb)) != 0) goto out;
-	if ((st = p_cublasLtMatrixLayoutCreate(&la, dtype, transa ? k : m, transa ? m : k, lda)) != 0) goto out;
-	if ((st = p_cublasLtMatrixLayoutCreate(&lb, dtype, transb ? n : k, transb ? k : n, ldb)) != 0) goto out;
-	if ((st = p_cublasLtMatrixLayoutCreate(&lc, LT_R_32F, m, n, ldc)) != 0) goto out;
+	memset(p, 0, sizeof *p);
+	if ((st = p_cublasLtMatmulDescCreate(&p->desc, LT_COMPUTE_32F, LT_R_32F)) != 0) goto out;
+	if ((st = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSA, &ta, sizeof ta)) != 0) goto out;
+	if ((st = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSB, &tb, sizeof tb)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&p->la, dtype, transa ? k : m, transa ? m : k, lda)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&p->lb, dtype, transb ? n : k, transb ? k : n, ldb)) != 0) goto out;
+	if ((st = p_cublasLtMatrixLayoutCreate(&p->lc, ctype, m, n, ldc)) != 0) goto out;
 	if ((st = p_cublasLtMatmulPreferenceCreate(&pref)) != 0) goto out;
 	if ((st = p_cublasLtMatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WORKSPACE, &wsmax, sizeof wsmax)) != 0) goto out;
-	if ((st = p_cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &h, &count)) != 0) goto out;
+	if ((st = p_cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &count)) != 0) goto out;
 	if (count == 0) {
 		st = -1;
 		goto out;
 	}
-	st = p_cublasLtMatmul(handle, desc, &alpha, (const void *)a, la, (const void *)b, lb, &beta, (const void *)c, lc,
-		(void *)c, lc, h.algo, (void *)ws, wssize, NULL);
+	memcpy(p->algo, h.algo, sizeof p->algo);
 out:
 	if (pref) p_cublasLtMatmulPreferenceDestroy(pref);
-	if (lc) p_cublasLtMatrixLayoutDestroy(lc);
-	if (lb) p_cublasLtMatrixLayoutDestroy(lb);
-	if (la) p_cublasLtMatrixLayoutDestroy(la);
-	if (desc) p_cublasLtMatmulDescDestroy(desc);
+	if (st != 0) amsp_lt_plan_free(p);
 	return st;
 }
+
+int amsp_lt_run(void *handle, const struct amsp_lt_plan *p, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, float beta,
+	CUdeviceptr ws, size_t wssize, CUstream s) {
+	float alpha = 1;
+	return p_cublasLtMatmul(handle, p->desc, &alpha, (const void *)a, p->la, (const void *)b, p->lb, &beta, (const void *)c,
+		p->lc, (void *)c, p->lc, p->algo, (void *)ws, wssize, s);
+}
+
+void amsp_lt_plan_free(struct amsp_lt_plan *p) {
+	if (p->lc) p_cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->lb) p_cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->la) p_cublasLtMatrixLayoutDestroy(p->la);
+	if (p->desc) p_cublasLtMatmulDescDestroy(p->desc);
+	memset(p, 0, sizeof *p);
+}
+
 ncclResult_t amsp_ncclGetVersion(int *v) { return p_ncclGetVersion(v); }
+
+const char *amsp_nccl_missing(void) {
+	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+		if (syms[i].lib == AMSP_LIB_NCCL && *syms[i].slot == NULL) {
+			return syms[i].name;
+		}
+	}
+	return NULL;
+}
+
+// NCALL calls NCCL's entry point f, or returns AMSP_NCCL_NOSYM when this
+// NCCL lacks it.
+#define NCALL(f, ...) (p_##f ? p_##f(__VA_ARGS__) : AMSP_NCCL_NOSYM)
+
+const char *amsp_ncclGetErrorString(ncclResult_t r) {
+	return p_ncclGetErrorString ? p_ncclGetErrorString(r) : "unknown NCCL error";
+}
+// NCCL keeps the last error's message per thread; comm is unused (NULL).
+const char *amsp_ncclGetLastError(void) {
+	const char *s = p_ncclGetLastError ? p_ncclGetLastError(NULL) : NULL;
+	return s ? s : "";
+}
+ncclResult_t amsp_ncclGetUniqueId(void *id) {
+	amsp_ncclUniqueId u;
+	ncclResult_t r = NCALL(ncclGetUniqueId, &u);
+	if (r == 0) memcpy(id, u.internal, sizeof u.internal);
+	return r;
+}
+ncclResult_t amsp_ncclCommInitRank(ncclComm_t *comm, int nranks, const void *id, int rank) {
+	amsp_ncclUniqueId u;
+	memcpy(u.internal, id, sizeof u.internal);
+	return NCALL(ncclCommInitRank, comm, nranks, u, rank);
+}
+ncclResult_t amsp_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm) {
+	return NCALL(ncclCommSplit, comm, color, key, newcomm, NULL);
+}
+ncclResult_t amsp_ncclCommCount(ncclComm_t comm, int *n) { return NCALL(ncclCommCount, comm, n); }
+ncclResult_t amsp_ncclCommUserRank(ncclComm_t comm, int *rank) { return NCALL(ncclCommUserRank, comm, rank); }
+ncclResult_t amsp_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
+	return NCALL(ncclCommGetAsyncError, comm, err);
+}
+ncclResult_t amsp_ncclCommAbort(ncclComm_t comm) { return NCALL(ncclCommAbort, comm); }
+ncclResult_t amsp_ncclCommDestroy(ncclComm_t comm) { return NCALL(ncclCommDestroy, comm); }
+ncclResult_t amsp_ncclGroupStart(void) { return NCALL(ncclGroupStart); }
+ncclResult_t amsp_ncclGroupEnd(void) { return NCALL(ncclGroupEnd); }
+ncclResult_t amsp_ncclAllGather(CUdeviceptr send, CUdeviceptr recv, size_t sendcount, int dtype, ncclComm_t comm, CUstream s) {
+	return NCALL(ncclAllGather, (const void *)send, (void *)recv, sendcount, dtype, comm, s);
+}
+ncclResult_t amsp_ncclReduceScatter(CUdeviceptr send, CUdeviceptr recv, size_t recvcount, int dtype, int op, ncclComm_t comm,
+	CUstream s) {
+	return NCALL(ncclReduceScatter, (const void *)send, (void *)recv, recvcount, dtype, op, comm, s);
+}
+ncclResult_t amsp_ncclAllReduce(CUdeviceptr send, CUdeviceptr recv, size_t count, int dtype, int op, ncclComm_t comm,
+	CUstream s) {
+	return NCALL(ncclAllReduce, (const void *)send, (void *)recv, count, dtype, op, comm, s);
+}
+ncclResult_t amsp_ncclBroadcast(CUdeviceptr send, CUdeviceptr recv, size_t count, int dtype, int root, ncclComm_t comm,
+	CUstream s) {
+	return NCALL(ncclBroadcast, (const void *)send, (void *)recv, count, dtype, root, comm, s);
+}

@@ -18,6 +18,7 @@ typedef unsigned long long CUdeviceptr;
 typedef int nvrtcResult;    // NVRTC_SUCCESS is 0
 typedef void *nvrtcProgram;
 typedef int ncclResult_t;   // ncclSuccess is 0
+typedef void *ncclComm_t;
 
 // Device attributes (CUdevice_attribute).
 enum {
@@ -52,16 +53,20 @@ CUresult amsp_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes);
 CUresult amsp_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 CUresult amsp_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n);
+CUresult amsp_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+CUresult amsp_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image);
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 	unsigned shmem, CUstream s, void **params);
 CUresult amsp_cuStreamCreate(CUstream *s, unsigned flags);
 CUresult amsp_cuStreamSynchronize(CUstream s);
+CUresult amsp_cuStreamDestroy(CUstream s);
 CUresult amsp_cuEventCreate(CUevent *e, unsigned flags);
 CUresult amsp_cuEventRecord(CUevent e, CUstream s);
 CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags);
 CUresult amsp_cuEventSynchronize(CUevent e);
+CUresult amsp_cuEventDestroy(CUevent e);
 CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 const char *amsp_cuErrorString(CUresult r);
 
@@ -76,17 +81,50 @@ nvrtcResult amsp_nvrtcGetCUBIN(nvrtcProgram p, char *cubin);
 nvrtcResult amsp_nvrtcDestroyProgram(nvrtcProgram *p);
 const char *amsp_nvrtcErrorString(nvrtcResult r);
 
-// cuBLASLt: D = op(A) op(B) in column-major order, fp32 output and fp32
-// accumulation (CUBLAS_COMPUTE_32F), inputs of dtype (CUDA_R_32F 0,
-// CUDA_R_16BF 14); every descriptor made and destroyed per call. Returns
+// cuBLASLt: D = op(A) op(B) in column-major order, fp32 accumulation
+// (CUBLAS_COMPUTE_32F), inputs of dtype (CUDA_R_32F 0, CUDA_R_16BF 14),
+// output of ctype; a plan per product shape, run on stream s with a
+// workspace no product on another stream uses at the same time. Returns
 // a cublasStatus_t, or -1 when the heuristic offers no algorithm.
 size_t amsp_cublasLtGetVersion(void);
 int amsp_cublasLtCreate(void **handle);
-int amsp_lt_matmul(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, CUdeviceptr a, int64_t lda,
-	CUdeviceptr b, int64_t ldb, CUdeviceptr c, int64_t ldc, int dtype, CUdeviceptr ws, size_t wssize);
+// A product's cuBLASLt descriptors and the heuristic's algorithm for it.
+struct amsp_lt_plan {
+	void *desc, *la, *lb, *lc;
+	uint64_t algo[8];
+};
+int amsp_lt_plan(void *handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int64_t lda, int64_t ldb,
+	int64_t ldc, int dtype, int ctype, size_t wssize, struct amsp_lt_plan *p);
+int amsp_lt_run(void *handle, const struct amsp_lt_plan *p, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, float beta,
+	CUdeviceptr ws, size_t wssize, CUstream s);
+void amsp_lt_plan_free(struct amsp_lt_plan *p);
 const char *amsp_cublasLtStatusString(int s);
 
-// NCCL: its version only, so far.
+// NCCL. Only ncclGetVersion must be there for amsp_load to succeed; the
+// rest (NCCL 2.18 and later: ncclCommSplit is the newest) are looked up
+// but may be missing, which amsp_nccl_missing names. Each wrapper of a
+// missing one returns AMSP_NCCL_NOSYM instead of calling it. Enum
+// arguments (ncclDataType_t, ncclRedOp_t) are ints, as their C enums are.
+enum { AMSP_NCCL_NOSYM = 1000 };
+const char *amsp_nccl_missing(void);
 ncclResult_t amsp_ncclGetVersion(int *v);
+const char *amsp_ncclGetErrorString(ncclResult_t r);
+const char *amsp_ncclGetLastError(void);
+ncclResult_t amsp_ncclGetUniqueId(void *id); // NCCL_UNIQUE_ID_BYTES (128) bytes
+ncclResult_t amsp_ncclCommInitRank(ncclComm_t *comm, int nranks, const void *id, int rank);
+ncclResult_t amsp_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm); // NULL config: the parent's
+ncclResult_t amsp_ncclCommCount(ncclComm_t comm, int *n);
+ncclResult_t amsp_ncclCommUserRank(ncclComm_t comm, int *rank);
+ncclResult_t amsp_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err);
+ncclResult_t amsp_ncclCommAbort(ncclComm_t comm);
+ncclResult_t amsp_ncclCommDestroy(ncclComm_t comm);
+ncclResult_t amsp_ncclGroupStart(void);
+ncclResult_t amsp_ncclGroupEnd(void);
+ncclResult_t amsp_ncclAllGather(CUdeviceptr send, CUdeviceptr recv, size_t sendcount, int dtype, ncclComm_t comm, CUstream s);
+ncclResult_t amsp_ncclReduceScatter(CUdeviceptr send, CUdeviceptr recv, size_t recvcount, int dtype, int op, ncclComm_t comm,
+	CUstream s);
+ncclResult_t amsp_ncclAllReduce(CUdeviceptr send, CUdeviceptr recv, size_t count, int dtype, int op, ncclComm_t comm, CUstream s);
+ncclResult_t amsp_ncclBroadcast(CUdeviceptr send, CUdeviceptr recv, size_t count, int dtype, int root, ncclComm_t comm,
+	CUstream s);
 
 #endif

@@ -78,8 +78,10 @@ func trainOn(t *testing.T, l *Libs, b *codegen.Bundle, n int, gpu bool) []float6
 
 // kernelBundles are the programs whose kernels TestGPUKernels checks:
 // tiny (one rank and a ZeRO-3 rank, fp32 and bf16), a GPT-2 style block
-// (layernorm, gelu, biases), tied embeddings (a transposed head) and a
-// Gemma-style model (scale, gelu_tanh, multi-query attention).
+// (layernorm, gelu, biases), tied embeddings (a transposed head; its vocab
+// of 8 x d makes the head a linear cross-entropy in chunks: fp32 and
+// bf16, whose products write bf16 logits and add to dw) and a Gemma-style
+// model (scale, gelu_tanh, multi-query attention).
 func kernelBundles(t *testing.T) []*codegen.Bundle {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	one := cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}
@@ -92,6 +94,7 @@ func kernelBundles(t *testing.T) []*codegen.Bundle {
 		compileModel(t, "../variants/layernorm_gelu", 1, 1, one),
 		compileModel(t, "../variants/layernorm_gelu", 1, 1, one, bf16),
 		compileModel(t, "tied", 1, 1, one),
+		compileModel(t, "tied", 1, 1, one, bf16),
 		compileModel(t, "gemma", 1, 1, one),
 	}
 }
