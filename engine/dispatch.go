@@ -183,16 +183,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 	ir.CrossEntropy: func(c *KernelCall) error {
 		logits := c.arg(0)
 		v := last(c.ArgShapes[0])
-		loss, err := kernels.CrossEntropy(logits, c.ints(1), len(logits)/v, v)
-		if err != nil {
-			return err
-		}
-		c.out(0)[0] = float32(loss)
-		*c.Losses = append(*c.Losses, loss)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return fmt.Errorf("loss is %v", loss)
-		}
-		return nil
+		return c.loss(kernels.CrossEntropy(logits, c.ints(1), len(logits)/v, v))
 	},
 	ir.CrossEntropyGrad: func(c *KernelCall) error {
 		logits := c.arg(0)
@@ -202,16 +193,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 	},
 	ir.LinearCrossEntropy: func(c *KernelCall) error {
 		rows, d, v, chunk := linearCE(c)
-		loss, err := kernels.LinearCrossEntropy(c.arg(0), c.arg(1), c.ints(2), rows, d, v, chunk, c.Args[0].DType == ir.BF16)
-		if err != nil {
-			return err
-		}
-		c.out(0)[0] = float32(loss)
-		*c.Losses = append(*c.Losses, loss)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return fmt.Errorf("loss is %v", loss)
-		}
-		return nil
+		return c.loss(kernels.LinearCrossEntropy(c.arg(0), c.arg(1), c.ints(2), rows, d, v, chunk, c.Args[0].DType == ir.BF16))
 	},
 	ir.LinearCrossEntropyGrad: func(c *KernelCall) error {
 		rows, d, v, chunk := linearCE(c)
@@ -306,6 +288,20 @@ func (k *rank) packOperand(in *ir.Instr, b []float32) *kernels.PackedB {
 
 // arg and out are the host storage of operand i and result i, ints the
 // ids of operand i.
+// loss stores a loss kernel's result (the mean over its rows) as its
+// result and the step's loss; a NaN or an infinity is an error.
+func (c *KernelCall) loss(loss float64, err error) error {
+	if err != nil {
+		return err
+	}
+	c.out(0)[0] = float32(loss)
+	*c.Losses = append(*c.Losses, loss)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return fmt.Errorf("loss is %v", loss)
+	}
+	return nil
+}
+
 // linearCE is a linear cross-entropy's rows, d, vocab and chunk of rows
 // (ir.LinearCEChunk).
 func linearCE(c *KernelCall) (rows, d, vocab, chunk int) {
