@@ -55,7 +55,7 @@ run)
 	fi
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120 TestGPUStreamsWait:60 TestGPUStreamsConcurrent:60 TestGPUNCCLOneRank:90; do
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120 TestGPUStreamsWait:60 TestGPUStreamsConcurrent:60 TestGPUNCCLOneRank:90 TestGPUDeviceCollectives:90; do
 		(cd engine/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
 	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true

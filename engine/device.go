@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -64,9 +65,14 @@ type deviceBackend struct {
 	// Freed device memory by size, reused by the next allocation of that
 	// size (each step asks for the same sizes again): a step allocates
 	// from the device only until it reaches its largest working set.
+	// Memory a stream frees is reused by that stream only (its later
+	// work runs after the freed memory's last use there), until a Sync
+	// has waited for every stream: then by any (free[anyStream]). So no
+	// stream's work can write memory another stream's queued work still
+	// reads, whatever the streams' overlap.
 	mu    sync.Mutex
 	sizes map[uint64]int64
-	free  map[int64][]uint64
+	free  map[int]map[int64][]uint64
 
 	storedRuns atomic.Int64 // instructions run through stored plans (tests)
 }
@@ -89,23 +95,34 @@ type DeviceOptions struct {
 	// as it is (gpu.HasStoredPlan): the reference those are tested
 	// against, bit for bit.
 	MultiPass bool
+	// Collectives is where collectives run: CollectivesOrdered (or "")
+	// through the host, CollectivesDevice on the device
+	// (DeviceCollectives), among World's ranks.
+	Collectives string
+	World       DeviceWorld
 }
 
 // NewDeviceBackendWith is NewDeviceBackend with options.
 func NewDeviceBackendWith(dev Device, o DeviceOptions) Backend {
-	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int64][]uint64{}}
+	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int]map[int64][]uint64{}}
 }
 
-// alloc is bytes of device memory, from the free lists when they have
-// that size; its contents are undefined.
-func (b *deviceBackend) alloc(bytes int64) (uint64, error) {
+// anyStream is the free list of memory every stream may reuse.
+const anyStream = -1
+
+// alloc is bytes of device memory for stream s, from s's free list or
+// the one every stream may use when they have that size; its contents
+// are undefined.
+func (b *deviceBackend) alloc(s int, bytes int64) (uint64, error) {
 	b.mu.Lock()
-	if l := b.free[bytes]; len(l) > 0 {
-		a := l[len(l)-1]
-		b.free[bytes] = l[:len(l)-1]
-		b.sizes[a] = bytes
-		b.mu.Unlock()
-		return a, nil
+	for _, from := range [2]int{s, anyStream} {
+		if l := b.free[from][bytes]; len(l) > 0 {
+			a := l[len(l)-1]
+			b.free[from][bytes] = l[:len(l)-1]
+			b.sizes[a] = bytes
+			b.mu.Unlock()
+			return a, nil
+		}
 	}
 	b.mu.Unlock()
 	a, err := b.dev.Alloc(bytes)
@@ -118,8 +135,8 @@ func (b *deviceBackend) alloc(bytes int64) (uint64, error) {
 	return a, nil
 }
 
-// release puts memory from alloc on its size's free list.
-func (b *deviceBackend) release(addr uint64) {
+// release puts memory from alloc on stream s's free list of its size.
+func (b *deviceBackend) release(s int, addr uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, ok := b.sizes[addr]
@@ -127,7 +144,34 @@ func (b *deviceBackend) release(addr uint64) {
 		panic(fmt.Sprintf("runtime: release of device address %#x, which alloc did not give", addr))
 	}
 	delete(b.sizes, addr)
-	b.free[n] = append(b.free[n], addr)
+	if b.free[s] == nil {
+		b.free[s] = map[int64][]uint64{}
+	}
+	b.free[s][n] = append(b.free[s][n], addr)
+}
+
+// synced moves every stream's free memory to the list every stream may
+// use: a Sync has waited for all the work that used it.
+func (b *deviceBackend) synced() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	all := b.free[anyStream]
+	if all == nil {
+		all = map[int64][]uint64{}
+		b.free[anyStream] = all
+	}
+	for s, l := range b.free {
+		if s == anyStream {
+			continue
+		}
+		for n, addrs := range l {
+			all[n] = append(all[n], addrs...)
+		}
+		delete(b.free, s)
+	}
+	for n := range all { // the same reuse order whatever the map order above
+		slices.Sort(all[n])
+	}
 }
 
 func (b *deviceBackend) Name() string { return b.dev.Name() }
@@ -140,23 +184,31 @@ func elemBytes(dt ir.DType) int64 {
 	return 4
 }
 
-func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) {
+func (b *deviceBackend) Alloc(dt ir.DType, n int64) (Mem, error) { return b.AllocOn(ir.Compute, dt, n) }
+
+// AllocOn is Alloc for stream s: the memory is zeroed on s, before s's
+// later work.
+func (b *deviceBackend) AllocOn(s int, dt ir.DType, n int64) (Mem, error) {
 	if dt != ir.F32 && dt != ir.I32 && dt != ir.BF16 {
 		return Mem{}, &gpu.ErrUnsupported{What: fmt.Sprintf("%v storage (use precision = bf16 or fp32)", dt)}
 	}
 	e := elemBytes(dt)
-	addr, err := b.alloc(e * n)
+	addr, err := b.alloc(s, e*n)
 	if err != nil {
 		return Mem{}, err
 	}
-	if err := b.dev.Zero(0, addr, e*n); err != nil {
-		b.release(addr)
+	if err := b.dev.Zero(s, addr, e*n); err != nil {
+		b.release(s, addr)
 		return Mem{}, err
 	}
 	return DeviceMem(dt, n, addr, e), nil
 }
 
-func (b *deviceBackend) Free(m Mem) { b.release(m.Addr) }
+func (b *deviceBackend) Free(m Mem) { b.FreeOn(ir.Compute, m) }
+
+// FreeOn is Free by stream s, after s's uses of m (reused by s alone
+// until the next Sync).
+func (b *deviceBackend) FreeOn(s int, m Mem) { b.release(s, m.Addr) }
 
 func (b *deviceBackend) Copy(s int, dst, src Mem) error {
 	if dst.DType != src.DType || dst.N != src.N {
@@ -174,6 +226,7 @@ func (b *deviceBackend) Sync() error {
 	if err := b.dev.Sync(); err != nil {
 		return err
 	}
+	b.synced()
 	return b.flushChecks()
 }
 
@@ -254,7 +307,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 	var scratch []uint64
 	defer func() {
 		for _, a := range scratch {
-			b.release(a)
+			b.release(s, a)
 		}
 	}()
 	wide := map[uint64]Mem{} // a bf16 operand's address: its fp32 copy
@@ -265,7 +318,7 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 		if w, ok := wide[m.Addr]; ok && w.N == m.N {
 			return w, nil
 		}
-		a, err := b.alloc(4 * m.N)
+		a, err := b.alloc(s, 4*m.N)
 		if err != nil {
 			return Mem{}, err
 		}
@@ -346,7 +399,7 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 		return fmt.Errorf("%v: a stored plan with a matmul or copies", c.Instr.Kern)
 	}
 	scratch, err := b.scratch(s, p.Scratch)
-	defer b.releaseAll(scratch)
+	defer b.releaseAll(s, scratch)
 	if err != nil {
 		return err
 	}
@@ -451,7 +504,7 @@ func (b *deviceBackend) reserveChecks(s int, in *ir.Instr, ns []int64) ([]uint64
 func (b *deviceBackend) scratch(s int, bufs []gpu.ScratchBuf) ([]uint64, error) {
 	addrs := make([]uint64, 0, len(bufs))
 	for _, sb := range bufs {
-		a, err := b.alloc(sb.Bytes)
+		a, err := b.alloc(s, sb.Bytes)
 		if err != nil {
 			return addrs, err
 		}
@@ -469,9 +522,9 @@ func (b *deviceBackend) scratch(s int, bufs []gpu.ScratchBuf) ([]uint64, error) 
 }
 
 // releaseAll releases scratch memory.
-func (b *deviceBackend) releaseAll(addrs []uint64) {
+func (b *deviceBackend) releaseAll(s int, addrs []uint64) {
 	for _, a := range addrs {
-		b.release(a)
+		b.release(s, a)
 	}
 }
 
@@ -513,7 +566,7 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
 		}
 	}
 	scratch, err := b.scratch(s, p.Scratch)
-	defer b.releaseAll(scratch)
+	defer b.releaseAll(s, scratch)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,11 @@ type rank struct {
 	// backend, whose memory the rank may read (shared gathers, pooling).
 	be   Backend
 	host bool
+	// dc runs the collectives on the device, when the backend's device
+	// does (DeviceOptions.Collectives); comms maps each (stream, group)
+	// of the program to its communicator there.
+	dc    DeviceCollectives
+	comms map[streamGroup]int
 
 	mu   sync.Mutex
 	mem  []Mem  // storage of non-view buffers
@@ -124,7 +129,7 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 	}
 	for id, buf := range p.Buffers {
 		if !buf.IsView() && !trans[int32(id)] {
-			if err := k.alloc(int32(id)); err != nil {
+			if err := k.alloc(int32(id), ir.Compute); err != nil {
 				return nil, err
 			}
 		}
@@ -302,7 +307,10 @@ func (ss elemRanges) cover(x elemRange) bool {
 	return false
 }
 
-func (k *rank) alloc(id int32) error {
+// alloc gives buffer id its memory for stream s, which is the first to
+// use it (a device backend zeroes it there and reuses only memory s
+// freed, or any after a Sync).
+func (k *rank) alloc(id int32, s int) error {
 	buf := k.p.Buffers[id]
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -316,7 +324,7 @@ func (k *rank) alloc(id int32) error {
 		m.DType = buf.DType
 		k.mem[id] = m
 	} else {
-		m, err := k.be.Alloc(buf.DType, buf.Elems)
+		m, err := allocOn(k.be, s, buf.DType, buf.Elems)
 		if err != nil {
 			return fmt.Errorf("%s of %v%v: %w", buf.Name, buf.DType, ir.Shape(buf.Shape), err)
 		}
@@ -328,7 +336,9 @@ func (k *rank) alloc(id int32) error {
 	return nil
 }
 
-func (k *rank) free(id int32) {
+// free gives buffer id's memory back; s is the stream that frees it,
+// after its own and (through events) the other streams' last uses.
+func (k *rank) free(id int32, s int) {
 	buf := k.p.Buffers[id]
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -343,7 +353,7 @@ func (k *rank) free(id int32) {
 		k.pool[buf.Elems] = append(k.pool[buf.Elems], m)
 		k.poolBytes += 4 * buf.Elems
 	default:
-		k.be.Free(m)
+		freeOn(k.be, s, m)
 	}
 	k.mem[id], k.have[id] = Mem{}, false
 	k.live -= buf.Bytes()
@@ -446,7 +456,7 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 			errs[s] = k.runStream(s, abort, &failed)
 			if errs[s] != nil {
 				failed.Store(true)
-				k.comm.Abort(errs[s])
+				k.abort(errs[s])
 			}
 		}(s)
 	}
@@ -461,7 +471,7 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 	// the ones before: no NaN leaves a rank unreported.)
 	if err := k.be.Sync(); err != nil {
 		err = k.fail(ir.Compute, nil, err)
-		k.comm.Abort(err)
+		k.abort(err)
 		return err
 	}
 	return nil
@@ -502,11 +512,11 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 		}
 		switch in.Op {
 		case ir.Alloc:
-			if err := k.alloc(in.Buf); err != nil {
+			if err := k.alloc(in.Buf, s); err != nil {
 				return k.fail(s, in, err)
 			}
 		case ir.Free:
-			k.free(in.Buf)
+			k.free(in.Buf, s)
 		case ir.Record:
 			if tr != nil {
 				t0 = time.Now()
@@ -636,6 +646,9 @@ func (k *rank) collective(s int, in *ir.Instr) (err error) {
 				}
 			}
 		}
+	}
+	if k.dc != nil {
+		return k.deviceCollective(s, in)
 	}
 	c := memComm{k.be, k.comm}
 	switch in.Coll {

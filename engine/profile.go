@@ -103,7 +103,7 @@ func probeRank(topo ir.Topology, p *ir.Program, in *ir.Instr, r int, be Backend)
 		if k.have[root] {
 			continue
 		}
-		if err := k.alloc(root); err != nil {
+		if err := k.alloc(root, ir.Compute); err != nil {
 			return nil, err
 		}
 		if err := fillOn(k, root, uint64(r)*7919+uint64(root), bound); err != nil {
@@ -126,7 +126,7 @@ func fillOn(k *rank, id int32, seed uint64, bound int32) error {
 	}
 	h := &rank{p: k.p, r: k.r, topo: k.topo}
 	h.setBackend(nil)
-	if err := h.alloc(id); err != nil {
+	if err := h.alloc(id, ir.Compute); err != nil {
 		return err
 	}
 	fillProbe(h, id, seed, bound)

@@ -113,15 +113,12 @@ func TestStreamsTrainBitwise(t *testing.T) {
 // simulated GPU drops every device-side Wait (hostc.DropWaits), and held
 // back it then runs the work a Wait guarded before the work it waited
 // for. Through the device backend, a copy on one stream of what a copy
-// on another wrote reads it stale, every time. In tiny's plans every
-// dependency between streams also passes through a transfer the host
-// makes (the collectives are staged through host memory, and an upload
-// or a download waits for every stream, as cuMemcpy does on the legacy
-// stream), so no dropped Wait has device work to reorder there yet: the
-// tiny subtest requires that a plan whose dropped Waits do reorder work
-// (device collectives on the comm streams will) trains differently, and
-// the backend subtest fails if the mutation stops reordering or stops
-// being caught.
+// on another wrote reads it stale, every time. With the collectives
+// staged through the host (ordered), every dependency between streams
+// that matters also passes through a host transfer, which waits for
+// every stream; with them on the devices' comm streams,
+// TestStreamsDeviceCollectives requires that dropped Waits change what
+// tiny's plans train to.
 func TestStreamsCatchDroppedWaits(t *testing.T) {
 	t.Run("backend", func(t *testing.T) {
 		for _, drop := range []bool{false, true} {
@@ -164,25 +161,62 @@ func TestStreamsCatchDroppedWaits(t *testing.T) {
 			}
 		}
 	})
-	t.Run("tiny", func(t *testing.T) {
-		const n = 2
-		reordered := 0
-		for i, f := range tinyPlans() {
-			if i%5 != 0 && (testing.Short() || i%5 != 3) {
-				continue
-			}
-			b := compile(t, 2, 4, f, streamsTrain)
-			mut := trainSim(t, b, n, hostc.HoldBack, hostc.DropWaits)
-			reordered += mut.reordered
-			if mut.reordered == 0 {
-				continue
-			}
-			if want := trainSim(t, b, n, hostc.Sequential); mut.same(want) {
-				t.Errorf("%v: dropping the device's Waits reordered %d work items, yet it trained to the same bits", f, mut.reordered)
-			}
-		}
-		if reordered == 0 {
-			t.Log("no dropped Wait reordered device work: every dependency between streams passes through a host transfer")
-		}
+}
+
+// trainWorld is trainSim with the collectives on the simulated devices
+// (DeviceOptions.Collectives device): one world of 8 devices made with
+// opts.
+func trainWorld(t *testing.T, b *codegen.Bundle, n int, opts ...hostc.Option) simRun {
+	t.Helper()
+	devs := hostc.NewWorld(b.Topo.Ranks(), opts...)
+	r := start(t, b, func(rank int) (engine.Backend, error) {
+		return engine.NewDeviceBackendWith(devs[rank], engine.DeviceOptions{Collectives: engine.CollectivesDevice}), nil
 	})
+	run := simRun{losses: steps(t, r, n)}
+	dir := t.TempDir()
+	if err := r.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range manifest(t, dir).Files {
+		run.sums = append(run.sums, f.SHA256)
+	}
+	for _, d := range devs {
+		run.reordered += d.Reordered()
+	}
+	return run
+}
+
+// TestStreamsDeviceCollectives: with the collectives on the simulated
+// devices' comm streams (--collectives device), every tiny plan on 8
+// ranks trains to the bits of the host-staged ordered fold, losses and
+// checkpoint shards, with the streams concurrent and held back; and
+// with the devices' Waits dropped (held back, so work runs as late and
+// as reversed as the events allow), the plans whose gathers and
+// reductions now run on the device train differently: a missing event
+// wait cannot land.
+func TestStreamsDeviceCollectives(t *testing.T) {
+	const n = 2
+	caught, tried := 0, 0
+	for i, f := range tinyPlans() {
+		if testing.Short() && i%4 != 0 {
+			continue
+		}
+		b := compile(t, 2, 4, f, streamsTrain)
+		want := trainSim(t, b, n, hostc.Sequential)
+		for _, mode := range [][]hostc.Option{nil, {hostc.HoldBack}} {
+			if got := trainWorld(t, b, n, mode...); !got.same(want) {
+				t.Errorf("%v, device collectives %v: losses %v, ordered %v", f, mode, got.losses, want.losses)
+			}
+		}
+		if i%3 != 0 {
+			continue
+		}
+		tried++
+		if mut := trainWorld(t, b, n, hostc.HoldBack, hostc.DropWaits); mut.reordered > 0 && !mut.same(want) {
+			caught++
+		} else {
+			t.Errorf("%v: dropping the device's Waits reordered %d work items and trained to the ordered bits", f, mut.reordered)
+		}
+	}
+	t.Logf("dropped Waits caught in %d of %d plans", caught, tried)
 }

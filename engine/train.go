@@ -196,7 +196,12 @@ func (r *Run) Start() error {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
-		k.gate = gate
+		if k.host {
+			// A device's work runs on the device: the gate shares the
+			// cores among CPU ranks' kernels, and a device rank holding
+			// it through a transfer would stall the others' issuing.
+			k.gate = gate
+		}
 		if r.Trace != nil {
 			if err := r.Trace.attach(k); err != nil {
 				return fmt.Errorf("rank %d: %w", i, err)
@@ -207,7 +212,7 @@ func (r *Run) Start() error {
 		}
 		r.ranks = append(r.ranks, k)
 	}
-	return nil
+	return deviceCollectives(r.ranks)
 }
 
 // shareCores divides this process's cores among the n ranks it runs, as a

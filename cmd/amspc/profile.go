@@ -123,7 +123,7 @@ func (o *profileOptions) check(file string, stderr io.Writer) bool {
 		return false
 	}
 	var ok bool
-	if o.devices, ok = openDevices("profile", o.device, o.tensorCores, stderr); !ok {
+	if o.devices, ok = openDevices("profile", o.device, engine.DeviceOptions{TensorCoreAttention: o.tensorCores}, stderr); !ok {
 		return false
 	}
 	switch {

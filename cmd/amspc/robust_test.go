@@ -263,6 +263,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"run", "--device", "tpu", tiny}, `-device`},
 		{[]string{"run", "--tensor-cores", tiny}, `-tensor-cores`},
 		{[]string{"run", "--tensor-cores=x", tiny}, `-tensor-cores`},
+		{[]string{"run", "--collectives", "nccl", "--device", "sim", tiny}, `-collectives`},
+		{[]string{"run", "--collectives", "device", tiny}, `-collectives`},
 		{[]string{"run", "--progress", "dots", tiny}, `-progress`},
 		{[]string{"run", "--data", "/nonexistent/d.txt", tiny}, `/nonexistent/d.txt`},
 		{[]string{"run", "--data", f.dir, tiny}, regexp.QuoteMeta(f.dir)},

@@ -64,7 +64,7 @@ type runOptions struct {
 	steps, saveEvery, traceSteps int
 	data, logPath, save, resume  string
 	cpuProfile, device, progress string
-	trace                        string
+	trace, collectives           string
 	overwrite, tensorCores       bool
 	set                          map[string]bool // the flags given
 	bar                          bool            // a live progress bar, not lines
@@ -72,7 +72,7 @@ type runOptions struct {
 }
 
 func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	o := &runOptions{set: map[string]bool{}}
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -88,6 +88,7 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	fs.IntVar(&o.traceSteps, "trace-steps", 1, "with --trace, trace `N` steps")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	fs.StringVar(&o.device, "device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
+	fs.StringVar(&o.collectives, "collectives", engine.CollectivesOrdered, "with --device cuda or sim, where collectives run: `MODE` ordered (staged through the host, sums a left fold in group order: the same bits for every plan) or device (on the device, enqueued on the plan's comm streams: NCCL on GPUs, one rank per GPU, not yet run on a GPU; the simulated GPU's own with every rank in one process, the same bits as ordered)")
 	fs.StringVar(&o.progress, "progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
 	return fs, o
 }
@@ -170,8 +171,16 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 		fmt.Fprintf(stderr, "amspc run: --trace is not supported yet with --device %s: it needs the GPU's own timestamps per instruction (CUDA events), which the device backends do not record yet\n", o.device)
 		return false
 	}
+	switch {
+	case o.collectives != engine.CollectivesOrdered && o.collectives != engine.CollectivesDevice:
+		fmt.Fprintf(stderr, "amspc run: --collectives must be %s or %s, not %q\n", engine.CollectivesOrdered, engine.CollectivesDevice, o.collectives)
+		return false
+	case o.collectives == engine.CollectivesDevice && o.device == "cpu":
+		fmt.Fprintln(stderr, "amspc run: --collectives device needs --device cuda or sim (CPU ranks run their collectives on the host)")
+		return false
+	}
 	var ok bool
-	if o.devices, ok = openDevices("run", o.device, o.tensorCores, stderr); !ok {
+	if o.devices, ok = openDevices("run", o.device, o.deviceOptions(), stderr); !ok {
 		return false
 	}
 	if o.tensorCores && o.device == "cpu" {
@@ -179,6 +188,11 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 		return false
 	}
 	return o.checkSteps(stderr)
+}
+
+// deviceOptions are the device options the flags ask for.
+func (o *runOptions) deviceOptions() engine.DeviceOptions {
+	return engine.DeviceOptions{TensorCoreAttention: o.tensorCores, Collectives: o.collectives}
 }
 
 // checkSteps checks --steps and the checkpoint flags, and that --save's
@@ -268,6 +282,17 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 		if pw.rank != 0 {
 			stdout, o.logPath = io.Discard, ""
 		}
+	}
+	if o.collectives == engine.CollectivesDevice {
+		// Opened again, now that the world is known: the devices'
+		// collectives run among its ranks.
+		opts := o.deviceOptions()
+		opts.World = deviceWorld(plan.bundle.Topo.Ranks(), pw)
+		d, err := engine.OpenDevices(o.device, opts)
+		if err != nil {
+			return proc.refuse(fmt.Errorf("--device %s: %w", o.device, err))
+		}
+		o.devices = d
 	}
 	n := o.steps
 	if !o.set["steps"] {

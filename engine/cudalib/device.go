@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"amspc/engine"
+	"amspc/ir"
 	"amspc/kernels/gpu"
 )
 
@@ -68,10 +69,38 @@ type Stream struct{ h C.CUstream }
 
 // NewStream creates a CUDA stream that synchronizes with the legacy
 // default stream (flags 0, CU_STREAM_DEFAULT).
-func (c *Context) NewStream() (Stream, error) {
+func (c *Context) NewStream() (Stream, error) { return c.newStream(0) }
+
+// newStream creates a CUDA stream with flags (CU_STREAM_NON_BLOCKING =
+// 1: the legacy stream does not synchronize with it).
+func (c *Context) newStream(flags uint) (Stream, error) {
 	var s Stream
-	err := c.do(func() error { return check("cuStreamCreate", C.amsp_cuStreamCreate(&s.h, 0)) })
+	err := c.do(func() error { return check("cuStreamCreate", C.amsp_cuStreamCreate(&s.h, C.uint(flags))) })
 	return s, err
+}
+
+// nonBlockingComm makes the plan's comm streams non-blocking, as
+// PyTorch makes NCCL's: with the collectives on the GPU, a collective
+// waits for the other ranks, which may themselves be in a synchronous
+// copy mid-step (an id check, a loss), so the copies must not wait for
+// the comm streams (the engine orders what they read through events).
+// Called before any work.
+func (g *GPU) nonBlockingComm() error {
+	if g.legacy {
+		return nil
+	}
+	for _, s := range []int{ir.CommGather, ir.CommReduce} {
+		g.ctx.releaseWorkspace(g.streams[s])
+		if err := g.ctx.DestroyStream(g.streams[s]); err != nil {
+			return err
+		}
+		st, err := g.ctx.newStream(1)
+		if err != nil {
+			return err
+		}
+		g.streams[s] = st
+	}
+	return nil
 }
 
 // DestroyStream destroys s (its pending work still completes).
@@ -185,6 +214,10 @@ func (g *GPU) Close() error {
 	}
 	g.closed = true
 	err := g.ctx.Sync()
+	// NCCL's communicators go before the streams they ran on.
+	if e := g.closeCollectives(); err == nil {
+		err = e
+	}
 	for i, ev := range g.events {
 		if ev == nil {
 			continue

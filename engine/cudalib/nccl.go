@@ -28,8 +28,13 @@ type NCCLID [128]byte
 // (NCCL_SPLIT_NOCOLOR).
 const NCCLNoColor = -1
 
+// I32 is int32 (CUDA_R_32I) for NCCL's collectives that do not sum:
+// all-gather and broadcast (token ids).
+const I32 DType = 10
+
 const (
-	ncclFloat32  = 7 // ncclDataType_t
+	ncclInt32    = 2 // ncclDataType_t
+	ncclFloat32  = 7
 	ncclBfloat16 = 9 // since NCCL 2.10
 	ncclSum      = 0 // ncclRedOp_t
 
@@ -109,8 +114,10 @@ func ncclType(dt DType) (C.int, error) {
 		return ncclFloat32, nil
 	case BF16:
 		return ncclBfloat16, nil
+	case I32:
+		return ncclInt32, nil
 	}
-	return 0, fmt.Errorf("NCCL collectives take fp32 or bf16, not %v", dt)
+	return 0, fmt.Errorf("NCCL collectives take fp32, bf16 or int32, not %v", dt)
 }
 
 // NCCLUniqueID makes a new communicator's id (ncclGetUniqueId): one rank
@@ -227,7 +234,8 @@ func (n *NCCLComm) Split(color, key int) (*NCCLComm, error) {
 // The collectives enqueue on stream s (a GPU's: GPU.Stream) and return;
 // they read and write device memory in s's order, so a caller orders
 // them against other streams with events. Counts are elements of dt
-// (F32 or BF16); sums are NCCL's (their order depends on its algorithm).
+// (F32, BF16 or I32); sums are NCCL's (their order depends on its
+// algorithm).
 
 // AllGather gathers every rank's sendCount elements at send into recv
 // (Ranks x sendCount elements, rank i's at i*sendCount). In place when

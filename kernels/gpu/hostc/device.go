@@ -15,6 +15,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"amspc/ir"
 	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
@@ -42,11 +43,20 @@ import (
 // synchronous cuMemcpy and cuMemFree on the legacy default stream, which
 // synchronises with every (blocking) stream: they start once all the
 // work enqueued on any stream before the call is done, and no work
-// enqueued after the call starts before they are done. Sync waits for all
-// enqueued work. A failed operation's error comes back from the next
+// enqueued after the call starts before they are done; but a world's
+// comm streams (ir.CommGather and ir.CommReduce of a device in a world,
+// not held back) are non-blocking, as PyTorch makes NCCL's streams
+// (CU_STREAM_NON_BLOCKING): transfers neither wait for them nor hold
+// them back, since their collectives wait for other ranks that may be in
+// a transfer of their own. Sync waits for all enqueued work. A failed operation's error comes back from the next
 // Upload, Download, Free or Sync (and from every later call that enqueues
 // on its stream, whose later work is skipped): an error sticks, as a
 // CUDA context's does.
+//
+// The devices of a world (NewWorld, or the kind "sim" opened with
+// --collectives device) also run collectives among themselves on their
+// streams (engine.DeviceCollectives; coll.go says how they meet and how
+// each mode runs them).
 type Device struct {
 	mu    sync.Mutex
 	sizes map[uint64]int64
@@ -73,14 +83,23 @@ type Device struct {
 	// reordered counts, with DropWaits, the work items that started
 	// before a dropped Wait would have let them.
 	reordered int
+
+	// coll is the device's part in a world of devices that run
+	// collectives among themselves (coll.go); nil: none.
+	coll *devColl
 }
 
 // A stream is a FIFO of items: items[0] runs (or waits) first, and stays
 // in the queue until it is done.
 type stream struct {
 	items   []*item
-	running bool  // a worker drains the queue
-	err     error // the first error of its work: its later work is skipped
+	running bool // a worker drains the queue
+	// nonBlocking: transfers neither wait for the stream's work nor hold
+	// it back (CU_STREAM_NON_BLOCKING): a world's comm streams, whose
+	// collectives wait for other ranks that may themselves be in a
+	// transfer (as PyTorch creates NCCL's streams). Sync still waits.
+	nonBlocking bool
+	err         error // the first error of its work: its later work is skipped
 	// dropped are the generations of the Waits DropWaits dropped that
 	// the stream has passed and that were not yet done then.
 	dropped []*generation
@@ -88,15 +107,18 @@ type stream struct {
 
 // An item is one enqueued operation: work to run (a launch, a matmul, a
 // copy, a zero), a Record's marker (rec: the generation it completes),
-// or a Wait (wait: the generation the stream's later items wait for;
-// dropped: what it would have been, had DropWaits not dropped it). seq
-// numbers items in the order they were enqueued, over all streams.
+// a Wait (wait: the generation the stream's later items wait for;
+// dropped: what it would have been, had DropWaits not dropped it), or a
+// collective (coll: this member's side of it, coll.go). seq numbers
+// items in the order they were enqueued, over all streams.
 type item struct {
 	seq     uint64
+	nb      bool // on a nonBlocking stream
 	work    func() error
 	rec     *generation
 	wait    *generation
 	dropped *generation
+	coll    *member
 }
 
 // A generation is one Record of an event; done once the stream that
@@ -121,6 +143,8 @@ const (
 	// forbid it: work that a missing Wait should have held, still queued
 	// at the next transfer, runs before what it depends on, and the run
 	// is deterministic given what was enqueued before each transfer.
+	// (The devices of a world also run each other's held-back work
+	// where a collective needs it: coll.go.)
 	HoldBack
 	// DropWaits makes Wait do nothing: a deliberate ordering bug, for
 	// tests that must catch one (with HoldBack a dropped Wait reorders
@@ -368,7 +392,7 @@ func (d *Device) Sync() error {
 	defer d.barrier.Unlock()
 	d.q.Lock()
 	defer d.q.Unlock()
-	d.drain(d.next)
+	d.drainAll(d.next, true)
 	return d.err
 }
 
@@ -386,7 +410,7 @@ func (d *Device) transfer(f func()) error {
 	defer d.barrier.Unlock()
 	d.q.Lock()
 	d.fenced, d.fence = true, d.next
-	d.drain(d.fence)
+	d.drainAll(d.fence, false)
 	err := d.err
 	d.q.Unlock()
 	f()
@@ -394,6 +418,7 @@ func (d *Device) transfer(f func()) error {
 	d.fenced = false
 	d.done.Broadcast()
 	d.q.Unlock()
+	d.collWake() // a world's held-back drain may wait for the fence
 	return err
 }
 
@@ -404,7 +429,12 @@ func (d *Device) stream(s int) (*stream, error) {
 		return nil, fmt.Errorf("hostc: stream %d", s)
 	}
 	for len(d.streams) <= s {
-		d.streams = append(d.streams, &stream{})
+		i := len(d.streams)
+		// A world's comm streams run collectives that wait for other
+		// ranks: transfers pass them by (a held-back world forces what
+		// they need as coll.go says instead).
+		nb := d.coll != nil && !d.holdBack && (i == ir.CommGather || i == ir.CommReduce)
+		d.streams = append(d.streams, &stream{nonBlocking: nb})
 	}
 	st := d.streams[s]
 	return st, st.err
@@ -433,7 +463,7 @@ func (d *Device) enqueue(s int, work func() error) error {
 // push appends it to stream s, starting the stream's worker unless the
 // device holds work back. Callers hold q.
 func (d *Device) push(s int, st *stream, it *item) {
-	it.seq = d.next
+	it.seq, it.nb = d.next, st.nonBlocking
 	d.next++
 	st.items = append(st.items, it)
 	if !d.holdBack && !st.running {
@@ -446,7 +476,7 @@ func (d *Device) push(s int, st *stream, it *item) {
 // fence (a held-back device ignores fences, its caller running only
 // what the transfer waits for). Callers hold q.
 func (d *Device) ready(it *item) bool {
-	return (it.wait == nil || it.wait.done) && (d.holdBack || !d.fenced || it.seq < d.fence)
+	return (it.wait == nil || it.wait.done) && (d.holdBack || !d.fenced || it.seq < d.fence || it.nb)
 }
 
 // work is stream st's worker: it runs the queue's items in order until
@@ -466,19 +496,44 @@ func (d *Device) work(st *stream) {
 
 // run runs it, the head of st, with q held on entry and return (not
 // while the work runs), then takes it off the queue.
+//
+// A collective joins its rendezvous (joinColl) even on a failed stream,
+// as a failure, so that no member waits for it. Held back, joining does
+// not wait: the item stays at the head of st until its rendezvous ends,
+// which takes it off the queue (finishHeld).
 func (d *Device) run(st *stream, it *item) {
 	if it.dropped != nil {
 		st.dropped = append(st.dropped, it.dropped)
 	}
-	var err error
-	if it.work != nil && st.err == nil {
+	if (it.work != nil || it.coll != nil) && st.err == nil {
 		st.dropped = slices.DeleteFunc(st.dropped, func(g *generation) bool { return g.done })
 		if len(st.dropped) > 0 {
 			d.reordered++
 		}
+	}
+	var err error
+	switch {
+	case it.coll != nil:
+		failed := st.err
+		d.q.Unlock()
+		err = d.joinColl(it.coll, failed)
+		d.q.Lock()
+		if d.holdBack {
+			return
+		}
+	case it.work != nil && st.err == nil:
 		d.q.Unlock()
 		err = protect(it.work)
 		d.q.Lock()
+	}
+	d.finish(st, it, err)
+}
+
+// finish takes it, the head of st, off the queue once it is done (err:
+// how it failed). Callers hold q.
+func (d *Device) finish(st *stream, it *item, err error) {
+	if st.items[0] != it {
+		panic("hostc: an item finished that is not its stream's head")
 	}
 	st.items[0] = nil
 	st.items = st.items[1:]
@@ -486,7 +541,9 @@ func (d *Device) run(st *stream, it *item) {
 		it.rec.done = true
 	}
 	if err != nil {
-		st.err = err
+		if st.err == nil {
+			st.err = err
+		}
 		if d.err == nil {
 			d.err = err
 		}
@@ -506,13 +563,22 @@ func protect(work func() error) (err error) {
 }
 
 // drain returns once every item numbered below n is done; a held-back
-// device runs them here, in the order HoldBack describes. Callers hold q.
-func (d *Device) drain(n uint64) {
+// device runs them here, in the order HoldBack describes (one of a
+// world runs its world's items as coll.go says). Callers hold q.
+func (d *Device) drain(n uint64) { d.drainAll(n, true) }
+
+// drainAll is drain, of the nonBlocking streams too when all (a Sync),
+// else of the others only (a transfer).
+func (d *Device) drainAll(n uint64, all bool) {
+	if d.holdBack && d.coll != nil {
+		d.coll.w.drainHeld(d, n)
+		return
+	}
 	for {
 		var best *stream
 		pending := false
 		for _, st := range d.streams {
-			if len(st.items) == 0 || st.items[0].seq >= n {
+			if len(st.items) == 0 || st.items[0].seq >= n || st.nonBlocking && !all {
 				continue
 			}
 			pending = true
