@@ -19,17 +19,20 @@ import (
 // bf16 ones in bf16, the cross-entropy kernels on it, dh's rows and dw
 // accumulated over the chunks) gives the bits of the unfused matmul and
 // cross-entropy: the tied model in bf16 and the Gemma-style model in
-// fp32 (both with vocab 8 x d, so the head fuses, in two chunks) train
-// to the same losses with fuse on and off.
+// fp32 (both with vocab 8 x d, so the head fuses; 640 rows, so in two
+// chunks) train to the same losses with fuse on and off.
 func TestDeviceLinearCrossEntropy(t *testing.T) {
-	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+	// 640 rows a micro-batch: chunks of 512 and 128 (ir.LinearCEChunk).
+	bf16 := `train { seq_len = 320 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	fp32 := `train { seq_len = 320 micro_batch = 2 global_batch = 8 precision = fp32
   optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
 	for _, c := range []struct {
 		model string
 		extra []string
 	}{
 		{"tied", []string{bf16}},
-		{"gemma", nil},
+		{"gemma", []string{fp32}},
 	} {
 		var losses [2][]float64
 		for i, off := range [][]string{nil, {"fuse"}} {

@@ -94,7 +94,7 @@ func TestLinearCrossEntropyBadTarget(t *testing.T) {
 }
 
 // BenchmarkLinearCrossEntropy: forward and backward, fused (chunks of
-// LinearCEChunk's rule) against MatMul, CrossEntropy, CrossEntropyGrad,
+// 64, 256 and 512 rows) against MatMul, CrossEntropy, CrossEntropyGrad,
 // MatMulGradA and MatMulGradB over the whole logits.
 func BenchmarkLinearCrossEntropy(b *testing.B) {
 	for _, c := range []struct{ rows, d, vocab int }{{128, 32, 256}, {2048, 256, 8192}} {
@@ -105,17 +105,21 @@ func BenchmarkLinearCrossEntropy(b *testing.B) {
 		for i := range targets {
 			targets[i] = int32(rng.IntN(c.vocab))
 		}
-		chunk := min(max(c.rows*c.d/c.vocab/64*64, 64), c.rows)
 		dh, dw := make([]float32, c.rows*c.d), make([]float32, c.d*c.vocab)
 		name := fmt.Sprintf("%dx%dx%d", c.rows, c.d, c.vocab)
-		b.Run(name+"/fused", func(b *testing.B) {
-			for b.Loop() {
-				if _, err := LinearCrossEntropy(h, w, targets, c.rows, c.d, c.vocab, chunk, false); err != nil {
-					b.Fatal(err)
-				}
-				LinearCrossEntropyGrad(dh, dw, h, w, targets, c.rows, c.d, c.vocab, chunk, false, 1)
+		for _, chunk := range []int{64, 256, 512} {
+			if chunk > c.rows {
+				continue
 			}
-		})
+			b.Run(fmt.Sprintf("%s/fused-chunk%d", name, chunk), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := LinearCrossEntropy(h, w, targets, c.rows, c.d, c.vocab, chunk, false); err != nil {
+						b.Fatal(err)
+					}
+					LinearCrossEntropyGrad(dh, dw, h, w, targets, c.rows, c.d, c.vocab, chunk, false, 1)
+				}
+			})
+		}
 		logits, dl := make([]float32, c.rows*c.vocab), make([]float32, c.rows*c.vocab)
 		b.Run(name+"/unfused", func(b *testing.B) {
 			for b.Loop() {

@@ -264,29 +264,29 @@ func TestStoredPlans(t *testing.T) {
 }
 
 // TestPlanLinearCrossEntropy: the linear cross-entropy's plans go over
-// the rows in chunks of ir.LinearCEChunk (200 rows: 64, 64, 64 and 8),
+// the rows in chunks of ir.LinearCEChunk (1100 rows: 512, 512 and 76),
 // one product into the chunk of logits each, then the cross-entropy
 // kernel (forward), or the gradient kernel, dh's rows and dw, added to
 // from the second chunk on (backward); every pointer a launch passes
 // stays inside its buffer; bf16 h and w are read as they are, the
 // logits written and read as bf16.
 func TestPlanLinearCrossEntropy(t *testing.T) {
-	h, w, tg := []int64{200, 8}, []int64{8, 40}, []int64{200}
+	h, w, tg := []int64{1100, 8}, []int64{8, 40}, []int64{1100}
 	for _, op := range []ir.OpKind{ir.LinearCrossEntropy, ir.LinearCrossEntropyGrad} {
 		for _, bf := range []bool{false, true} {
 			dt, esz := ir.F32, int64(4)
 			if bf {
 				dt, esz = ir.BF16, 2
 			}
-			oc := &OpCall{Op: op, ArgShapes: [][]int64{h, w, tg}, ArgTypes: []ir.DType{dt, dt, ir.I32}, ArgElems: []int64{1600, 320, 200},
+			oc := &OpCall{Op: op, ArgShapes: [][]int64{h, w, tg}, ArgTypes: []ir.DType{dt, dt, ir.I32}, ArgElems: []int64{8800, 320, 1100},
 				Attr: func(string) ir.AttrVal { return ir.AttrVal{Float: 0.5} }}
-			bytes := map[ArgKind][]int64{Operand: {1600 * esz, 320 * esz, 800}}
+			bytes := map[ArgKind][]int64{Operand: {8800 * esz, 320 * esz, 4400}}
 			if op == ir.LinearCrossEntropy {
 				oc.OutShapes, oc.OutTypes, oc.OutElems = [][]int64{{}}, []ir.DType{ir.F32}, []int64{1}
 				bytes[Result] = []int64{4}
 			} else {
-				oc.OutShapes, oc.OutTypes, oc.OutElems = [][]int64{h, w}, []ir.DType{ir.F32, ir.F32}, []int64{1600, 320}
-				bytes[Result] = []int64{1600 * 4, 320 * 4}
+				oc.OutShapes, oc.OutTypes, oc.OutElems = [][]int64{h, w}, []ir.DType{ir.F32, ir.F32}, []int64{8800, 320}
+				bytes[Result] = []int64{8800 * 4, 320 * 4}
 			}
 			p, err := PlanOp(oc)
 			if err != nil {
@@ -317,11 +317,11 @@ func TestPlanLinearCrossEntropy(t *testing.T) {
 					}
 				}
 			}
-			want := []int{64, 64, 64, 8}
+			want := []int{512, 512, 76}
 			if op == ir.LinearCrossEntropyGrad {
-				want = []int{64, 64, 64, 64, 64, 64, 64, 64, 64, 8, 8, 8}
-				if fmt.Sprint(accumulating) != "[64 64 8]" {
-					t.Errorf("%v bf16 %v: accumulating products of %v rows, want [64 64 8]", op, bf, accumulating)
+				want = []int{512, 512, 512, 512, 512, 512, 76, 76, 76}
+				if fmt.Sprint(accumulating) != "[512 76]" {
+					t.Errorf("%v bf16 %v: accumulating products of %v rows, want [512 76]", op, bf, accumulating)
 				}
 			}
 			if fmt.Sprint(gemms) != fmt.Sprint(want) {
