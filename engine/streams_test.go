@@ -5,7 +5,6 @@ package engine_test
 import (
 	"math"
 	"slices"
-	"sync"
 	"testing"
 
 	"amspc/codegen"
@@ -47,14 +46,19 @@ type simRun struct {
 
 func trainSim(t *testing.T, b *codegen.Bundle, n int, opts ...hostc.Option) simRun {
 	t.Helper()
-	var mu sync.Mutex
-	var devs []*hostc.Device
-	r := start(t, b, func(int) (engine.Backend, error) {
-		d := hostc.NewDevice(opts...)
-		mu.Lock()
-		devs = append(devs, d)
-		mu.Unlock()
-		return engine.NewDeviceBackend(d), nil
+	devs := make([]*hostc.Device, b.Topo.Ranks())
+	for i := range devs {
+		devs[i] = hostc.NewDevice(opts...)
+	}
+	return trainDevices(t, b, n, devs, engine.DeviceOptions{})
+}
+
+// trainDevices trains b for n steps on devs, rank r's backend on
+// devs[r] with options o.
+func trainDevices(t *testing.T, b *codegen.Bundle, n int, devs []*hostc.Device, o engine.DeviceOptions) simRun {
+	t.Helper()
+	r := start(t, b, func(rank int) (engine.Backend, error) {
+		return engine.NewDeviceBackendWith(devs[rank], o), nil
 	})
 	run := simRun{losses: steps(t, r, n)}
 	dir := t.TempDir()
@@ -168,22 +172,7 @@ func TestStreamsCatchDroppedWaits(t *testing.T) {
 // opts.
 func trainWorld(t *testing.T, b *codegen.Bundle, n int, opts ...hostc.Option) simRun {
 	t.Helper()
-	devs := hostc.NewWorld(b.Topo.Ranks(), opts...)
-	r := start(t, b, func(rank int) (engine.Backend, error) {
-		return engine.NewDeviceBackendWith(devs[rank], engine.DeviceOptions{Collectives: engine.CollectivesDevice}), nil
-	})
-	run := simRun{losses: steps(t, r, n)}
-	dir := t.TempDir()
-	if err := r.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range manifest(t, dir).Files {
-		run.sums = append(run.sums, f.SHA256)
-	}
-	for _, d := range devs {
-		run.reordered += d.Reordered()
-	}
-	return run
+	return trainDevices(t, b, n, hostc.NewWorld(b.Topo.Ranks(), opts...), engine.DeviceOptions{Collectives: engine.CollectivesDevice})
 }
 
 // TestStreamsDeviceCollectives: with the collectives on the simulated

@@ -3,7 +3,6 @@
 package cudalib
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -66,26 +65,8 @@ func TestGPUDeviceCollectives(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(29, 3))
 	const count = 100003 // odd: no dtype's vector width divides it
-	buf := func(data []byte) uint64 {
-		a := gpuBuf(t, g, int64(len(data)+guardBytes))
-		if err := g.Upload(a, append(append([]byte(nil), data...), bytes.Repeat([]byte{guardByte}, guardBytes)...)); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	expect := func(what string, a uint64, want []byte) {
-		t.Helper()
-		got := make([]byte, len(want)+guardBytes)
-		if err := g.Download(got, a); err != nil {
-			t.Fatal(err)
-		}
-		if i := firstDiff(got[:len(want)], want); i >= 0 {
-			t.Errorf("%s: byte %d of %d differs (%#x, want %#x)", what, i, len(want), got[i], want[i])
-		}
-		if i := firstDiff(got[len(want):], bytes.Repeat([]byte{guardByte}, guardBytes)); i >= 0 {
-			t.Errorf("%s: wrote %d bytes past its %d", what, i+1, len(want))
-		}
-	}
+	buf := func(data []byte) uint64 { return guardedBuf(t, g, data) }
+	expect := func(what string, a uint64, want []byte) { t.Helper(); expectGuarded(t, g, what, a, want) }
 
 	kinds := []ir.Coll{ir.AllGather, ir.ReduceScatter, ir.AllReduce, ir.Broadcast}
 	ran := 0

@@ -86,6 +86,31 @@ const (
 	guardByte  = 0xa5
 )
 
+// guardedBuf is device memory holding data, then the guard.
+func guardedBuf(t *testing.T, g *GPU, data []byte) uint64 {
+	t.Helper()
+	a := gpuBuf(t, g, int64(len(data)+guardBytes))
+	if err := g.Upload(a, append(append([]byte(nil), data...), bytes.Repeat([]byte{guardByte}, guardBytes)...)); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// expectGuarded checks that a holds want, then the guard untouched.
+func expectGuarded(t *testing.T, g *GPU, what string, a uint64, want []byte) {
+	t.Helper()
+	got := make([]byte, len(want)+guardBytes)
+	if err := g.Download(got, a); err != nil {
+		t.Fatal(err)
+	}
+	if i := firstDiff(got[:len(want)], want); i >= 0 {
+		t.Errorf("%s: byte %d of %d differs (%#x, want %#x)", what, i, len(want), got[i], want[i])
+	}
+	if i := firstDiff(got[len(want):], bytes.Repeat([]byte{guardByte}, guardBytes)); i >= 0 {
+		t.Errorf("%s: wrote %d bytes past its %d", what, i+1, len(want))
+	}
+}
+
 // TestGPUNCCLOneRank: NCCL with one rank (NCCL refuses two ranks of one
 // communicator on one GPU), its collectives enqueued on the GPU's stream
 // 1. Every kind (all-gather, reduce-scatter, all-reduce, broadcast) in
@@ -118,28 +143,8 @@ func TestGPUNCCLOneRank(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 1))
 	const count = 100003 // odd: no dtype's vector width divides it
 
-	// buf is device memory holding data then the guard.
-	buf := func(data []byte) uint64 {
-		a := gpuBuf(t, g, int64(len(data)+guardBytes))
-		if err := g.Upload(a, append(append([]byte(nil), data...), bytes.Repeat([]byte{guardByte}, guardBytes)...)); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	// expect checks that a holds want, then the guard.
-	expect := func(what string, a uint64, want []byte) {
-		t.Helper()
-		got := make([]byte, len(want)+guardBytes)
-		if err := g.Download(got, a); err != nil {
-			t.Fatal(err)
-		}
-		if i := firstDiff(got[:len(want)], want); i >= 0 {
-			t.Errorf("%s: byte %d of %d differs (%#x, want %#x)", what, i, len(want), got[i], want[i])
-		}
-		if i := firstDiff(got[len(want):], bytes.Repeat([]byte{guardByte}, guardBytes)); i >= 0 {
-			t.Errorf("%s: wrote %d bytes past its %d", what, i+1, len(want))
-		}
-	}
+	buf := func(data []byte) uint64 { return guardedBuf(t, g, data) }
+	expect := func(what string, a uint64, want []byte) { t.Helper(); expectGuarded(t, g, what, a, want) }
 
 	world1 := func(comm *NCCLComm, label string) {
 		for _, dt := range []DType{F32, BF16} {
