@@ -20,6 +20,7 @@
 #     tokens/s, MFU, peak memory;
 #     profile-1b.csv: amspc profile --device cuda of that job (each
 #     kernel timed alone on the GPU);
+#   - adamw.txt: the fused AdamW step's GB/s against a plain stream's;
 #   - gpu.json: those figures as JSON (bench/gpu_summary.py; commit it
 #     as bench/results/gpu.json): card, date, commit, each GPU test's
 #     result, per model PyTorch's and amspc's tokens/s, MFU, peak memory,
@@ -62,6 +63,9 @@ run)
 	# Attention forward at TinyLlama's shapes: fp32 CUDA cores against
 	# bf16 tensor cores (mma.cu).
 	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' | tee $o/attention.txt || true
+	# The fused AdamW step (adamw_st with the bf16 copy of P) against a
+	# plain stream's bandwidth on a 64M-element shard.
+	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAdamW -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' | tee $o/adamw.txt || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then

@@ -89,6 +89,18 @@ def attention(out):
     return res or None
 
 
+def adamw(out):
+    """The fused AdamW step's GB/s against a plain stream's (adamw.txt),
+    and the ratio issue 28 bounds by 1.3: stream GB/s over adamw's."""
+    t = read(os.path.join(out, "adamw.txt"))
+    res = {}
+    for m in re.finditer(r"BenchmarkGPUAdamW/(\S+?)(?:-\d+)?\s+\d+\s+[\d.]+ ns/op\s+([\d.]+) GB/s", t):
+        res[m.group(1)] = float(m.group(2))
+    if res.get("adamw-copy") and res.get("scale-stream"):
+        res["stream_over_adamw"] = res["scale-stream"] / res["adamw-copy"]
+    return res or None
+
+
 def main():
     out, build = sys.argv[1], sys.argv[2]
     card = None
@@ -110,6 +122,7 @@ def main():
             },
         },
         "attention_tflops": attention(out),
+        "adamw_gb_per_s": adamw(out),
     }
     json.dump(doc, sys.stdout, indent=2)
     print()

@@ -216,6 +216,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		return nil
 	},
 	ir.AdamWStep: func(c *KernelCall) error { return cpuAdamW(c) },
+	ir.AdamWCopy: func(c *KernelCall) error { return cpuAdamW(c) },
 }
 
 // kernel runs one kernel instruction on stream s: its operands resolved
@@ -232,7 +233,7 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 		c.Outs = append(c.Outs, k.m(id))
 		c.OutShapes = append(c.OutShapes, k.shape(id))
 	}
-	if in.Kern == ir.AdamWStep {
+	if in.Kern.Info().Decays {
 		d, err := k.decayed(in, k.p.Buffers[in.Outs[0]].Elems)
 		if err != nil {
 			return err
@@ -343,7 +344,14 @@ func cpuAdamW(c *KernelCall) error {
 		}
 	}
 	w, m, v, g := c.out(0), c.out(1), c.out(2), c.arg(3)
-	kernels.AdamW(w, m, v, g, c.Step, c.attr("lr").Float, c.attr("beta1").Float, c.attr("beta2").Float,
+	var pc []float32
+	if c.Instr.Kern == ir.AdamWCopy {
+		if dt := ir.DType(c.attr("dtype").Int); dt != ir.BF16 {
+			return fmt.Errorf("adamw_copy to %v is not supported on the CPU backend yet", dt)
+		}
+		pc = c.out(3)
+	}
+	kernels.AdamWCopy(w, m, v, g, pc, c.Step, c.attr("lr").Float, c.attr("beta1").Float, c.attr("beta2").Float,
 		c.attr("eps").Float, c.attr("weight_decay").Float, c.Decayed)
 	return nil
 }

@@ -78,3 +78,37 @@ func engineProgramText(b *codegen.Bundle) string {
 	}
 	return sb.String()
 }
+
+// TestAdamWCopyFusion: a bf16 step's optimizer writes the bf16 P in the
+// pass that updates the fp32 master (adamw_copy, ir.LoweredFusions) when
+// fuse runs, and runs adamw then a cast when it does not: tiny trains to
+// the same bits either way on the CPU and on the simulated GPU (there
+// through adamw_st, the stored plan, and through the multi-pass plans).
+// The tied model, whose other fusion (the head's) keeps the bits too.
+func TestAdamWCopyFusion(t *testing.T) {
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	backends := map[string]func(int) (engine.Backend, error){
+		"cpu":    func(int) (engine.Backend, error) { return engine.NewCPUBackend(), nil },
+		"device": func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil },
+		"multi-pass": func(int) (engine.Backend, error) {
+			return engine.NewDeviceBackendWith(hostc.NewDevice(), engine.DeviceOptions{MultiPass: true}), nil
+		},
+	}
+	for _, name := range []string{"cpu", "device", "multi-pass"} {
+		var losses [2][]float64
+		for i, off := range [][]string{nil, {"fuse"}} {
+			b := compileOff(t, "tied", off, bf16)
+			text := engineProgramText(b)
+			if fused := i == 0; fused != strings.Contains(text, "kernel adamw_copy ") || fused == strings.Contains(text, "kernel adamw ") {
+				t.Fatalf("fuse %v: the program runs adamw_copy %v, adamw %v", fused, !fused, fused)
+			}
+			losses[i] = steps(t, start(t, b, backends[name]), 3)
+		}
+		for s := range losses[0] {
+			if losses[0][s] != losses[1][s] {
+				t.Errorf("%s step %d: loss %.17g fused, %.17g unfused", name, s+1, losses[0][s], losses[1][s])
+			}
+		}
+	}
+}

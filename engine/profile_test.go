@@ -27,7 +27,7 @@ func TestMeasureEveryKernel(t *testing.T) {
 			t.Errorf("%v: %v s", in.Kern, s)
 		}
 	}
-	for _, k := range []ir.OpKind{ir.MatMul, ir.AttentionGrad, ir.AdamWStep, ir.Embed, ir.CrossEntropy, ir.Cast} {
+	for _, k := range []ir.OpKind{ir.MatMul, ir.AttentionGrad, ir.AdamWCopy, ir.Embed, ir.CrossEntropy, ir.Cast} {
 		if !seen[k] {
 			t.Errorf("the plan has no %v kernel", k)
 		}

@@ -155,5 +155,13 @@ func onlyReadBy(vals []*Value, op *Op, uses map[*Value][]*Op) bool {
 	return true
 }
 
+// LoweredFusions are the fusions of ops the lower pass makes itself, on
+// a stage's flat shards rather than the graph's values: it applies them
+// when the fuse pass ran (-d=fuse/off turns both off). Match is nil.
+func LoweredFusions() []FusionRule {
+	return []FusionRule{{Name: "adamw-copy", Root: Cast, Fused: AdamWCopy,
+		Why: "cast(adamw(master, m, v, grad)[0] to P's dtype) on a stage's shard: the optimizer step writes the bf16 P it gathers in the pass that updates the fp32 master, m and v, so the master is not read a second time and one launch goes"}}
+}
+
 // FusionRules lists the pattern table's rows, in order.
 func FusionRules() []FusionRule { return append([]FusionRule(nil), fusions...) }

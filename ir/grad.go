@@ -81,6 +81,15 @@ func normGrad(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 
 // adamw checks (weights, m, v, grad): one shape, fp32 states. Each result
 // is an fp32 tensor of that shape.
+// castTo is x's shape in the dtype attribute's type.
+func castTo(x *Value, attrs []Attr) (Shape, DType, *OpError) {
+	d, _ := attrInt(attrs, "dtype")
+	if dt := DType(d); d < int64(BF16) || d > int64(F32) || !dt.IsFloat() {
+		return nil, 0, attrErr("dtype", "cast to dtype code %d (2 bf16, 3 f16, 4 f32)", d)
+	}
+	return append(Shape{}, x.Shape...), DType(d), nil
+}
+
 func adamw(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	for j, a := range args {
 		if !a.Shape.Equal(args[0].Shape) {
@@ -208,18 +217,25 @@ func initGradOps() {
 		// count t is supplied at run time; weight_decay is 0 for params
 		// that are not decayed. weights is the fp32 master, or P itself
 		// when P is fp32.
-		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Fusion: FuseNone, Traffic: plusResults(0, 1, 2), Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
+		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2), Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
 			Infer: results(adamw, adamw, adamw), Flops: elementwise(17)},
+		// adamw_copy(weights, m, v, grad, dtype=D) -> adamw's three
+		// results and the new weights cast to D (the bf16 P a mixed-
+		// precision step gathers), written in the same pass over the
+		// shard: adamw then cast, fused (ir.LoweredFusions).
+		AdamWCopy: {Name: "adamw_copy", Arity: 4, Results: 4, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2, 0),
+			Attrs: append(required("lr", "beta1", "beta2", "eps", "weight_decay"), AttrSpec{Name: "dtype", Type: AttrInt, Required: true}),
+			Infer: results(adamw, adamw, adamw, func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+				if _, _, err := adamw(args, attrs); err != nil {
+					return nil, 0, err
+				}
+				return castTo(args[0], attrs)
+			}), Flops: elementwise(18)},
 		// cast(x, dtype=D): D is a DType code (2 bf16, 3 f16, 4 f32);
 		// rounding to nearest even.
 		Cast: {Name: "cast", Arity: 1, Fusion: FuseNone, Attrs: []AttrSpec{{Name: "dtype", Type: AttrInt, Required: true}},
-			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
-				d, _ := attrInt(attrs, "dtype")
-				if dt := DType(d); d < int64(BF16) || d > int64(F32) || !dt.IsFloat() {
-					return nil, 0, attrErr("dtype", "cast to dtype code %d (2 bf16, 3 f16, 4 f32)", d)
-				}
-				return append(Shape{}, args[0].Shape...), DType(d), nil
-			}), Flops: elementwise(1)},
+			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) { return castTo(args[0], attrs) }),
+			Flops: elementwise(1)},
 	}
 	for k, info := range rows {
 		opTable[k] = internal(info)

@@ -55,6 +55,7 @@ const (
 	GeGLUTanhGrad
 	LinearCrossEntropy     // linear_cross_entropy(h, w, targets) = cross_entropy(h @ w, targets), made by the fuse pass
 	LinearCrossEntropyGrad // (h, w, targets) -> dh, dw
+	AdamWCopy              // adamw_copy(weights, m, v, grad, dtype=D) -> adamw's results and the weights cast to D, made by the lower pass
 	numOps
 )
 
@@ -177,6 +178,9 @@ type OpInfo struct {
 	GEMM func(a, b []int64) GEMM
 	// Fusion is how the op's kernel may fuse with its neighbours.
 	Fusion Fusion
+	// Decays says the op is an optimizer step on a stage's flat shard,
+	// decaying the elements its stage's layout says (instruction.Stage).
+	Decays bool
 }
 
 // IDOperand locates an op's token ids: argument Arg holds them, and they

@@ -288,7 +288,7 @@ func verifyKernel(in *Instr, bufOK func(int32) bool, layouts int) error {
 	}
 	// The optimizer runs on a stage's flat shard, whose layout says
 	// which elements are decayed.
-	if in.Kern == AdamWStep && (in.Stage < 0 || int(in.Stage) >= layouts) {
+	if in.Kern.Info().Decays && (in.Stage < 0 || int(in.Stage) >= layouts) {
 		return fmt.Errorf("kernel %v: stage %d has no layout (%d layouts)", in.Kern, in.Stage, layouts)
 	}
 	return nil

@@ -22,7 +22,17 @@ type Range struct{ Lo, Hi int }
 // updated in float64 and stored back as float32 (the master copy; a bf16
 // run rounds it with RoundBF16 afterwards).
 func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decayed []Range) {
+	AdamWCopy(p, m, v, g, nil, step, lr, beta1, beta2, eps, weightDecay, decayed)
+}
+
+// AdamWCopy is AdamW that also writes the new p rounded to bfloat16
+// (RoundBF16) into pc, each chunk while it is in cache: the bits of
+// AdamW then a cast, in one pass over memory. A nil pc writes nothing.
+func AdamWCopy(p, m, v, g, pc []float32, step int, lr, beta1, beta2, eps, weightDecay float64, decayed []Range) {
 	n := len(p)
+	if pc != nil {
+		pc = pc[:n]
+	}
 	m, v, g = m[:n], v[:n], g[:n]
 	if step < 1 {
 		panic("kernels: AdamW: step counts from 1")
@@ -38,26 +48,48 @@ func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay fl
 	kd := k
 	kd.keep = 1 - lr*weightDecay
 	parallelFor(n, 20, func(lo, hi int) {
-		// Runs of decayed and undecayed elements; r is the first decayed
-		// range not wholly before i.
-		r := sort.Search(len(decayed), func(j int) bool { return decayed[j].Hi > lo })
-		for i := lo; i < hi; {
-			switch {
-			case r < len(decayed) && decayed[r].Lo <= i:
-				e := min(hi, decayed[r].Hi)
-				adamw(p[i:e], m[i:e], v[i:e], g[i:e], &kd)
-				i = e
-				r++
-			case r < len(decayed):
-				e := min(hi, decayed[r].Lo)
-				adamw(p[i:e], m[i:e], v[i:e], g[i:e], &k)
-				i = e
-			default:
-				adamw(p[i:hi], m[i:hi], v[i:hi], g[i:hi], &k)
-				i = hi
+		if pc == nil {
+			adamwRange(p, m, v, g, lo, hi, decayed, &k, &kd)
+			return
+		}
+		// Block by block, so each block's p is still in cache when it
+		// is rounded into pc.
+		for b := lo; b < hi; b += copyBlock {
+			e := min(b+copyBlock, hi)
+			adamwRange(p, m, v, g, b, e, decayed, &k, &kd)
+			for i, x := range p[b:e] {
+				pc[b+i] = RoundBF16(x)
 			}
 		}
 	})
+}
+
+// copyBlock is AdamWCopy's block: its p, m, v and g (64 KiB each) stay in
+// the L2 cache between the update and the rounding.
+const copyBlock = 16384
+
+// adamwRange updates elements [lo, hi): those inside a decayed range with
+// kd, the others with k.
+func adamwRange(p, m, v, g []float32, lo, hi int, decayed []Range, k, kd *adamConsts) {
+	// Runs of decayed and undecayed elements; r is the first decayed
+	// range not wholly before i.
+	r := sort.Search(len(decayed), func(j int) bool { return decayed[j].Hi > lo })
+	for i := lo; i < hi; {
+		switch {
+		case r < len(decayed) && decayed[r].Lo <= i:
+			e := min(hi, decayed[r].Hi)
+			adamw(p[i:e], m[i:e], v[i:e], g[i:e], kd)
+			i = e
+			r++
+		case r < len(decayed):
+			e := min(hi, decayed[r].Lo)
+			adamw(p[i:e], m[i:e], v[i:e], g[i:e], k)
+			i = e
+		default:
+			adamw(p[i:hi], m[i:hi], v[i:hi], g[i:hi], k)
+			i = hi
+		}
+	}
 }
 
 // adamConsts are one AdamW step's factors (the SIMD kernel reads them in

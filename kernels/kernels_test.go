@@ -611,3 +611,33 @@ func BenchmarkFold(b *testing.B) {
 		Fold(dst, parts)
 	}
 }
+
+// TestAdamWCopy checks the fused step against AdamW then rounding, on a
+// shard larger than a block, split among workers, with decayed ranges
+// across block boundaries.
+func TestAdamWCopy(t *testing.T) {
+	const n = 3*copyBlock + 77
+	rng := newRand(20)
+	p, _ := randVec(rng, n)
+	m, _ := randVec(rng, n)
+	v, _ := randVec(rng, n)
+	for i := range v {
+		v[i] *= v[i]
+	}
+	decayed := []Range{{5, copyBlock + 3}, {2*copyBlock - 1, 2*copyBlock + 9}, {n - 10, n}}
+	p2, m2, v2 := slices.Clone(p), slices.Clone(m), slices.Clone(v)
+	pc := make([]float32, n)
+	for step := 1; step <= 2; step++ {
+		g, _ := randVec(rng, n)
+		AdamW(p, m, v, g, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, decayed)
+		AdamWCopy(p2, m2, v2, g, pc, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, decayed)
+		sameBits(t, "p", p2, p)
+		sameBits(t, "m", m2, m)
+		sameBits(t, "v", v2, v)
+		want := make([]float32, n)
+		for i, x := range p {
+			want[i] = RoundBF16(x)
+		}
+		sameBits(t, "copy", pc, want)
+	}
+}

@@ -295,10 +295,16 @@ func lower(s *State) error {
 		// In place on the shard; the instruction's stage names the layout
 		// that says which elements are decayed. No FLOPs: the timeline
 		// prices compute-bound kernels, and AdamW is bound by memory.
-		emit(ir.Optimize, ir.Instr{Op: ir.Kernel, Kern: ir.AdamWStep,
+		step := ir.Instr{Op: ir.Kernel, Kern: ir.AdamWStep,
 			Args: []int32{w, st.m, st.v, st.osSel}, Outs: []int32{w, st.m, st.v}, Attrs: st.adamw,
-			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"})
-		if st.master >= 0 {
+			Stage: int32(i), Micro: -1, Comment: "weight decay only on params of 2+ dims (layout)"}
+		if st.master >= 0 && s.Fused {
+			// ir.LoweredFusions' adamw-copy: the step writes P's shard too.
+			step.Kern, step.Outs = ir.AdamWCopy, append(step.Outs, st.pOS)
+			step.Attrs = append(append([]ir.Attr(nil), st.adamw...), ir.IntAttr("dtype", int64(p.Buffers[st.pOS].DType)))
+		}
+		emit(ir.Optimize, step)
+		if st.master >= 0 && !s.Fused {
 			in := castInstr(p, st.master, st.pOS)
 			in.Stage, in.Micro = int32(i), -1
 			emit(ir.Optimize, in)
@@ -347,7 +353,7 @@ func (ds *dist) adamwAttrs(s *State, layouts []ir.Layout) error {
 		wd, decayedBy := 0.0, ""
 		for _, slot := range l.Params {
 			op := steps[slot.Name]
-			if op == nil || op.Kind != ir.AdamWStep {
+			if op == nil || op.Kind != ir.AdamWStep { // the optimizer pass's, before any fusion
 				return fmt.Errorf("param %s has no adamw op", slot.Name)
 			}
 			if first == "" {

@@ -96,6 +96,9 @@ type State struct {
 	Origin map[*ir.Value]*ir.Value
 	// Partition splits the step into stages (partition).
 	Partition *ir.Partition
+	// Fused says the fuse pass ran: the lower pass then fuses what it
+	// lowers too (ir.LoweredFusions).
+	Fused bool
 	// Recompute is what the recompute pass did: full recompute copies
 	// each block's forward into its backward.
 	Recompute ir.Recompute

@@ -58,6 +58,7 @@ var Kernels = []Kernel{
 	{"cross_entropy_grad_f32", []Param("ppplld"), Row},
 	{"cross_entropy_grad_st", []Param("ppplldlp"), Row},
 	{"adamw_f32", []Param("pppplpldddddddd"), Elementwise},
+	{"adamw_st", []Param("pppppppplplplpppp"), Elementwise},
 	{"attention_f32", []Param("pppppllllllll"), Attention},
 	{"attention_dsum_f32", []Param("pppllll"), Elementwise},
 	{"attention_dq_f32", []Param("pppppppllllllll"), Attention},

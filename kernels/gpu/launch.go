@@ -399,23 +399,70 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Copies = [][2]int{{0, 0}}
 		return nil
 	},
-	ir.AdamWStep: func(c *OpCall, p *Plan, _ bool) error {
-		fa := c.fa
-		k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
-		flat := make([]int64, 0, 2*len(c.Decayed))
-		for _, r := range c.Decayed {
-			flat = append(flat, int64(r[0]), int64(r[1]))
+	ir.AdamWStep: planAdamW,
+	// adamw then a copy of the new master into result 3, which the
+	// backend rounds to bf16 as a cast's result.
+	ir.AdamWCopy: func(c *OpCall, p *Plan, raw bool) error {
+		if err := planAdamW(c, p, raw); err != nil {
+			return err
 		}
-		p.Copies = [][2]int{{0, 0}, {1, 1}, {2, 2}}
-		p.Scratch = []ScratchBuf{{Bytes: 8 * int64(max(len(flat), 1)), Init: int64Bytes(flat)}}
 		nn := c.OutElems[0]
-		l := elementwise("adamw_f32", nn, res(0), res(1), res(2), opnd(3), i64(nn), scr(0), i64(int64(len(c.Decayed))))
-		for _, x := range k {
-			l.add(f64(x))
-		}
-		p.Launches = []Launch{l}
+		p.Launches = append(p.Launches, elementwise("scale_f32", nn, res(3), res(0), i64(nn), f32(1)))
 		return nil
 	},
+}
+
+// planAdamW is adamw_f32's plan: in place on results 0-2, copied from
+// operands 0-2 when they are not the same memory.
+func planAdamW(c *OpCall, p *Plan, _ bool) error {
+	p.Copies = [][2]int{{0, 0}, {1, 1}, {2, 2}}
+	p.Scratch = []ScratchBuf{adamwDecay(c)}
+	nn := c.OutElems[0]
+	l := elementwise("adamw_f32", nn, res(0), res(1), res(2), opnd(3), i64(nn), scr(0), i64(int64(len(c.Decayed))))
+	for _, x := range c.adamwArgs() {
+		l.add(f64(x))
+	}
+	p.Launches = []Launch{l}
+	return nil
+}
+
+// planAdamWStored is adamw_st's plan, for adamw and adamw_copy: one pass
+// from operands 0-3 into the results, the factors in scratch 1.
+func planAdamWStored(c *OpCall, p *Plan, _ bool) error {
+	for i := range 3 {
+		if c.ArgTypes[i] != ir.F32 || c.OutTypes[i] != ir.F32 {
+			return &ErrUnsupported{fmt.Sprintf("%v with a %v optimizer state", c.Op, c.ArgTypes[i])}
+		}
+	}
+	k := c.adamwArgs()
+	p.Scratch = []ScratchBuf{adamwDecay(c), {Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:])}}
+	pc := Arg{Kind: Null}
+	if c.Op == ir.AdamWCopy {
+		pc = res(3)
+	}
+	nn := c.OutElems[0]
+	l := stored(c, "adamw_st", nn, res(0), res(1), res(2), pc, opnd(0), opnd(1), opnd(2), opnd(3),
+		i64(nn), scr(0), i64(int64(len(c.Decayed))), scr(1))
+	if c.Op != ir.AdamWCopy {
+		l.add(Arg{Kind: Null}) // first_pc
+	}
+	p.Launches = []Launch{l}
+	return nil
+}
+
+// adamwArgs are the step's eight factors (AdamWArgs).
+func (c *OpCall) adamwArgs() [8]float64 {
+	fa := c.fa
+	return AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
+}
+
+// adamwDecay is the scratch holding the decayed ranges, flat.
+func adamwDecay(c *OpCall) ScratchBuf {
+	flat := make([]int64, 0, 2*len(c.Decayed))
+	for _, r := range c.Decayed {
+		flat = append(flat, int64(r[0]), int64(r[1]))
+	}
+	return ScratchBuf{Bytes: 8 * int64(max(len(flat), 1)), Init: int64Bytes(flat)}
 }
 
 // HasStoredPlan says whether op has a Stored plan (OpCall.Storage).
@@ -433,6 +480,8 @@ func init() {
 	for op, plan := range family(plain) {
 		opPlans[op] = plan
 	}
+	storedPlans[ir.AdamWStep] = planAdamWStored
+	storedPlans[ir.AdamWCopy] = planAdamWStored
 }
 
 // family is the plans written once for both kernel families: the
@@ -785,4 +834,13 @@ func Float64s(b []byte) []float64 {
 		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 	return out
+}
+
+// float64Bytes is x as little-endian float64 values.
+func float64Bytes(x []float64) []byte {
+	b := make([]byte, 8*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return b
 }

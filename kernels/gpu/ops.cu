@@ -842,27 +842,61 @@ AMSP_EXTERN_C __global__ void cross_entropy_grad_st(void *dlogits, const void *l
 // roundings so no multiply-add is fused (the Go kernel's bits). Elements
 // inside one of the nd ranges decay[2k] <= i < decay[2k+1] (ascending,
 // disjoint) are decayed: their parameter is first multiplied by keep.
+// adamw_step is element i's step from p, m, v and g: the new m and v in
+// *mo and *vo, the new p returned.
+__device__ __forceinline__ float adamw_step(float p, float m, float v, float g, long long i, const long long *decay,
+	long long nd, double beta1, double c1, double beta2, double c2, double step_size, double bc2, double eps, double keep,
+	float *mo, float *vo) {
+	long long lo = 0, hi = nd; // the first range whose end is past i
+	while (lo < hi) {
+		long long mid = (lo + hi) / 2;
+		if (decay[2 * mid + 1] > i) {
+			hi = mid;
+		} else {
+			lo = mid + 1;
+		}
+	}
+	double k = (lo < nd && decay[2 * lo] <= i) ? keep : 1.0;
+	double pi = __dmul_rn((double)p, k);
+	double gi = (double)g;
+	double mi = __dadd_rn(__dmul_rn(beta1, (double)m), __dmul_rn(c1, gi));
+	double vi = __dadd_rn(__dmul_rn(beta2, (double)v), __dmul_rn(__dmul_rn(c2, gi), gi));
+	*mo = (float)mi;
+	*vo = (float)vi;
+	return (float)__dsub_rn(pi, __dmul_rn(step_size, mi) / __dadd_rn(sqrt(vi) / bc2, eps));
+}
+
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const float *g, long long n, const long long *decay,
 	long long nd, double beta1, double c1, double beta2, double c2, double step_size, double bc2, double eps, double keep) {
 	GRID_STRIDE(i, n) {
-		long long lo = 0, hi = nd; // the first range whose end is past i
-		while (lo < hi) {
-			long long mid = (lo + hi) / 2;
-			if (decay[2 * mid + 1] > i) {
-				hi = mid;
-			} else {
-				lo = mid + 1;
-			}
+		float mo, vo;
+		p[i] = adamw_step(p[i], m[i], v[i], g[i], i, decay, nd, beta1, c1, beta2, c2, step_size, bc2, eps, keep, &mo, &vo);
+		m[i] = mo;
+		v[i] = vo;
+	}
+}
+
+// adamw_f32 on storage bf, in one pass: p, m and v (fp32) from p0, m0
+// and v0 (the same memory when in place) and g (bit 7: bf16 or fp32),
+// and, when pc (bit 3) is not null, the new p as pc stores it (the bf16
+// P of a mixed-precision step: adamw then cast). The eight factors are
+// k[0..7] in device memory (gpu.AdamWArgs' order). first_p, first_m,
+// first_v and first_pc (null with pc) flag the four results.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void adamw_st(float *p, float *m, float *v, void *pc, const float *p0, const float *m0,
+	const float *v0, const void *g, long long n, const long long *decay, long long nd, const double *k, long long bf,
+	unsigned long long *first_p, unsigned long long *first_m, unsigned long long *first_v, unsigned long long *first_pc) {
+	GRID_STRIDE(i, n) {
+		float mo, vo;
+		float x = adamw_step(p0[i], m0[i], v0[i], st_load(g, i, bf, 7), i, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5],
+			k[6], k[7], &mo, &vo);
+		st_store(p, i, x, bf, 0, first_p);
+		st_store(m, i, mo, bf, 1, first_m);
+		st_store(v, i, vo, bf, 2, first_v);
+		if (pc) {
+			st_store(pc, i, x, bf, 3, first_pc);
 		}
-		double k = (lo < nd && decay[2 * lo] <= i) ? keep : 1.0;
-		double pi = __dmul_rn((double)p[i], k);
-		double gi = (double)g[i];
-		double mi = __dadd_rn(__dmul_rn(beta1, (double)m[i]), __dmul_rn(c1, gi));
-		double vi = __dadd_rn(__dmul_rn(beta2, (double)v[i]), __dmul_rn(__dmul_rn(c2, gi), gi));
-		m[i] = (float)mi;
-		v[i] = (float)vi;
-		p[i] = (float)__dsub_rn(pi, __dmul_rn(step_size, mi) / __dadd_rn(sqrt(vi) / bc2, eps));
 	}
 }
 

@@ -63,6 +63,7 @@ var launchKernels = [...]gpu.Kernel{
 	{Name: "cross_entropy_grad_f32", Params: []gpu.Param("ppplld"), Shape: gpu.Row},
 	{Name: "cross_entropy_grad_st", Params: []gpu.Param("ppplldlp"), Shape: gpu.Row},
 	{Name: "adamw_f32", Params: []gpu.Param("pppplpldddddddd"), Shape: gpu.Elementwise},
+	{Name: "adamw_st", Params: []gpu.Param("pppppppplplplpppp"), Shape: gpu.Elementwise},
 	{Name: "attention_f32", Params: []gpu.Param("pppppllllllll"), Shape: gpu.Attention},
 	{Name: "attention_dsum_f32", Params: []gpu.Param("pppllll"), Shape: gpu.Elementwise},
 	{Name: "attention_dq_f32", Params: []gpu.Param("pppppppllllllll"), Shape: gpu.Attention},

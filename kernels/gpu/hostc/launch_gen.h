@@ -387,6 +387,17 @@ static void h_adamw_f32(const void *p) {
 		amsp_word_f64(w[12]), amsp_word_f64(w[13]), amsp_word_f64(w[14]));
 }
 
+// adamw_st (ops.cu, elementwise).
+static void h_adamw_st(const void *p) {
+	const unsigned long long *w = p;
+	adamw_st((float *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (float *)(uintptr_t)w[2], (void *)(uintptr_t)w[3],
+		(const float *)(uintptr_t)w[4], (const float *)(uintptr_t)w[5], (const float *)(uintptr_t)w[6],
+		(const void *)(uintptr_t)w[7], (long long)w[8], (const long long *)(uintptr_t)w[9], (long long)w[10],
+		(const double *)(uintptr_t)w[11], (long long)w[12], (unsigned long long *)(uintptr_t)w[13],
+		(unsigned long long *)(uintptr_t)w[14], (unsigned long long *)(uintptr_t)w[15],
+		(unsigned long long *)(uintptr_t)w[16]);
+}
+
 // attention_f32 (ops.cu, attention).
 static void h_attention_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -659,42 +670,45 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 50: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 51: // attention_f32
+	case 51: // adamw_st
+		LAUNCH(gx, h_adamw_st(w));
+		return 0;
+	case 52: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 52: // attention_dsum_f32
+	case 53: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 53: // attention_dq_f32
+	case 54: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 54: // attention_dkv_f32
+	case 55: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 55: // attention_dkv_sum_f32
+	case 56: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 56: // first_nonfinite_f32
+	case 57: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 57: // bf16_widen
+	case 58: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 58: // bf16_round
+	case 59: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 59: // bf16_pack
+	case 60: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 60: // bf16_finish
+	case 61: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 61: // mma_probe
+	case 62: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 62: // attention_mma_fwd
+	case 63: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 63: // attention_mma_dkv
+	case 64: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 64: // attention_mma_dq
+	case 65: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 65: // attention_dsum_bf16
+	case 66: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
