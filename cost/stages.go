@@ -74,8 +74,13 @@ func Stages(g *ir.Graph) []*Stage {
 	// backward reads, and what those need.
 	dropped := part.Droppable
 	needed := map[*ir.Value]bool{}
+	// An op of several results (a fused one) counts once, at its first;
+	// backward reads its first result where SaveOut says so.
 	for _, ps := range part.Stages {
 		for _, v := range ps.Fwd {
+			if v != v.Def.Out() {
+				continue
+			}
 			info := v.Def.Kind.Info()
 			for _, i := range info.Save {
 				if a := v.Def.Args[i]; dropped(a) {
@@ -87,10 +92,12 @@ func Stages(g *ir.Graph) []*Stage {
 			}
 		}
 	}
+	recomputed := map[*ir.Op]bool{}
 	for i := len(part.Stages) - 1; i >= 0; i-- {
 		fw := part.Stages[i].Fwd
 		for j := len(fw) - 1; j >= 0; j-- {
-			if v := fw[j]; needed[v] {
+			if v := fw[j]; needed[v] && !recomputed[v.Def] {
+				recomputed[v.Def] = true
 				stageOf[v].RecomputeFlops += v.Def.Kind.Info().Flops(v.Def)
 				for _, a := range v.Def.Args {
 					if dropped(a) {
@@ -105,12 +112,15 @@ func Stages(g *ir.Graph) []*Stage {
 	for i, ps := range part.Stages {
 		st := stages[i]
 		for _, v := range ps.Fwd {
-			op := v.Def
-			info := op.Kind.Info()
-			st.FwdFlops += info.Flops(op)
 			if b := v.Bytes(); b > st.MaxValue {
 				st.MaxValue = b
 			}
+			op := v.Def
+			if v != op.Out() { // counted at the op's first result
+				continue
+			}
+			info := op.Kind.Info()
+			st.FwdFlops += info.Flops(op)
 			keep := func(x *ir.Value) {
 				if x.Role == ir.Param || saved[x] {
 					return
@@ -122,7 +132,7 @@ func Stages(g *ir.Graph) []*Stage {
 				keep(op.Args[i])
 			}
 			if info.SaveOut {
-				keep(v)
+				keep(op.Out())
 			}
 			for _, a := range op.Args {
 				if a.Def != nil && stageOf[a] != st && !boundary[boundaryKey{st, a}] {

@@ -27,6 +27,10 @@ type Device interface {
 	// every stream's work is done.
 	Upload(addr uint64, src []byte) error
 	Download(dst []byte, addr uint64) error
+	// UploadOn copies src to device memory at addr in stream s's order,
+	// the host not waiting for the stream (src may change once it
+	// returns): a plan's scratch data, inside a step.
+	UploadOn(s int, addr uint64, src []byte) error
 	Copy(s int, dst, src uint64, bytes int64) error
 	// Zero sets bytes bytes at addr to zero on stream s.
 	Zero(s int, addr uint64, bytes int64) error
@@ -360,7 +364,11 @@ func (b *deviceBackend) Launch(s int, c *KernelCall) error {
 			return err
 		}
 	}
-	if err := b.runPlan(s, &fc); err != nil {
+	stored := make([]ir.DType, len(c.Outs))
+	for i, o := range c.Outs {
+		stored[i] = o.DType
+	}
+	if err := b.runPlan(s, &fc, stored); err != nil {
 		return err
 	}
 	for i, o := range fc.Outs {
@@ -512,7 +520,7 @@ func (b *deviceBackend) scratch(s int, bufs []gpu.ScratchBuf) ([]uint64, error) 
 		if sb.Init == nil && sb.Fill == 0 {
 			err = b.dev.Zero(s, a, sb.Bytes)
 		} else {
-			err = b.dev.Upload(a, sb.Content())
+			err = b.dev.UploadOn(s, a, sb.Content())
 		}
 		if err != nil {
 			return addrs, err
@@ -530,11 +538,7 @@ func (b *deviceBackend) releaseAll(s int, addrs []uint64) {
 
 // opCall is what gpu.PlanOp needs of an instruction.
 func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
-	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention,
-		Ints: func(i int) ([]int32, error) {
-			ids := make([]int32, c.Args[i].N)
-			return ids, b.ReadInts(ids, c.Args[i])
-		}}
+	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention}
 	for _, m := range c.Args {
 		oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, m.DType), append(oc.ArgElems, m.N)
 	}
@@ -547,11 +551,14 @@ func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
 	return oc
 }
 
-// runPlan runs the plan of an instruction on fp32 memory: copies, the
-// matmul or the kernels with their scratch memory, then the host's part
-// (an id out of range, the loss).
-func (b *deviceBackend) runPlan(s int, c *KernelCall) error {
-	p, err := gpu.PlanOp(b.opCall(c))
+// runPlan runs the plan of an instruction on fp32 memory (its results
+// stored afterwards in the dtypes stored): copies, the matmul or the
+// kernels with their scratch memory, then the host's part (an id out of
+// range, the loss).
+func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
+	oc := b.opCall(c)
+	oc.StoredOut = stored
+	p, err := gpu.PlanOp(oc)
 	if err != nil {
 		return err
 	}

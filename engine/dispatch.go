@@ -82,6 +82,16 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.RMSNormGrad(c.out(0), c.out(1), x, w, c.arg(2), len(x)/len(w), len(w), float32(c.attr("eps").Float))
 		return nil
 	},
+	ir.AddRMSNorm: func(c *KernelCall) error {
+		x, w := c.arg(0), c.arg(2)
+		kernels.AddRMSNorm(c.out(0), c.out(1), x, c.arg(1), w, len(x)/len(w), len(w), float32(c.attr("eps").Float), c.Outs[0].DType == ir.BF16)
+		return nil
+	},
+	ir.AddRMSNormGrad: func(c *KernelCall) error {
+		y, w := c.arg(0), c.arg(1)
+		kernels.AddRMSNormGrad(c.out(0), c.out(1), y, w, c.arg(2), c.arg(3), len(y)/len(w), len(w), float32(c.attr("eps").Float), c.Outs[0].DType == ir.BF16)
+		return nil
+	},
 	ir.LayerNorm: func(c *KernelCall) error {
 		x, w := c.arg(0), c.arg(1)
 		kernels.LayerNorm(c.out(0), x, w, c.arg(2), len(x)/len(w), len(w), float32(c.attr("eps").Float))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,50 +167,71 @@ func TestBackwardThroughDispatch(t *testing.T) {
 		kind  ir.OpKind
 		args  []*ir.Value
 		attrs []ir.Attr
+		// drop lists results of a multi-result op that J leaves out
+		// (their gradient nil, as when nothing reads them on).
+		drop []int
 	}{
-		{ir.Embed, []*ir.Value{in("ids", ir.I32, 2, 3), f32("table", 10, 4)}, nil},
-		{ir.MatMul, []*ir.Value{f32("a", 2, 3, 5), f32("b", 5, 4)}, nil},
-		{ir.RMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("w", 8)}, nil},
-		{ir.LayerNorm, []*ir.Value{f32("x", 2, 3, 8), f32("w", 8), f32("b", 8)}, nil},
-		{ir.RoPE, []*ir.Value{f32("x", 1, 4, 16)}, []ir.Attr{ir.IntAttr("heads", 2)}},
+		{ir.Embed, []*ir.Value{in("ids", ir.I32, 2, 3), f32("table", 10, 4)}, nil, nil},
+		{ir.MatMul, []*ir.Value{f32("a", 2, 3, 5), f32("b", 5, 4)}, nil, nil},
+		{ir.RMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("w", 8)}, nil, nil},
+		{ir.LayerNorm, []*ir.Value{f32("x", 2, 3, 8), f32("w", 8), f32("b", 8)}, nil, nil},
+		{ir.RoPE, []*ir.Value{f32("x", 1, 4, 16)}, []ir.Attr{ir.IntAttr("heads", 2)}, nil},
 		{ir.Attention, []*ir.Value{f32("q", 1, 4, 16), f32("k", 1, 4, 8), f32("v", 1, 4, 8)},
-			[]ir.Attr{ir.IntAttr("heads", 4), ir.IntAttr("kv_heads", 2), ir.BoolAttr("causal", true)}},
-		{ir.Attention, []*ir.Value{f32("q", 2, 3, 8), f32("k", 2, 3, 8), f32("v", 2, 3, 8)}, []ir.Attr{ir.IntAttr("heads", 2)}},
-		{ir.Transpose, []*ir.Value{f32("w", 3, 5)}, nil},
-		{ir.SiLU, []*ir.Value{f32("x", 2, 6)}, nil},
-		{ir.GELU, []*ir.Value{f32("x", 2, 6)}, nil},
-		{ir.GELUTanh, []*ir.Value{f32("x", 2, 6)}, nil},
-		{ir.SwiGLU, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil},
-		{ir.GeGLUTanh, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil},
-		{ir.Scale, []*ir.Value{f32("x", 2, 6)}, []ir.Attr{ir.FloatAttr("by", 45.254833995939045)}},
-		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil},
-		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("bias", 4)}, nil},
-		{ir.Mul, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil},
-		{ir.Mul, []*ir.Value{f32("x", 2, 3, 4), f32("scale", 4)}, nil},
+			[]ir.Attr{ir.IntAttr("heads", 4), ir.IntAttr("kv_heads", 2), ir.BoolAttr("causal", true)}, nil},
+		{ir.Attention, []*ir.Value{f32("q", 2, 3, 8), f32("k", 2, 3, 8), f32("v", 2, 3, 8)}, []ir.Attr{ir.IntAttr("heads", 2)}, nil},
+		{ir.Transpose, []*ir.Value{f32("w", 3, 5)}, nil, nil},
+		{ir.SiLU, []*ir.Value{f32("x", 2, 6)}, nil, nil},
+		{ir.GELU, []*ir.Value{f32("x", 2, 6)}, nil, nil},
+		{ir.GELUTanh, []*ir.Value{f32("x", 2, 6)}, nil, nil},
+		{ir.SwiGLU, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil, nil},
+		{ir.GeGLUTanh, []*ir.Value{f32("a", 2, 6), f32("b", 2, 6)}, nil, nil},
+		{ir.Scale, []*ir.Value{f32("x", 2, 6)}, []ir.Attr{ir.FloatAttr("by", 45.254833995939045)}, nil},
+		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil, nil},
+		{ir.Add, []*ir.Value{f32("x", 2, 3, 4), f32("bias", 4)}, nil, nil},
+		{ir.Mul, []*ir.Value{f32("x", 2, 3, 4), f32("y", 2, 3, 4)}, nil, nil},
+		{ir.Mul, []*ir.Value{f32("x", 2, 3, 4), f32("scale", 4)}, nil, nil},
 		// fp32 to fp32: a rounding cast has no useful finite differences.
-		{ir.Cast, []*ir.Value{f32("x", 2, 6)}, []ir.Attr{ir.IntAttr("dtype", int64(ir.F32))}},
+		{ir.Cast, []*ir.Value{f32("x", 2, 6)}, []ir.Attr{ir.IntAttr("dtype", int64(ir.F32))}, nil},
+		// The fused residual add and norm: both results read on, or
+		// either alone.
+		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, nil},
+		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, []int{0}},
+		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, []int{1}},
 	}
 	covered := map[ir.OpKind]bool{}
 	for _, c := range cases {
 		covered[c.kind] = true
 	}
 	for _, k := range ir.OpKinds() {
-		if k.Info().Backward != nil && !covered[k] {
+		if (k.Info().Backward != nil || k.Info().BackwardAll != nil) && !covered[k] {
 			t.Errorf("%v has a backward rule and no case here", k)
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range cases {
 		name := fmt.Sprint(c.kind, c.args[0].Shape)
+		if c.drop != nil {
+			name += fmt.Sprint(" without result ", c.drop)
+		}
 		t.Run(name, func(t *testing.T) {
 			fwd, err := ir.NewOp(c.kind, c.args, c.attrs, ir.Pos{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			fwd.Out().Name = "out"
-			dy := f32("dy", fwd.Out().Shape...)
+			dys := make([]*ir.Value, len(fwd.Results))
+			for j, r := range fwd.Results {
+				r.Name = fmt.Sprint("out", j)
+				if !slices.Contains(c.drop, j) {
+					dys[j] = f32(fmt.Sprint("dy", j), r.Shape...)
+				}
+			}
 			rec := &gradRecorder{}
-			grads := c.kind.Info().Backward(rec, fwd, dy)
+			var grads []*ir.Value
+			if len(fwd.Results) > 1 {
+				grads = c.kind.Info().BackwardAll(rec, fwd, dys)
+			} else {
+				grads = c.kind.Info().Backward(rec, fwd, dys[0])
+			}
 
 			// One buffer per value, one instruction per op.
 			ids := map[*ir.Value]int32{}
@@ -233,7 +255,11 @@ func TestBackwardThroughDispatch(t *testing.T) {
 				return k
 			}
 			fi := instr(fwd)
-			buf(dy)
+			for _, dy := range dys {
+				if dy != nil {
+					buf(dy)
+				}
+			}
 			var bi []ir.Instr
 			for _, op := range rec.ops {
 				bi = append(bi, instr(op))
@@ -255,17 +281,27 @@ func TestBackwardThroughDispatch(t *testing.T) {
 					k.f(ids[a])[i] = float32(rng.NormFloat64())
 				}
 			}
-			R := k.f(ids[dy])
-			for i := range R {
-				R[i] = float32(rng.NormFloat64())
+			for _, dy := range dys {
+				if dy != nil {
+					R := k.f(ids[dy])
+					for i := range R {
+						R[i] = float32(rng.NormFloat64())
+					}
+				}
 			}
 			J := func() float64 {
 				if err := k.kernel(ir.Compute, &fi); err != nil {
 					t.Fatal(err)
 				}
 				var s float64
-				for i, o := range k.f(ids[fwd.Out()]) {
-					s += float64(o) * float64(R[i])
+				for j, r := range fwd.Results {
+					if dys[j] == nil {
+						continue
+					}
+					R := k.f(ids[dys[j]])
+					for i, o := range k.f(ids[r]) {
+						s += float64(o) * float64(R[i])
+					}
 				}
 				return s
 			}
@@ -279,11 +315,14 @@ func TestBackwardThroughDispatch(t *testing.T) {
 				if a.DType == ir.I32 {
 					continue
 				}
-				if j >= len(grads) || grads[j] == nil {
+				if j >= len(grads) {
 					t.Fatalf("no gradient for operand %d", j)
 				}
-				got := append([]float32(nil), k.f(ids[grads[j]])...)
 				x := k.f(ids[a])
+				got := make([]float32, len(x)) // no gradient: zero, which J must agree with
+				if grads[j] != nil {
+					got = append(got[:0], k.f(ids[grads[j]])...)
+				}
 				const h = 1e-2
 				for e := range x {
 					x0 := x[e]

@@ -79,15 +79,17 @@ func engineProgramText(b *codegen.Bundle) string {
 	return sb.String()
 }
 
-// TestAdamWCopyFusion: a bf16 step's optimizer writes the bf16 P in the
-// pass that updates the fp32 master (adamw_copy, ir.LoweredFusions) when
-// fuse runs, and runs adamw then a cast when it does not: tiny trains to
-// the same bits either way on the CPU and on the simulated GPU (there
-// through adamw_st, the stored plan, and through the multi-pass plans).
-// The tied model, whose other fusion (the head's) keeps the bits too.
-func TestAdamWCopyFusion(t *testing.T) {
-	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
-  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+// TestBF16Fusions: the fusions of a bf16 step keep its bits. The
+// optimizer writes the bf16 P in the pass that updates the fp32 master
+// (adamw_copy, ir.LoweredFusions) and a block's residual add and MLP norm
+// run as one add_rmsnorm (backward add_rmsnorm_grad) when fuse runs;
+// adamw then a cast, add then rmsnorm, rmsnorm_grad then add when it does
+// not. The tied model (whose other fusion, the head's, keeps the bits
+// too) trains to the same bits either way, with and without full
+// recompute (which copies add_rmsnorm whole), on the CPU and on the
+// simulated GPU (there through the stored plans, adamw_st and
+// add_rmsnorm_st among them, and through the multi-pass plans).
+func TestBF16Fusions(t *testing.T) {
 	backends := map[string]func(int) (engine.Backend, error){
 		"cpu":    func(int) (engine.Backend, error) { return engine.NewCPUBackend(), nil },
 		"device": func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil },
@@ -95,19 +97,25 @@ func TestAdamWCopyFusion(t *testing.T) {
 			return engine.NewDeviceBackendWith(hostc.NewDevice(), engine.DeviceOptions{MultiPass: true}), nil
 		},
 	}
-	for _, name := range []string{"cpu", "device", "multi-pass"} {
-		var losses [2][]float64
-		for i, off := range [][]string{nil, {"fuse"}} {
-			b := compileOff(t, "tied", off, bf16)
-			text := engineProgramText(b)
-			if fused := i == 0; fused != strings.Contains(text, "kernel adamw_copy ") || fused == strings.Contains(text, "kernel adamw ") {
-				t.Fatalf("fuse %v: the program runs adamw_copy %v, adamw %v", fused, !fused, fused)
+	for _, rc := range []string{"none", "full"} {
+		train := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16 recompute = ` + rc + `
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+		for _, name := range []string{"cpu", "device", "multi-pass"} {
+			var losses [2][]float64
+			for i, off := range [][]string{nil, {"fuse"}} {
+				b := compileOff(t, "tied", off, train)
+				text := engineProgramText(b)
+				for _, k := range []string{"adamw_copy", "add_rmsnorm", "add_rmsnorm_grad"} {
+					if fused := i == 0; fused != strings.Contains(text, "kernel "+k+" ") {
+						t.Fatalf("recompute %s, fuse %v: the program runs %s: %v", rc, fused, k, !fused)
+					}
+				}
+				losses[i] = steps(t, start(t, b, backends[name]), 3)
 			}
-			losses[i] = steps(t, start(t, b, backends[name]), 3)
-		}
-		for s := range losses[0] {
-			if losses[0][s] != losses[1][s] {
-				t.Errorf("%s step %d: loss %.17g fused, %.17g unfused", name, s+1, losses[0][s], losses[1][s])
+			for s := range losses[0] {
+				if losses[0][s] != losses[1][s] {
+					t.Errorf("recompute %s, %s step %d: loss %.17g fused, %.17g unfused", rc, name, s+1, losses[0][s], losses[1][s])
+				}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ func (nullDevice) Name() string                                      { return "n
 func (nullDevice) Alloc(int64) (uint64, error)                       { return 0, nil }
 func (nullDevice) Free(uint64)                                       {}
 func (nullDevice) Upload(uint64, []byte) error                       { return nil }
+func (nullDevice) UploadOn(int, uint64, []byte) error                { return nil }
 func (nullDevice) Download([]byte, uint64) error                     { return nil }
 func (nullDevice) Copy(int, uint64, uint64, int64) error             { return nil }
 func (nullDevice) Zero(int, uint64, int64) error                     { return nil }

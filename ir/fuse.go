@@ -18,6 +18,12 @@ type FusionRule struct {
 	// Match returns the fused op's operands and the values the fusion
 	// absorbs (which must have no other reader), or ok false.
 	Match func(root *Op) (args, absorbed []*Value, ok bool)
+	// Merge, for a fusion that keeps an operand's op's result (a
+	// residual sum other ops read on), returns that value: the fused op
+	// computes it too, as its first result, before the root's. It must
+	// be in the root's layer, and no op between it and the root may
+	// read it (it moves down to the root).
+	Merge func(root *Op) *Value
 }
 
 // fusions is the pattern table, tried in order on every op: a row sees
@@ -33,6 +39,9 @@ var fusions = []FusionRule{
 	{Name: "cross-entropy-cast", Root: CrossEntropy, Fused: CrossEntropy,
 		Why:   "cross_entropy(cast(logits to fp32)) reads the bf16 logits as they are (it computes in fp32 and double anyway): no fp32 copy of the logits, the step's largest activation, and none of its gradient",
 		Match: matchCrossEntropyCast},
+	{Name: "add-rmsnorm", Root: RMSNorm, Fused: AddRMSNorm,
+		Why:   "rmsnorm(x + r) of one shape in one layer (a pre-norm block's residual add and its MLP's norm): one pass over the rows writes the sum, which the next residual reads, and its norm; backward adds the sum's gradient to the norm's in the norm's pass. The next block's norm is another layer's and stays apart (layers are where recompute and the gathers cut)",
+		Match: matchAddRMSNorm, Merge: func(n *Op) *Value { return n.Args[0] }},
 	{Name: "linear-cross-entropy", Root: CrossEntropy, Fused: LinearCrossEntropy,
 		Why:   "cross_entropy(h @ w, t) with vocab >= 8 x d: the head's matmul and the loss in chunks of rows (LinearCEChunk), so the logits (rows x vocab, the step's largest activation: 0.5 GB in bf16 at 8,192 tokens and vocab 32,000) and their gradient are never stored whole; backward forms each chunk's logits again (as Cut Cross-Entropy does), one more product of the head's size, 2 % of TinyLlama's step FLOPs: a head whose logits are less than 8x its input (LLaMA-7B's 7.8x) stays unfused, where that product costs more than the memory is worth",
 		Match: matchLinearCrossEntropy},
@@ -51,6 +60,20 @@ func matchLinearCrossEntropy(ce *Op) (args, absorbed []*Value, ok bool) {
 		return nil, nil, false
 	}
 	return []*Value{mm.Args[0], mm.Args[1], ce.Args[1]}, []*Value{logits}, true
+}
+
+// matchAddRMSNorm accepts rmsnorm(add(x, r), w), x and r of one shape
+// and dtype, the sum in the norm's layer.
+func matchAddRMSNorm(n *Op) (args, absorbed []*Value, ok bool) {
+	y := n.Args[0]
+	if y.Def == nil || y.Def.Kind != Add || len(y.Def.Results) != 1 || y.Role != Activation || y.Layer != n.Out().Layer {
+		return nil, nil, false
+	}
+	x, r := y.Def.Args[0], y.Def.Args[1]
+	if !x.Shape.Equal(y.Shape) || !r.Shape.Equal(y.Shape) || x.DType != y.DType || r.DType != y.DType {
+		return nil, nil, false
+	}
+	return []*Value{x, r, n.Args[1]}, nil, true
 }
 
 // matchCrossEntropyCast accepts cross_entropy(cast(x, dtype=f32), t) of
@@ -93,7 +116,12 @@ func matchGated(act OpKind) func(mul *Op) (args, absorbed []*Value, ok bool) {
 // costs the fused graph, so both count what the compiler runs.
 func Fuse(g *Graph) error {
 	uses := g.Uses()
+	at := make(map[*Value]int, len(g.Values))
+	for i, v := range g.Values {
+		at[v] = i
+	}
 	gone := map[*Value]bool{}
+	moved := map[*Value]*Value{} // a merged value, by the root result it now precedes
 	for _, op := range g.Ops() {
 		for _, f := range fusions {
 			if op.Kind != f.Root {
@@ -103,12 +131,27 @@ func Fuse(g *Graph) error {
 			if !ok || !onlyReadBy(absorbed, op, uses) {
 				continue
 			}
-			fused, err := NewOp(f.Fused, args, nil, op.Pos)
+			var merged *Value
+			if f.Merge != nil {
+				if merged = f.Merge(op); !movable(merged, op, uses, at) {
+					continue
+				}
+			}
+			fused, err := NewOp(f.Fused, args, declared(f.Fused, op.Attrs), op.Pos)
 			if err != nil {
 				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %v", f.Name, op.Out().Name, err)}
 			}
-			if t := fused.Out(); !t.Shape.Equal(op.Out().Shape) || t.DType != op.Out().DType {
-				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %s %s for %s %s", f.Name, op.Out().Name, t.DType, t.Shape, op.Out().DType, op.Out().Shape)}
+			results := op.Results
+			if merged != nil {
+				results = append([]*Value{merged}, results...)
+			}
+			if len(fused.Results) != len(results) {
+				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %d results for %d", f.Name, op.Out().Name, len(fused.Results), len(results))}
+			}
+			for i, t := range fused.Results {
+				if v := results[i]; !t.Shape.Equal(v.Shape) || t.DType != v.DType {
+					return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %s %s for %s %s", f.Name, v.Name, t.DType, t.Shape, v.DType, v.Shape)}
+				}
 			}
 			for _, v := range absorbed {
 				gone[v] = true
@@ -116,27 +159,67 @@ func Fuse(g *Graph) error {
 					uses[a] = slices.DeleteFunc(uses[a], func(u *Op) bool { return u == v.Def })
 				}
 			}
+			if merged != nil {
+				for _, a := range merged.Def.Args { // nor does the merged one
+					uses[a] = slices.DeleteFunc(uses[a], func(u *Op) bool { return u == merged.Def })
+				}
+				merged.Def, merged.Pos = op, op.Pos
+				moved[op.Out()] = merged
+			}
 			for _, a := range op.Args {
 				uses[a] = slices.DeleteFunc(uses[a], func(u *Op) bool { return u == op })
 			}
-			op.Kind, op.Args, op.Attrs = f.Fused, fused.Args, fused.Attrs
+			op.Kind, op.Args, op.Attrs, op.Results = f.Fused, fused.Args, fused.Attrs, results
 			for _, a := range op.Args {
 				uses[a] = append(uses[a], op)
 			}
 		}
 	}
-	if len(gone) == 0 {
+	if len(gone) == 0 && len(moved) == 0 {
 		return nil
 	}
-	kept := g.Values[:0]
+	for _, m := range moved {
+		gone[m] = true // from where it was
+	}
+	kept := make([]*Value, 0, len(g.Values))
 	for _, v := range g.Values {
+		if m := moved[v]; m != nil {
+			kept = append(kept, m)
+		}
 		if !gone[v] {
 			kept = append(kept, v)
 		}
 	}
-	clear(g.Values[len(kept):])
 	g.Values = kept
 	return nil
+}
+
+// movable says whether merged can move down to op (its first result):
+// no op between them reads it, and it is in op's layer.
+func movable(merged *Value, op *Op, uses map[*Value][]*Op, at map[*Value]int) bool {
+	if merged.Layer != op.Out().Layer {
+		return false
+	}
+	for _, u := range uses[merged] {
+		if u != op && at[u.Out()] < at[op.Out()] {
+			return false
+		}
+	}
+	return true
+}
+
+// declared is the attributes of attrs that kind declares (a fused op
+// takes its root's eps).
+func declared(kind OpKind, attrs []Attr) []Attr {
+	var out []Attr
+	for _, a := range attrs {
+		for _, s := range kind.Info().Attrs {
+			if s.Name == a.Name {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // onlyReadBy says whether op is the only reader of each value: a value

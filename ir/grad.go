@@ -79,8 +79,25 @@ func normGrad(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	return append(Shape{}, x.Shape...), x.DType, nil
 }
 
-// adamw checks (weights, m, v, grad): one shape, fp32 states. Each result
-// is an fp32 tensor of that shape.
+// addNorm checks add_rmsnorm's operands (x, r, w): r like x, w a vector
+// of x's last dim. Both results are like x.
+func addNorm(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	x, r := args[0], args[1]
+	if !r.Shape.Equal(x.Shape) || r.DType != x.DType {
+		return nil, 0, argErr(1, "operand %s is %s %s, want %s %s like %s", r.Name, r.DType, r.Shape, x.DType, x.Shape, x.Name)
+	}
+	return inferNorm([]*Value{x, args[2]}, attrs)
+}
+
+// addNormGrad checks add_rmsnorm_grad's operands (y, w, dh, dy): dy like
+// y, the rest as rmsnorm_grad's. Its result is dx.
+func addNormGrad(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+	if y, dy := args[0], args[3]; !dy.Shape.Equal(y.Shape) {
+		return nil, 0, argErr(3, "gradient %s is %s, want %s like %s", dy.Name, dy.Shape, y.Shape, y.Name)
+	}
+	return normGrad(args[:3], attrs)
+}
+
 // castTo is x's shape in the dtype attribute's type.
 func castTo(x *Value, attrs []Attr) (Shape, DType, *OpError) {
 	d, _ := attrInt(attrs, "dtype")
@@ -90,6 +107,8 @@ func castTo(x *Value, attrs []Attr) (Shape, DType, *OpError) {
 	return append(Shape{}, x.Shape...), DType(d), nil
 }
 
+// adamw checks (weights, m, v, grad): one shape, fp32 states. Each result
+// is an fp32 tensor of that shape.
 func adamw(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 	for j, a := range args {
 		if !a.Shape.Equal(args[0].Shape) {
@@ -212,6 +231,17 @@ func initGradOps() {
 		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
 		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
+		// y = x + r and h = rmsnorm(y, w) in one pass over the rows (a
+		// pre-norm block's residual add and the next norm): backward
+		// reads y, as rmsnorm's reads its x. y is stored in its dtype
+		// before h is formed from it, so both have the unfused ops' bits.
+		AddRMSNorm: {Name: "add_rmsnorm", Arity: 3, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 0), Attrs: []AttrSpec{eps},
+			Infer: results(addNorm, addNorm), Save: []int{2}, SaveOut: true, Flops: elementwise(5)},
+		// dx = dy + rmsnorm_grad's dx (rounded to dx's dtype first, as the
+		// unfused add reads it), and dw, in one pass: dx is both x's and
+		// r's gradient.
+		AddRMSNormGrad: {Name: "add_rmsnorm_grad", Arity: 4, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
+			Infer: results(addNormGrad, lastDim(0)), Flops: elementwise(13)},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
 		// NUMERICS.md, the compiler's one definition of it. The step
 		// count t is supplied at run time; weight_decay is 0 for params
@@ -255,6 +285,18 @@ func initGradOps() {
 	}
 	opTable[RMSNorm].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(RMSNormGrad, []*Value{op.Args[0], op.Args[1], dy}, sameAttrs(op)...)
+	}
+	opTable[AddRMSNorm].BackwardAll = func(b GradBuilder, op *Op, dys []*Value) []*Value {
+		y, w, dy, dh := op.Results[0], op.Args[2], dys[0], dys[1]
+		switch {
+		case dh == nil: // only y is read on: the add's backward
+			return []*Value{dy, dy, nil}
+		case dy == nil:
+			g := b.Apply(RMSNormGrad, []*Value{y, w, dh}, sameAttrs(op)...)
+			return []*Value{g[0], g[0], g[1]}
+		}
+		g := b.Apply(AddRMSNormGrad, []*Value{y, w, dh, dy}, sameAttrs(op)...)
+		return []*Value{g[0], g[0], g[1]}
 	}
 	opTable[LayerNorm].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(LayerNormGrad, []*Value{op.Args[0], op.Args[1], dy}, sameAttrs(op)...)

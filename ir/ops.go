@@ -56,6 +56,8 @@ const (
 	LinearCrossEntropy     // linear_cross_entropy(h, w, targets) = cross_entropy(h @ w, targets), made by the fuse pass
 	LinearCrossEntropyGrad // (h, w, targets) -> dh, dw
 	AdamWCopy              // adamw_copy(weights, m, v, grad, dtype=D) -> adamw's results and the weights cast to D, made by the lower pass
+	AddRMSNorm             // add_rmsnorm(x, r, w) -> y = x + r, rmsnorm(y, w), made by the fuse pass
+	AddRMSNormGrad         // (y, w, dh, dy) -> dx = dy + rmsnorm's dx, dw
 	numOps
 )
 
@@ -148,8 +150,8 @@ type OpInfo struct {
 	// counts of shapes that fit in memory can still overflow an int64).
 	Flops func(op *Op) float64
 	// Save lists the operands backward reads (so forward keeps them
-	// alive), and SaveOut whether it reads the result. Params among them
-	// cost nothing extra: they are model states.
+	// alive), and SaveOut whether it reads the (first) result. Params
+	// among them cost nothing extra: they are model states.
 	Save    []int
 	SaveOut bool
 	// Internal ops are made by passes, never written in source.
@@ -158,6 +160,10 @@ type OpInfo struct {
 	// dy of the result (nil where an operand has none: ids, targets).
 	// Only single-result ops have one.
 	Backward func(b GradBuilder, op *Op, dy *Value) []*Value
+	// BackwardAll is Backward for a forward op of several results (a
+	// fused one), given the gradient of each result (nil for a result
+	// nothing differentiable reads; never all nil).
+	BackwardAll func(b GradBuilder, op *Op, dys []*Value) []*Value
 	// LossGrad, for an op a step's loss may be (cross-entropy, plain or
 	// fused with the head's matmul), returns the gradient of each
 	// operand given the loss's weight in the step (autodiff's seed; nil

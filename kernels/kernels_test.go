@@ -641,3 +641,57 @@ func TestAdamWCopy(t *testing.T) {
 		sameBits(t, "copy", pc, want)
 	}
 }
+
+// TestAddRMSNorm: the fused residual add and norm, forward and backward,
+// give the bits of Add then RMSNorm and of RMSNormGrad then Add, in fp32
+// and with bf16 storage (each result rounded as the backend stores it),
+// on rows wider than a column block and more rows than workers.
+func TestAddRMSNorm(t *testing.T) {
+	rng := newRand(21)
+	round := func(x []float32) {
+		for i, v := range x {
+			x[i] = RoundBF16(v)
+		}
+	}
+	for _, bf16 := range []bool{false, true} {
+		for _, sh := range [][2]int{{1, 1}, {3, 7}, {37, 200}} {
+			rows, d := sh[0], sh[1]
+			n := rows * d
+			x, _ := randVec(rng, n)
+			r, _ := randVec(rng, n)
+			w, _ := randVec(rng, d)
+			dh, _ := randVec(rng, n)
+			dy, _ := randVec(rng, n)
+			if bf16 {
+				round(x)
+				round(r)
+				round(w)
+				round(dh)
+				round(dy)
+			}
+			name := fmt.Sprintf("bf16 %v %dx%d", bf16, rows, d)
+			// Unfused, each result stored as the backend stores it.
+			y, h := make([]float32, n), make([]float32, n)
+			Add(y, x, r)
+			if bf16 {
+				round(y)
+			}
+			RMSNorm(h, y, w, rows, d, 1e-5)
+			dn, dw, dx := make([]float32, n), make([]float32, d), make([]float32, n)
+			RMSNormGrad(dn, dw, y, w, dh, rows, d, 1e-5)
+			if bf16 {
+				round(dn)
+			}
+			Add(dx, dy, dn)
+			// Fused.
+			fy, fh := make([]float32, n), make([]float32, n)
+			AddRMSNorm(fy, fh, x, r, w, rows, d, 1e-5, bf16)
+			fdx, fdw := make([]float32, n), make([]float32, d)
+			AddRMSNormGrad(fdx, fdw, fy, w, dh, dy, rows, d, 1e-5, bf16)
+			sameBits(t, name+" y", fy, y)
+			sameBits(t, name+" h", fh, h)
+			sameBits(t, name+" dx", fdx, dx)
+			sameBits(t, name+" dw", fdw, dw)
+		}
+	}
+}

@@ -16,11 +16,40 @@ func RMSNorm(out, x, w []float32, rows, d int, eps float32) {
 	w = w[:d]
 	parallelFor(rows, 4*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, or := x[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			rs := rmsRstd(xr, eps)
-			for j, v := range xr {
-				or[j] = v * rs * w[j]
+			rmsNormRow(out[r*d:(r+1)*d], x[r*d:(r+1)*d], w, eps)
+		}
+	})
+}
+
+func rmsNormRow(out, x, w []float32, eps float32) {
+	rs := rmsRstd(x, eps)
+	for j, v := range x {
+		out[j] = v * rs * w[j]
+	}
+}
+
+// AddRMSNorm is Add then RMSNorm, row by row while each row is in cache:
+// y = x + r (rounded to bfloat16 when bf16, as y is stored), then h =
+// RMSNorm(y): the unfused ops' bits.
+func AddRMSNorm(y, h, x, r, w []float32, rows, d int, eps float32, bf16 bool) {
+	checkLen("AddRMSNorm y", y, rows*d)
+	checkLen("AddRMSNorm h", h, rows*d)
+	checkLen("AddRMSNorm x", x, rows*d)
+	checkLen("AddRMSNorm r", r, rows*d)
+	checkLen("AddRMSNorm w", w, d)
+	w = w[:d]
+	parallelFor(rows, 5*d, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			yr, xr, rr := y[i*d:(i+1)*d], x[i*d:(i+1)*d], r[i*d:(i+1)*d]
+			for j := range yr {
+				yr[j] = xr[j] + rr[j]
 			}
+			if bf16 {
+				for j, v := range yr {
+					yr[j] = RoundBF16(v)
+				}
+			}
+			rmsNormRow(h[i*d:(i+1)*d], yr, w, eps)
 		}
 	})
 }
@@ -48,19 +77,59 @@ func RMSNormGrad(dx, dw, x, w, dy []float32, rows, d int, eps float32) {
 	rstd := *rstdp
 	parallelFor(rows, 8*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, dyr, dxr := x[r*d:(r+1)*d], dy[r*d:(r+1)*d], dx[r*d:(r+1)*d]
-			rs := rmsRstd(xr, eps)
-			rstd[r] = rs
-			var dot float64
-			for j, v := range xr {
-				dot += float64(dyr[j]*w[j]) * float64(v*rs)
-			}
-			c := float32(dot / float64(d))
-			for j, v := range xr {
-				dxr[j] = rs * (dyr[j]*w[j] - v*rs*c)
+			rstd[r] = rmsNormGradRow(dx[r*d:(r+1)*d], x[r*d:(r+1)*d], w, dy[r*d:(r+1)*d], eps)
+		}
+	})
+	rmsNormGradW(dw, x, dy, rstd, rows, d)
+}
+
+// rmsNormGradRow is RMSNormGrad's dx of one row; it returns the row's
+// rstd.
+func rmsNormGradRow(dx, x, w, dy []float32, eps float32) float32 {
+	rs := rmsRstd(x, eps)
+	var dot float64
+	for j, v := range x {
+		dot += float64(dy[j]*w[j]) * float64(v*rs)
+	}
+	c := float32(dot / float64(len(x)))
+	for j, v := range x {
+		dx[j] = rs * (dy[j]*w[j] - v*rs*c)
+	}
+	return rs
+}
+
+// AddRMSNormGrad is the backward of AddRMSNorm given the gradients dh of
+// h and dy of y: RMSNormGrad(y, w, dh)'s dx (rounded to bfloat16 when
+// bf16, as it would be stored) plus dy, row by row, and its dw: the bits
+// of RMSNormGrad then Add.
+func AddRMSNormGrad(dx, dw, y, w, dh, dy []float32, rows, d int, eps float32, bf16 bool) {
+	checkLen("AddRMSNormGrad dx", dx, rows*d)
+	checkLen("AddRMSNormGrad dw", dw, d)
+	checkLen("AddRMSNormGrad y", y, rows*d)
+	checkLen("AddRMSNormGrad w", w, d)
+	checkLen("AddRMSNormGrad dh", dh, rows*d)
+	checkLen("AddRMSNormGrad dy", dy, rows*d)
+	w = w[:d]
+	rstdp := getF32(rows)
+	defer putF32(rstdp)
+	rstd := *rstdp
+	parallelFor(rows, 9*d, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			dxr, dyr := dx[r*d:(r+1)*d], dy[r*d:(r+1)*d]
+			rstd[r] = rmsNormGradRow(dxr, y[r*d:(r+1)*d], w, dh[r*d:(r+1)*d], eps)
+			for j, v := range dxr {
+				if bf16 {
+					v = RoundBF16(v)
+				}
+				dxr[j] = dyr[j] + v
 			}
 		}
 	})
+	rmsNormGradW(dw, y, dh, rstd, rows, d)
+}
+
+// rmsNormGradW is RMSNormGrad's dw from the rows' rstd.
+func rmsNormGradW(dw, x, dy, rstd []float32, rows, d int) {
 	reduceRows(dw[:d], nil, rows, d, func(r, j0 int, acc, _ *[colBlock]float64) {
 		rs := rstd[r]
 		xr := x[r*d+j0 : r*d+min(j0+colBlock, d)]

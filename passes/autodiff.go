@@ -46,19 +46,46 @@ func autodiff(s *State) error {
 	fwd := g.Values[:len(g.Values)-1] // everything before the seed
 	for i := len(fwd) - 1; i >= 0; i-- {
 		v := fwd[i]
-		if v.Def == nil || v == loss || len(contrib[v]) == 0 {
+		if v.Def == nil || v == loss {
 			continue
 		}
-		if len(v.Def.Results) != 1 {
-			return fmt.Errorf("%s of %s has %d results; only single-result ops have a backward rule", v.Def.Kind, v.Name, len(v.Def.Results))
+		var grads []*ir.Value
+		if op := v.Def; len(op.Results) > 1 {
+			// A fused forward op of several results, differentiated at
+			// its first (the last met going back), when every result's
+			// gradient is complete.
+			if op.Results[0] != v {
+				continue
+			}
+			dys := make([]*ir.Value, len(op.Results))
+			any := false
+			for j, r := range op.Results {
+				if len(contrib[r]) > 0 {
+					b.at(r)
+					dys[j], any = b.sum("d."+r.Name, contrib[r], shared), true
+				}
+			}
+			if !any {
+				continue
+			}
+			rule := op.Kind.Info().BackwardAll
+			if rule == nil {
+				return fmt.Errorf("op %s of %d results has no backward rule", op.Kind, len(op.Results))
+			}
+			b.at(op.Results[len(op.Results)-1])
+			grads = rule(b, op, dys)
+		} else {
+			if len(contrib[v]) == 0 {
+				continue
+			}
+			b.at(v)
+			dy := b.sum("d."+v.Name, contrib[v], shared)
+			rule := v.Def.Kind.Info().Backward
+			if rule == nil {
+				return fmt.Errorf("op %s has no backward rule", v.Def.Kind)
+			}
+			grads = rule(b, v.Def, dy)
 		}
-		b.at(v)
-		dy := b.sum("d."+v.Name, contrib[v], shared)
-		rule := v.Def.Kind.Info().Backward
-		if rule == nil {
-			return fmt.Errorf("op %s has no backward rule", v.Def.Kind)
-		}
-		grads := rule(b, v.Def, dy)
 		for j, a := range v.Def.Args {
 			if j < len(grads) && grads[j] != nil && (a.Role == ir.Param || a.Def != nil) {
 				add(a, grads[j])

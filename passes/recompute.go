@@ -67,7 +67,9 @@ func recompute(s *State) error {
 			continue
 		}
 		for _, v := range st.Fwd {
-			if !needed[v] {
+			// An op of several results (a fused one) is copied whole,
+			// once, when backward needs any of them.
+			if !needed[v] || clone[v] != nil {
 				continue
 			}
 			op := v.Def
@@ -82,14 +84,13 @@ func recompute(s *State) error {
 			if err != nil {
 				return fmt.Errorf("copying %s: %v", v.Name, err)
 			}
-			if len(cop.Results) != 1 {
-				return fmt.Errorf("copying %s: %s has %d results", v.Name, op.Kind, len(cop.Results))
+			for j, c := range cop.Results {
+				r := op.Results[j]
+				c.Name, c.Layer, c.Pos = r.Name+".rc", r.Layer, r.Pos
+				clone[r] = c
+				s.Origin[c] = r
+				copies[i] = append(copies[i], c)
 			}
-			c := cop.Results[0]
-			c.Name, c.Layer, c.Pos = v.Name+".rc", v.Layer, v.Pos
-			clone[v] = c
-			s.Origin[c] = v
-			copies[i] = append(copies[i], c)
 		}
 	}
 	// Insert each block's copies before its first backward value, and

@@ -50,6 +50,8 @@ type GPU struct {
 	emu    sync.Mutex
 	events []C.CUevent // by index, each made on its first Record or Wait
 	closed bool
+
+	staged staging // UploadOn's
 }
 
 // numStreams is the stream indices a GPU has: the plan's and the
@@ -214,6 +216,9 @@ func (g *GPU) Close() error {
 	}
 	g.closed = true
 	err := g.ctx.Sync()
+	if e := g.staged.free(g.ctx); err == nil {
+		err = e
+	}
 	// NCCL's communicators go before the streams they ran on.
 	if e := g.closeCollectives(); err == nil {
 		err = e
@@ -414,4 +419,11 @@ func (g *GPU) Wait(s, ev int) error {
 }
 
 // Sync waits for every stream's work (cuCtxSynchronize).
-func (g *GPU) Sync() error { return g.ctx.Sync() }
+func (g *GPU) Sync() error {
+	mark := g.staged.mark()
+	if err := g.ctx.Sync(); err != nil {
+		return err
+	}
+	g.staged.reset(mark)
+	return nil
+}

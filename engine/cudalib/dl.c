@@ -25,6 +25,9 @@ static CUresult (*p_cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
 static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
 static CUresult (*p_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 static CUresult (*p_cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+static CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*p_cuMemAllocHost)(void **, size_t);
+static CUresult (*p_cuMemFreeHost)(void *);
 static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
 static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -125,6 +128,9 @@ static const struct sym syms[] = {
 	{AMSP_LIB_CUDA, "cuMemsetD8_v2", (void **)&p_cuMemsetD8},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoDAsync_v2", (void **)&p_cuMemcpyDtoDAsync},
 	{AMSP_LIB_CUDA, "cuMemsetD8Async", (void **)&p_cuMemsetD8Async},
+	{AMSP_LIB_CUDA, "cuMemcpyHtoDAsync_v2", (void **)&p_cuMemcpyHtoDAsync},
+	{AMSP_LIB_CUDA, "cuMemAllocHost_v2", (void **)&p_cuMemAllocHost},
+	{AMSP_LIB_CUDA, "cuMemFreeHost", (void **)&p_cuMemFreeHost},
 	{AMSP_LIB_CUDA, "cuMemcpyDtoH_v2", (void **)&p_cuMemcpyDtoH},
 	{AMSP_LIB_CUDA, "cuModuleLoadData", (void **)&p_cuModuleLoadData},
 	{AMSP_LIB_CUDA, "cuModuleGetFunction", (void **)&p_cuModuleGetFunction},
@@ -237,6 +243,11 @@ CUresult amsp_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstre
 	return p_cuMemsetD8Async(dst, v, n, s);
 }
 CUresult amsp_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) { return p_cuMemcpyDtoH(dst, src, bytes); }
+CUresult amsp_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
+	return p_cuMemcpyHtoDAsync(dst, src, bytes, s);
+}
+CUresult amsp_cuMemAllocHost(void **p, size_t bytes) { return p_cuMemAllocHost(p, bytes); }
+CUresult amsp_cuMemFreeHost(void *p) { return p_cuMemFreeHost(p); }
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image) { return p_cuModuleLoadData(m, image); }
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { return p_cuModuleGetFunction(f, m, name); }
 CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

@@ -55,6 +55,9 @@ CUresult amsp_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 CUresult amsp_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n);
 CUresult amsp_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
 CUresult amsp_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
+CUresult amsp_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+CUresult amsp_cuMemAllocHost(void **p, size_t bytes);
+CUresult amsp_cuMemFreeHost(void *p);
 CUresult amsp_cuModuleLoadData(CUmodule *m, const void *image);
 CUresult amsp_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult amsp_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

@@ -186,9 +186,9 @@ func NonFinite(flag uint64) (int, float32) {
 }
 
 // OpCall is what PlanOp needs of an instruction: its op, its operands'
-// and results' dtypes and shapes, its attributes, the optimizer step,
-// AdamW's decayed ranges, and a way to read integer operands (EmbedGrad
-// groups positions by id on the host).
+// and results' dtypes and shapes, its attributes, the optimizer step and
+// AdamW's decayed ranges. Never the operands' values: a plan reads
+// nothing back from the device (no host waits inside a step).
 type OpCall struct {
 	Op                   ir.OpKind
 	ArgTypes, OutTypes   []ir.DType
@@ -199,13 +199,18 @@ type OpCall struct {
 	Attr               func(name string) ir.AttrVal
 	Step               int
 	Decayed            [][2]int
-	Ints               func(operand int) ([]int32, error)
 	// TensorCores lets bf16 attention run on tensor cores (mma.cu).
 	TensorCores bool
 	// Storage asks for a Stored plan where the op has one
 	// (HasStoredPlan): its kernels take bf16 and fp32 operands and
 	// results as they are stored, and check the results themselves.
 	Storage bool
+	// StoredOut, for a plan on fp32 results (not Storage), is the dtype
+	// each result is stored in afterwards (bf16: the backend rounds it
+	// after the plan): a fused op's plan that reads a result of its own
+	// back rounds it as its storage will first, as the unfused ops would
+	// read it. Nil: OutTypes.
+	StoredOut []ir.DType
 }
 
 // RawBF16 says whether an instruction's launch plan takes its bf16
@@ -355,6 +360,31 @@ func gemm(kind GemmKind) opPlan {
 	}
 }
 
+// embedChunk is embed_count's chunk of n positions, counted by one
+// thread: at least 256, and n in at most 16 chunks, so the counts per
+// chunk and id stay within 16 x vocab (8 MiB at vocab 128,256).
+func embedChunk(n int64) int64 { return max(256, (n+15)/16) }
+
+// planEmbedGrad lists each id's positions on the device (embed_count to
+// embed_place, ops.cu: the lists gpu.Positions makes), then sums dy's
+// rows by them, so no host waits for the ids. Scratch: 0 start (vocab+1),
+// 1 pos (n), 2 rank (n), 3 the counts per chunk and id, then their
+// offsets (chunks*vocab, zeroed); int32 each.
+func planEmbedGrad(c *OpCall, p *Plan, _ bool) error {
+	vocab, d, n := c.OutShapes[0][0], c.OutShapes[0][1], c.n(0)
+	chunk := embedChunk(n)
+	chunks := (n + chunk - 1) / chunk
+	p.Scratch = []ScratchBuf{{Bytes: 4 * (vocab + 1)}, {Bytes: 4 * max(n, 1)}, {Bytes: 4 * max(n, 1)}, {Bytes: 4 * max(chunks*vocab, 1)}}
+	p.Launches = []Launch{
+		elementwise("embed_count", chunks, scr(3), scr(2), opnd(0), i64(n), i64(vocab), i64(chunk)),
+		elementwise("embed_offsets", vocab, scr(3), scr(0), i64(chunks), i64(vocab)),
+		row("embed_scan", 1, vocab, scr(0), i64(vocab)),
+		elementwise("embed_place", n, scr(1), scr(0), scr(3), scr(2), opnd(0), i64(n), i64(vocab), i64(chunk)),
+		elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d)),
+	}
+	return nil
+}
+
 // opPlans is the GPU's launch plan of every op it runs, by op kind.
 var opPlans = map[ir.OpKind]opPlan{
 	ir.Embed: func(c *OpCall, p *Plan, _ bool) error {
@@ -365,17 +395,7 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{elementwise("embed_f32", ids*d, res(0), opnd(0), opnd(1), i64(ids), i64(vocab), i64(d), scr(0))}
 		return nil
 	},
-	ir.EmbedGrad: func(c *OpCall, p *Plan, _ bool) error {
-		vocab, d := c.OutShapes[0][0], c.OutShapes[0][1]
-		ids, err := c.Ints(0)
-		if err != nil {
-			return err
-		}
-		start, pos := Positions(ids, int(vocab))
-		p.Scratch = []ScratchBuf{{Bytes: 4 * int64(len(start)), Init: int32Bytes(start)}, {Bytes: 4 * int64(max(len(pos), 1)), Init: int32Bytes(pos)}}
-		p.Launches = []Launch{elementwise("embed_grad_f32", vocab*d, res(0), scr(0), scr(1), opnd(1), i64(vocab), i64(d))}
-		return nil
-	},
+	ir.EmbedGrad:   planEmbedGrad,
 	ir.MatMul:      gemm(GemmAB),
 	ir.MatMulGradA: gemm(GemmABt),
 	ir.MatMulGradB: gemm(GemmAtB),
@@ -503,6 +523,8 @@ func family(k kset) map[ir.OpKind]opPlan {
 		ir.Scale:            scale(k),
 		ir.RMSNorm:          rmsnorm(k),
 		ir.RMSNormGrad:      rmsnormGrad(k),
+		ir.AddRMSNorm:       addRMSNorm(k),
+		ir.AddRMSNormGrad:   addRMSNormGrad(k),
 		ir.LayerNorm:        layernorm(k),
 		ir.LayerNormGrad:    layernormGrad(k),
 		ir.RoPE:             rope(k, 1),
@@ -618,10 +640,81 @@ func rmsnormGrad(k kset) opPlan {
 		p.Scratch = []ScratchBuf{f32Scratch(rows)}
 		p.Launches = []Launch{
 			k.row(c, "rmsnorm_grad", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), f32(c.fa("eps"))),
-			k.cols(c, "rmsnorm_grad_w", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d)),
+			rmsnormGradW(k, c, rows, d),
 		}
 		return nil
 	}
+}
+
+// rmsnormGradW is rmsnorm_grad's dw (result 1) from x (operand 0), dy
+// (operand 2) and the row kernel's rstd (scratch 0): add_rmsnorm_grad's
+// y, w and dh are rmsnorm_grad's x, w and dy.
+func rmsnormGradW(k kset, c *OpCall, rows, d int64) Launch {
+	return k.cols(c, "rmsnorm_grad_w", d, res(1), opnd(0), opnd(2), scr(0), i64(rows), i64(d))
+}
+
+// addRMSNorm is y = x + r (result 0) and h = rmsnorm(y, w) (result 1)
+// with the bits of add then rmsnorm: in one pass (add_rmsnorm_st), or
+// add_f32 then rmsnorm_f32 reading y back, rounded first when y is
+// stored as bf16 (the backend rounds it again after the plan, to the
+// same bits).
+func addRMSNorm(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		n, d := c.n(0), c.n(2)
+		rows := n / d
+		eps := f32(c.fa("eps"))
+		if k == storage {
+			p.Launches = []Launch{k.row(c, "add_rmsnorm", rows, d, res(0), res(1), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), eps)}
+			return nil
+		}
+		p.Launches = append([]Launch{k.ew(c, "add", n, res(0), opnd(0), opnd(1), i64(n), i64(n))}, c.roundStored(0, res(0), n)...)
+		p.Launches = append(p.Launches, k.row(c, "rmsnorm", rows, d, res(1), res(0), opnd(2), i64(rows), i64(d), eps))
+		return nil
+	}
+}
+
+// addRMSNormGrad is dx = dy + rmsnorm_grad's dx (result 0, from y, w
+// and dh: operands 0-2; dy operand 3) and rmsnorm_grad's dw (result 1),
+// with the bits of rmsnorm_grad then add: rmsnorm_grad's dx is rounded
+// as dx is stored before the sum, as the unfused add reads it. In one
+// pass (add_rmsnorm_grad_st), or rmsnorm_grad_f32 into scratch 1, rounded
+// there, then add_f32.
+func addRMSNormGrad(k kset) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		n, d := c.n(0), c.n(1)
+		rows := n / d
+		eps := f32(c.fa("eps"))
+		p.Scratch = []ScratchBuf{f32Scratch(rows)}
+		if k == storage {
+			p.Launches = []Launch{
+				k.row(c, "add_rmsnorm_grad", rows, d, res(0), scr(0), opnd(0), opnd(1), opnd(2), opnd(3), i64(rows), i64(d), eps),
+				rmsnormGradW(k, c, rows, d),
+			}
+			return nil
+		}
+		p.Scratch = append(p.Scratch, f32Scratch(n))
+		p.Launches = []Launch{
+			k.row(c, "rmsnorm_grad", rows, d, scr(1), scr(0), opnd(0), opnd(1), opnd(2), i64(rows), i64(d), eps),
+			rmsnormGradW(k, c, rows, d),
+		}
+		p.Launches = append(p.Launches, c.roundStored(0, scr(1), n)...)
+		p.Launches = append(p.Launches, k.ew(c, "add", n, res(0), opnd(3), scr(1), i64(n), i64(n)))
+		return nil
+	}
+}
+
+// roundStored is bf16_round in place on the n floats at x when result i
+// is stored as bf16 (OpCall.StoredOut): a plain plan reading back a
+// value it computes as result i's storage will hold it.
+func (c *OpCall) roundStored(i int, x Arg, n int64) []Launch {
+	dt := c.OutTypes[i]
+	if c.StoredOut != nil {
+		dt = c.StoredOut[i]
+	}
+	if dt != ir.BF16 {
+		return nil
+	}
+	return []Launch{elementwise("bf16_round", n, x, i64(n))}
 }
 
 func layernorm(k kset) opPlan {
@@ -807,14 +900,6 @@ func (s ScratchBuf) Content() []byte {
 		for i := 0; i+8 <= len(b); i += 8 {
 			binary.LittleEndian.PutUint64(b[i:], s.Fill)
 		}
-	}
-	return b
-}
-
-func int32Bytes(x []int32) []byte {
-	b := make([]byte, 4*max(len(x), 1))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
 	}
 	return b
 }

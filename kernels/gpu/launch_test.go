@@ -29,6 +29,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.MatMulGradB, [][]int64{x, {2, 3, 4}}, [][]int64{{8, 4}}, true},
 		{ir.RMSNorm, [][]int64{x, w}, [][]int64{x}, false},
 		{ir.RMSNormGrad, [][]int64{x, w, x}, [][]int64{x, w}, false},
+		{ir.AddRMSNorm, [][]int64{x, x, w}, [][]int64{x, x}, false},
+		{ir.AddRMSNormGrad, [][]int64{x, w, x, x}, [][]int64{x, w}, false},
 		{ir.LayerNorm, [][]int64{x, w, w}, [][]int64{x}, false},
 		{ir.LayerNormGrad, [][]int64{x, w, x}, [][]int64{x, w, w}, false},
 		{ir.SumRows, [][]int64{x}, [][]int64{w}, false},
@@ -70,7 +72,6 @@ func TestPlanEveryOp(t *testing.T) {
 	for _, c := range cases {
 		oc := &OpCall{Op: c.op, ArgShapes: c.args, OutShapes: c.out, Step: 1, Decayed: [][2]int{{0, 40}},
 			Attr: func(name string) ir.AttrVal { return attrs[name] },
-			Ints: func(int) ([]int32, error) { return []int32{1, 2, 3, 1, 0, 9}, nil },
 		}
 		for i, s := range c.args {
 			dt := ir.F32
@@ -269,8 +270,64 @@ func TestStoredPlans(t *testing.T) {
 			t.Errorf("%v with f16 storage: %v, want not supported", op, err)
 		}
 	}
-	if n < 21 {
-		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms, RoPE and cross-entropy", n)
+	if n < 25 {
+		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms and the fused add and norm, RoPE, cross-entropy and AdamW", n)
+	}
+}
+
+// TestPlanAddRMSNorm: the fused add and rmsnorm and its gradient run
+// the unfused ops' kernels on fp32 (rounding what they read back of a
+// bf16-stored result first: OutTypes, or StoredOut when given), or one
+// pass of their own kernel on storage (the gradient's dw
+// rmsnorm_grad_w_st's, as rmsnorm_grad's).
+func TestPlanAddRMSNorm(t *testing.T) {
+	x, w := []int64{2, 3, 8}, []int64{8}
+	attr := func(string) ir.AttrVal { return ir.AttrVal{Float: 1e-5} }
+	for _, c := range []struct {
+		op        ir.OpKind
+		args      [][]int64
+		storage   bool
+		dt        ir.DType   // every operand and result
+		storedOut []ir.DType // plain plans: OpCall.StoredOut
+		want      string
+	}{
+		{ir.AddRMSNorm, [][]int64{x, x, w}, false, ir.F32, nil, "[add_f32 rmsnorm_f32]"},
+		{ir.AddRMSNorm, [][]int64{x, x, w}, false, ir.F32, []ir.DType{ir.F32, ir.BF16}, "[add_f32 rmsnorm_f32]"},
+		{ir.AddRMSNorm, [][]int64{x, x, w}, false, ir.F32, []ir.DType{ir.BF16, ir.BF16}, "[add_f32 bf16_round rmsnorm_f32]"},
+		{ir.AddRMSNorm, [][]int64{x, x, w}, true, ir.F32, nil, "[add_rmsnorm_st]"},
+		{ir.AddRMSNorm, [][]int64{x, x, w}, true, ir.BF16, nil, "[add_rmsnorm_st]"},
+		{ir.AddRMSNormGrad, [][]int64{x, w, x, x}, false, ir.F32, nil, "[rmsnorm_grad_f32 rmsnorm_grad_w_f32 add_f32]"},
+		{ir.AddRMSNormGrad, [][]int64{x, w, x, x}, false, ir.F32, []ir.DType{ir.BF16, ir.F32},
+			"[rmsnorm_grad_f32 rmsnorm_grad_w_f32 bf16_round add_f32]"},
+		{ir.AddRMSNormGrad, [][]int64{x, w, x, x}, true, ir.BF16, nil, "[add_rmsnorm_grad_st rmsnorm_grad_w_st]"},
+	} {
+		outs := [][]int64{x, x}
+		if c.op == ir.AddRMSNormGrad {
+			outs = [][]int64{x, w}
+		}
+		oc := &OpCall{Op: c.op, ArgShapes: c.args, OutShapes: outs, Attr: attr, Storage: c.storage, StoredOut: c.storedOut}
+		for _, s := range c.args {
+			oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, c.dt), append(oc.ArgElems, elems(s))
+		}
+		for _, s := range outs {
+			oc.OutTypes, oc.OutElems = append(oc.OutTypes, c.dt), append(oc.OutElems, elems(s))
+		}
+		what := fmt.Sprintf("%v storage %v %v stored as %v", c.op, c.storage, c.dt, c.storedOut)
+		p, err := PlanOp(oc)
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+			continue
+		}
+		var ks []string
+		for _, l := range p.Launches {
+			if err := l.CheckArgs(); err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+			ks = append(ks, l.Kernel)
+		}
+		if got := fmt.Sprint(ks); got != c.want {
+			t.Errorf("%s: kernels %s, want %s", what, got, c.want)
+		}
 	}
 }
 
@@ -338,6 +395,48 @@ func TestPlanLinearCrossEntropy(t *testing.T) {
 			if fmt.Sprint(gemms) != fmt.Sprint(want) {
 				t.Errorf("%v bf16 %v: products of %v rows, want %v", op, bf, gemms, want)
 			}
+		}
+	}
+}
+
+// TestPlanEmbedGrad: the embedding's gradient lists each id's positions
+// on the device (an OpCall has no way to read them on the host), in
+// scratch sized by the shapes alone, the counts per chunk zeroed first.
+func TestPlanEmbedGrad(t *testing.T) {
+	for _, c := range []struct{ n, vocab, chunks int64 }{{1, 1, 1}, {256, 7, 1}, {257, 300, 2}, {8192, 5000, 16}, {100000, 9, 16}} {
+		const d = 3
+		oc := &OpCall{Op: ir.EmbedGrad, ArgShapes: [][]int64{{c.n}, {c.n, d}}, ArgTypes: []ir.DType{ir.I32, ir.F32}, ArgElems: []int64{c.n, c.n * d},
+			OutShapes: [][]int64{{c.vocab, d}}, OutTypes: []ir.DType{ir.F32}, OutElems: []int64{c.vocab * d}}
+		p, err := PlanOp(oc)
+		if err != nil {
+			t.Errorf("n %d, vocab %d: %v", c.n, c.vocab, err)
+			continue
+		}
+		var ks []string
+		for _, l := range p.Launches {
+			if err := l.CheckArgs(); err != nil {
+				t.Errorf("n %d, vocab %d: %v", c.n, c.vocab, err)
+			}
+			ks = append(ks, l.Kernel)
+		}
+		if got, want := fmt.Sprint(ks), "[embed_count embed_offsets embed_scan embed_place embed_grad_f32]"; got != want {
+			t.Errorf("n %d, vocab %d: kernels %s, want %s", c.n, c.vocab, got, want)
+		}
+		if s := p.Launches[2]; s.Grid != [3]int{1, 1, 1} {
+			t.Errorf("n %d, vocab %d: embed_scan on %v blocks, want one", c.n, c.vocab, s.Grid)
+		}
+		var bytes []int64
+		for _, sb := range p.Scratch {
+			if sb.Init != nil || sb.Fill != 0 {
+				t.Errorf("n %d, vocab %d: scratch %+v, want zeroed (nothing from the host)", c.n, c.vocab, sb)
+			}
+			bytes = append(bytes, sb.Bytes)
+		}
+		if got, want := fmt.Sprint(bytes), fmt.Sprint([]int64{4 * (c.vocab + 1), 4 * c.n, 4 * c.n, 4 * c.chunks * c.vocab}); got != want {
+			t.Errorf("n %d, vocab %d: scratch bytes %s, want %s", c.n, c.vocab, got, want)
+		}
+		if p.Bad >= 0 || p.Loss >= 0 || p.Gemm != nil || len(p.Copies) > 0 {
+			t.Errorf("n %d, vocab %d: host work in %+v", c.n, c.vocab, p)
 		}
 	}
 }

@@ -261,26 +261,41 @@ __device__ __forceinline__ float st_load(const void *p, long long i, long long b
 	return ((const float *)p)[i];
 }
 
+// st_round is x as parameter k of a kernel with mask bf stores it and
+// st_load reads it back: rounded to bf16 (nearest even; a NaN stays one)
+// when bit k is set, else x.
+__device__ __forceinline__ float st_round(float x, long long bf, int k) {
+	if (!((bf >> k) & 1)) {
+		return x;
+	}
+	unsigned b = __float_as_uint(x);
+	if ((b & 0x7f800000u) != 0x7f800000u) {
+		b += 0x7fffu + ((b >> 16) & 1u);
+	} else if (b & 0x007fffffu) {
+		b |= 0x00400000u;
+	}
+	return __uint_as_float(b & 0xffff0000u);
+}
+
 // st_store stores x to element i of p, parameter k of a kernel with mask
 // bf, and flags it in *first (when first is not null) when it is a NaN
 // or an infinity as stored.
 __device__ __forceinline__ void st_store(void *p, long long i, float x, long long bf, int k, unsigned long long *first) {
-	float v = x;
+	float v = st_round(x, bf, k);
 	if ((bf >> k) & 1) {
-		unsigned b = __float_as_uint(x);
-		if ((b & 0x7f800000u) != 0x7f800000u) {
-			b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-		} else if (b & 0x007fffffu) {
-			b |= 0x00400000u;
-		}
-		v = __uint_as_float(b);
-		((unsigned short *)p)[i] = (unsigned short)(b >> 16);
+		((unsigned short *)p)[i] = (unsigned short)(__float_as_uint(v) >> 16);
 	} else {
 		((float *)p)[i] = x;
 	}
 	if (first && !(v - v == 0)) {
 		atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
 	}
+}
+
+// st_bits is mask bf's bits k0, k1 and k2 as bits 0, 1 and 2: a kernel's
+// mask as a body written for other parameter positions takes it.
+__device__ __forceinline__ long long st_bits(long long bf, int k0, int k1, int k2) {
+	return ((bf >> k0) & 1) | ((bf >> k1) & 1) << 1 | ((bf >> k2) & 1) << 2;
 }
 
 // add_f32 on storage bf: out (bit 0), a (1), b (2).
@@ -438,10 +453,30 @@ AMSP_EXTERN_C __global__ void rmsnorm_st(void *out, const void *x, const void *w
 	rmsnorm_body(out, x, w, d, eps, bf, first, red);
 }
 
+// add_rmsnorm_st is add_st then rmsnorm_st in one pass over the rows (a
+// block per row): y = x + r stored (and flagged) as add_st stores it,
+// then h = rmsnorm_body of y read back as stored, so h has rmsnorm_st's
+// bits for that y. Each thread reads back the elements it stored; the
+// barrier makes that so whatever the body's split of the row.
+// y (bit 0), h (1), x (2), r (3), w (4).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void add_rmsnorm_st(void *y, void *h, const void *x, const void *r, const void *w, long long rows,
+	long long d, float eps, long long bf, unsigned long long *first_y, unsigned long long *first_h) {
+	__shared__ double red[AMSP_BLOCK];
+	long long row = blockIdx.x;
+	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+		st_store(y, row * d + j, st_load(x, row * d + j, bf, 2) + st_load(r, row * d + j, bf, 3), bf, 0, first_y);
+	}
+	__syncthreads();
+	rmsnorm_body(h, y, w, d, eps, st_bits(bf, 1, 0, 4), first_h, red);
+}
+
 // rmsnorm_grad_body is rmsnorm_grad_st's (rmsnorm_grad_f32's with bf = 0,
-// no flag).
+// no flag). With add (bit 5) not null it is add_rmsnorm_grad_st's: dx
+// rounded as dx is stored, then add + dx stored, as add_st would store
+// the sum of add and rmsnorm_grad_st's dx.
 __device__ __forceinline__ void rmsnorm_grad_body(void *dx, float *rstd, const void *x, const void *w, const void *dy,
-	long long d, float eps, long long bf, unsigned long long *first, double *red) {
+	const void *add, long long d, float eps, long long bf, unsigned long long *first, double *red) {
 	long long r = blockIdx.x;
 	double ss = 0;
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
@@ -459,7 +494,11 @@ __device__ __forceinline__ void rmsnorm_grad_body(void *dx, float *rstd, const v
 	float c = (float)(dot / (double)d);
 	for (long long j = threadIdx.x; j < d; j += blockDim.x) {
 		float xj = st_load(x, r * d + j, bf, 2), wj = st_load(w, j, bf, 3), gj = st_load(dy, r * d + j, bf, 4);
-		st_store(dx, r * d + j, rs * (gj * wj - xj * rs * c), bf, 0, first);
+		float v = rs * (gj * wj - xj * rs * c);
+		if (add) {
+			v = st_load(add, r * d + j, bf, 5) + st_round(v, bf, 0);
+		}
+		st_store(dx, r * d + j, v, bf, 0, first);
 	}
 	if (threadIdx.x == 0) {
 		rstd[r] = rs;
@@ -472,7 +511,7 @@ __device__ __forceinline__ void rmsnorm_grad_body(void *dx, float *rstd, const v
 AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const float *x, const float *w, const float *dy,
 	long long rows, long long d, float eps) {
 	__shared__ double red[AMSP_BLOCK];
-	rmsnorm_grad_body(dx, rstd, x, w, dy, d, eps, 0, 0, red);
+	rmsnorm_grad_body(dx, rstd, x, w, dy, 0, d, eps, 0, 0, red);
 }
 
 // rmsnorm_grad_f32 on storage bf: dx (bit 0), x (2), w (3), dy (4); rstd
@@ -481,7 +520,17 @@ AMSP_EXTERN_C __global__ void rmsnorm_grad_f32(float *dx, float *rstd, const flo
 AMSP_EXTERN_C __global__ void rmsnorm_grad_st(void *dx, float *rstd, const void *x, const void *w, const void *dy,
 	long long rows, long long d, float eps, long long bf, unsigned long long *first) {
 	__shared__ double red[AMSP_BLOCK];
-	rmsnorm_grad_body(dx, rstd, x, w, dy, d, eps, bf, first, red);
+	rmsnorm_grad_body(dx, rstd, x, w, dy, 0, d, eps, bf, first, red);
+}
+
+// add_rmsnorm_grad_st is rmsnorm_grad_st then add_st(dx, dy, its dx) in
+// one pass: dx (bit 0), rstd (1, fp32 scratch, for rmsnorm_grad_w_st),
+// y (2), w (3), dh (4, h's gradient), dy (5, y's own gradient).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void add_rmsnorm_grad_st(void *dx, float *rstd, const void *y, const void *w, const void *dh,
+	const void *dy, long long rows, long long d, float eps, long long bf, unsigned long long *first) {
+	__shared__ double red[AMSP_BLOCK];
+	rmsnorm_grad_body(dx, rstd, y, w, dh, dy, d, eps, bf, first, red);
 }
 
 // rmsnorm_grad_w_body is rmsnorm_grad_w_st's (rmsnorm_grad_w_f32's with
@@ -728,10 +777,99 @@ AMSP_EXTERN_C __global__ void check_ids(const int *ids, long long n, long long l
 	}
 }
 
+// embed_count, embed_offsets, embed_scan and embed_place list, for each
+// id v in [0, vocab), the positions where it occurs, ascending, as
+// gpu.Positions does on the host: pos[start[v]:start[v+1]], for
+// embed_grad_f32. A stable counting sort over chunks of positions, in
+// integers, so the lists are the same whatever the grid; no host reads
+// the ids. An id outside [0, vocab) (embed_f32 has reported it) is
+// skipped: its position is in no list.
+//
+// embed_count: thread per chunk of chunk positions, in order: cnt[c,v]
+// (zero before) counts v in chunk c, rank[i] is how many of chunk c's
+// positions before i hold i's id.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void embed_count(int *cnt, int *rank, const int *ids, long long n, long long vocab, long long chunk) {
+	GRID_STRIDE(c, (n + chunk - 1) / chunk) {
+		int *row = cnt + c * vocab;
+		long long end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+		for (long long i = c * chunk; i < end; i++) {
+			int id = ids[i];
+			if (id >= 0 && id < vocab) {
+				rank[i] = row[id]++;
+			}
+		}
+	}
+}
+
+// embed_offsets: thread per id v, over the chunks in order: cnt[c,v]
+// becomes the count of v in the chunks before c, start[v+1] the count of
+// v in all (embed_scan's input).
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void embed_offsets(int *cnt, int *start, long long chunks, long long vocab) {
+	GRID_STRIDE(v, vocab) {
+		int s = 0;
+		for (long long c = 0; c < chunks; c++) {
+			int k = cnt[c * vocab + v];
+			cnt[c * vocab + v] = s;
+			s += k;
+		}
+		start[v + 1] = s;
+	}
+}
+
+// embed_scan: one block turns the counts start[1..vocab] into their
+// running sums, start[0] = 0. Thread t sums a segment of
+// ceil(vocab/blockDim) counts, thread 0 the segments' sums before each,
+// then each thread writes its segment's running sums: any block size.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void embed_scan(int *start, long long vocab) {
+	__shared__ int before[AMSP_BLOCK];
+	if (blockIdx.x != 0) { // one block does it all
+		return;
+	}
+	long long t = threadIdx.x, seg = (vocab + blockDim.x - 1) / blockDim.x;
+	long long lo = 1 + t * seg, hi = lo + seg < vocab + 1 ? lo + seg : vocab + 1;
+	int s = 0;
+	for (long long v = lo; v < hi; v++) {
+		s += start[v];
+	}
+	before[t] = s;
+	__syncthreads();
+	if (t == 0) {
+		int run = 0;
+		for (unsigned u = 0; u < blockDim.x; u++) {
+			int k = before[u];
+			before[u] = run;
+			run += k;
+		}
+		start[0] = 0;
+	}
+	__syncthreads();
+	s = before[t];
+	for (long long v = lo; v < hi; v++) {
+		s += start[v];
+		start[v] = s;
+	}
+}
+
+// embed_place: thread per position i, whose place in its id's list is
+// the id's count in the chunks before i's (off, embed_offsets' cnt) plus
+// its rank in its own chunk.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void embed_place(int *pos, const int *start, const int *off, const int *rank, const int *ids, long long n,
+	long long vocab, long long chunk) {
+	GRID_STRIDE(i, n) {
+		int id = ids[i];
+		if (id >= 0 && id < vocab) {
+			pos[start[id] + off[i / chunk * vocab + id] + rank[i]] = (int)i;
+		}
+	}
+}
+
 // dtable[v] = the sum of dy's rows at the positions where id v occurs, in
-// position order: pos[start[v]:start[v+1]] lists them ascending (the host
-// builds the lists from the ids, which it loaded). Rows of ids that do
-// not occur are zero.
+// position order: pos[start[v]:start[v+1]] lists them ascending
+// (embed_place). Rows of ids that do not occur are zero.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void embed_grad_f32(float *dtable, const int *start, const int *pos, const float *dy, long long vocab,
 	long long d) {

@@ -220,6 +220,18 @@ func (d *Device) Upload(addr uint64, src []byte) error {
 	})
 }
 
+// UploadOn copies src (as it is now) to addr when stream s gets there.
+func (d *Device) UploadOn(s int, addr uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	b := append([]byte(nil), src...)
+	return d.enqueue(s, func() error {
+		C.memcpy(ptr(addr), unsafe.Pointer(&b[0]), C.size_t(len(b)))
+		return nil
+	})
+}
+
 func (d *Device) Download(dst []byte, addr uint64) error {
 	return d.transfer(func() {
 		if len(dst) > 0 {

@@ -238,6 +238,15 @@ static void h_rmsnorm_st(const void *p) {
 		(long long)w[4], amsp_word_f32(w[5]), (long long)w[6], (unsigned long long *)(uintptr_t)w[7]);
 }
 
+// add_rmsnorm_st (ops.cu, row).
+static void h_add_rmsnorm_st(const void *p) {
+	const unsigned long long *w = p;
+	add_rmsnorm_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
+		amsp_word_f32(w[7]), (long long)w[8], (unsigned long long *)(uintptr_t)w[9],
+		(unsigned long long *)(uintptr_t)w[10]);
+}
+
 // rmsnorm_grad_f32 (ops.cu, row).
 static void h_rmsnorm_grad_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -252,6 +261,14 @@ static void h_rmsnorm_grad_st(const void *p) {
 	rmsnorm_grad_st((void *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
 		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (long long)w[5], (long long)w[6],
 		amsp_word_f32(w[7]), (long long)w[8], (unsigned long long *)(uintptr_t)w[9]);
+}
+
+// add_rmsnorm_grad_st (ops.cu, row).
+static void h_add_rmsnorm_grad_st(const void *p) {
+	const unsigned long long *w = p;
+	add_rmsnorm_grad_st((void *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (const void *)(uintptr_t)w[4], (const void *)(uintptr_t)w[5], (long long)w[6],
+		(long long)w[7], amsp_word_f32(w[8]), (long long)w[9], (unsigned long long *)(uintptr_t)w[10]);
 }
 
 // rmsnorm_grad_w_f32 (ops.cu, elementwise).
@@ -341,6 +358,32 @@ static void h_embed_f32(const void *p) {
 static void h_check_ids(const void *p) {
 	const unsigned long long *w = p;
 	check_ids((const int *)(uintptr_t)w[0], (long long)w[1], (long long)w[2], (unsigned long long *)(uintptr_t)w[3]);
+}
+
+// embed_count (ops.cu, elementwise).
+static void h_embed_count(const void *p) {
+	const unsigned long long *w = p;
+	embed_count((int *)(uintptr_t)w[0], (int *)(uintptr_t)w[1], (const int *)(uintptr_t)w[2], (long long)w[3],
+		(long long)w[4], (long long)w[5]);
+}
+
+// embed_offsets (ops.cu, elementwise).
+static void h_embed_offsets(const void *p) {
+	const unsigned long long *w = p;
+	embed_offsets((int *)(uintptr_t)w[0], (int *)(uintptr_t)w[1], (long long)w[2], (long long)w[3]);
+}
+
+// embed_scan (ops.cu, row).
+static void h_embed_scan(const void *p) {
+	const unsigned long long *w = p;
+	embed_scan((int *)(uintptr_t)w[0], (long long)w[1]);
+}
+
+// embed_place (ops.cu, elementwise).
+static void h_embed_place(const void *p) {
+	const unsigned long long *w = p;
+	embed_place((int *)(uintptr_t)w[0], (const int *)(uintptr_t)w[1], (const int *)(uintptr_t)w[2],
+		(const int *)(uintptr_t)w[3], (const int *)(uintptr_t)w[4], (long long)w[5], (long long)w[6], (long long)w[7]);
 }
 
 // embed_grad_f32 (ops.cu, elementwise).
@@ -610,105 +653,123 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 30: // rmsnorm_st
 		LAUNCH(gx, h_rmsnorm_st(w));
 		return 0;
-	case 31: // rmsnorm_grad_f32
+	case 31: // add_rmsnorm_st
+		LAUNCH(gx, h_add_rmsnorm_st(w));
+		return 0;
+	case 32: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 32: // rmsnorm_grad_st
+	case 33: // rmsnorm_grad_st
 		LAUNCH(gx, h_rmsnorm_grad_st(w));
 		return 0;
-	case 33: // rmsnorm_grad_w_f32
+	case 34: // add_rmsnorm_grad_st
+		LAUNCH(gx, h_add_rmsnorm_grad_st(w));
+		return 0;
+	case 35: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 34: // rmsnorm_grad_w_st
+	case 36: // rmsnorm_grad_w_st
 		LAUNCH(gx, h_rmsnorm_grad_w_st(w));
 		return 0;
-	case 35: // layernorm_f32
+	case 37: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 36: // layernorm_st
+	case 38: // layernorm_st
 		LAUNCH(gx, h_layernorm_st(w));
 		return 0;
-	case 37: // layernorm_grad_f32
+	case 39: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 38: // layernorm_grad_st
+	case 40: // layernorm_grad_st
 		LAUNCH(gx, h_layernorm_grad_st(w));
 		return 0;
-	case 39: // layernorm_grad_wb_f32
+	case 41: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 40: // layernorm_grad_wb_st
+	case 42: // layernorm_grad_wb_st
 		LAUNCH(gx, h_layernorm_grad_wb_st(w));
 		return 0;
-	case 41: // rope_f32
+	case 43: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 42: // rope_st
+	case 44: // rope_st
 		LAUNCH(gx, h_rope_st(w));
 		return 0;
-	case 43: // embed_f32
+	case 45: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 44: // check_ids
+	case 46: // check_ids
 		LAUNCH(gx, h_check_ids(w));
 		return 0;
-	case 45: // embed_grad_f32
+	case 47: // embed_count
+		LAUNCH(gx, h_embed_count(w));
+		return 0;
+	case 48: // embed_offsets
+		LAUNCH(gx, h_embed_offsets(w));
+		return 0;
+	case 49: // embed_scan
+		LAUNCH(gx, h_embed_scan(w));
+		return 0;
+	case 50: // embed_place
+		LAUNCH(gx, h_embed_place(w));
+		return 0;
+	case 51: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 46: // cross_entropy_f32
+	case 52: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 47: // cross_entropy_st
+	case 53: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 48: // cross_entropy_grad_f32
+	case 54: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 49: // cross_entropy_grad_st
+	case 55: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 50: // adamw_f32
+	case 56: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 51: // adamw_st
+	case 57: // adamw_st
 		LAUNCH(gx, h_adamw_st(w));
 		return 0;
-	case 52: // attention_f32
+	case 58: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 53: // attention_dsum_f32
+	case 59: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 54: // attention_dq_f32
+	case 60: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 55: // attention_dkv_f32
+	case 61: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 56: // attention_dkv_sum_f32
+	case 62: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 57: // first_nonfinite_f32
+	case 63: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 58: // bf16_widen
+	case 64: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 59: // bf16_round
+	case 65: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 60: // bf16_pack
+	case 66: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 61: // bf16_finish
+	case 67: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 62: // mma_probe
+	case 68: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 63: // attention_mma_fwd
+	case 69: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 64: // attention_mma_dkv
+	case 70: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 65: // attention_mma_dq
+	case 71: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 66: // attention_dsum_bf16
+	case 72: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
