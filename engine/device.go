@@ -56,10 +56,11 @@ type deviceBackend struct {
 	dev  Device
 	opts DeviceOptions
 
-	// Results' non-finite checks in flight: each flags a slot of a
-	// device array, read back in one copy when the host next waits for
-	// the device anyway (a read, a loss, Sync) or the slots run out, so a
-	// kernel costs no round trip to the host.
+	// Checks in flight: results' non-finite flags, plans' id checks and
+	// losses, each in a slot of a device array, read back in one copy
+	// when the host next waits for the device anyway (a read, Sync at the
+	// end of a step) or the slots run out, so no kernel costs a round
+	// trip to the host and no step waits for the device before its end.
 	checks struct {
 		sync.Mutex
 		slots   uint64 // maxChecks flags, gpu.NoneNonFinite until flagged
@@ -292,14 +293,6 @@ func (b *deviceBackend) WriteInts(m Mem, src []int32) error {
 	return b.dev.Upload(m.Addr, raw)
 }
 
-func (b *deviceBackend) download8(addr uint64) (uint64, error) {
-	var raw [8]byte
-	if err := b.dev.Download(raw[:], addr); err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint64(raw[:]), nil
-}
-
 // Launch runs the instruction in fp32: bf16 operands widened into
 // scratch memory (an operand that is also a result, once), its plan,
 // then every result checked for NaN and Inf, bf16 results rounded first
@@ -415,27 +408,32 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	for i, o := range c.Outs {
 		ns[i] = o.N
 	}
-	if err := b.launchChecked(s, c, p, scratch, ns); err != nil {
-		return err
-	}
-	return b.hostPart(c, p, scratch)
+	b.storedRuns.Add(1)
+	return b.launchChecked(s, c, p, scratch, ns)
 }
 
-// launchChecked launches a stored plan's kernels with its results' check
-// slots, under the checks' lock.
+// launchChecked launches a plan's kernels with the check slots they
+// flag (each result's, for a stored plan: ns; the plan's id check and
+// loss), under the checks' lock.
 func (b *deviceBackend) launchChecked(s int, c *KernelCall, p *gpu.Plan, scratch []uint64, ns []int64) error {
-	flags, err := b.reserveChecks(s, c.Instr, ns)
+	slots, err := b.reserve(s, c, p, ns)
 	if err != nil {
 		return err
 	}
 	defer b.checks.Unlock()
-	b.storedRuns.Add(1)
-	return b.launchAll(s, c, p, scratch, flags)
+	return b.launchAll(s, c, p, scratch, slots)
+}
+
+// planSlots are the check slots a plan's launches write: each result's
+// non-finite flag (a stored plan's), its id check and its loss.
+type planSlots struct {
+	flags    []uint64
+	id, loss uint64
 }
 
 // launchAll launches a plan's kernels, each argument resolved to the
 // operand's, result's, scratch buffer's or check slot's address.
-func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch, flags []uint64) error {
+func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch []uint64, slots planSlots) error {
 	for li := range p.Launches {
 		l := &p.Launches[li]
 		addrs := make([]uint64, len(l.Args))
@@ -448,7 +446,11 @@ func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch, fl
 			case gpu.Scratch:
 				addrs[i] = scratch[a.N]
 			case gpu.Flag:
-				addrs[i] = flags[a.N]
+				addrs[i] = slots.flags[a.N]
+			case gpu.IDFlag:
+				addrs[i] = slots.id
+			case gpu.LossSlot:
+				addrs[i] = slots.loss
 			}
 			if a.Kind < gpu.Null {
 				addrs[i] += uint64(a.I) // a chunk of the buffer
@@ -475,9 +477,47 @@ func (b *deviceBackend) launchAll(s int, c *KernelCall, p *gpu.Plan, scratch, fl
 // caller launches the kernels that flag them, then unlocks). With too
 // few slots free it flushes first.
 func (b *deviceBackend) reserveChecks(s int, in *ir.Instr, ns []int64) ([]uint64, error) {
+	checks := make([]pendingCheck, len(ns))
+	for i, n := range ns {
+		checks[i] = pendingCheck{s: s, in: in, n: n}
+	}
+	return b.reserveSlots(checks)
+}
+
+// reserve is reserveChecks for a plan's launches: a slot for each
+// result of a stored plan (ns), for its id check and for its loss.
+func (b *deviceBackend) reserve(s int, c *KernelCall, p *gpu.Plan, ns []int64) (planSlots, error) {
+	checks := make([]pendingCheck, 0, len(ns)+2)
+	for _, n := range ns {
+		checks = append(checks, pendingCheck{s: s, in: c.Instr, n: n})
+	}
+	if p.IDs != nil {
+		checks = append(checks, pendingCheck{s: s, in: c.Instr, kind: idCheck, ids: p.IDs})
+	}
+	if p.Loss {
+		checks = append(checks, pendingCheck{s: s, in: c.Instr, kind: lossCheck, losses: c.Losses})
+	}
+	addrs, err := b.reserveSlots(checks)
+	if err != nil {
+		return planSlots{}, err
+	}
+	slots := planSlots{flags: addrs[:len(ns)]}
+	addrs = addrs[len(ns):]
+	if p.IDs != nil {
+		slots.id, addrs = addrs[0], addrs[1:]
+	}
+	if p.Loss {
+		slots.loss = addrs[0]
+	}
+	return slots, nil
+}
+
+// reserveSlots takes a slot for each check, with the checks' lock held
+// on success.
+func (b *deviceBackend) reserveSlots(checks []pendingCheck) ([]uint64, error) {
 	for {
 		b.checks.Lock()
-		if len(b.checks.pending)+len(ns) <= maxChecks {
+		if len(b.checks.pending)+len(checks) <= maxChecks {
 			break
 		}
 		b.checks.Unlock()
@@ -498,10 +538,10 @@ func (b *deviceBackend) reserveChecks(s int, in *ir.Instr, ns []int64) ([]uint64
 		}
 		b.checks.slots = a
 	}
-	addrs := make([]uint64, len(ns))
-	for i, n := range ns {
+	addrs := make([]uint64, len(checks))
+	for i, c := range checks {
 		addrs[i] = b.checks.slots + 8*uint64(len(b.checks.pending))
-		b.checks.pending = append(b.checks.pending, pendingCheck{s: s, in: in, n: n})
+		b.checks.pending = append(b.checks.pending, c)
 	}
 	return addrs, nil
 }
@@ -553,8 +593,7 @@ func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
 
 // runPlan runs the plan of an instruction on fp32 memory (its results
 // stored afterwards in the dtypes stored): copies, the matmul or the
-// kernels with their scratch memory, then the host's part (an id out of
-// range, the loss).
+// kernels with their scratch memory and check slots.
 func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
 	oc := b.opCall(c)
 	oc.StoredOut = stored
@@ -577,61 +616,33 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
 	if err != nil {
 		return err
 	}
-	if err := b.launchAll(s, c, p, scratch, nil); err != nil {
-		return err
-	}
-	return b.hostPart(c, p, scratch)
-}
-
-// hostPart is a plan's work after its launches: an id out of range
-// (p.Bad), the loss (p.Loss).
-func (b *deviceBackend) hostPart(c *KernelCall, p *gpu.Plan, scratch []uint64) error {
-	if p.Bad >= 0 {
-		first, err := b.download8(scratch[p.Bad])
-		if err != nil {
-			return err
-		}
-		if err := b.flushChecks(); err != nil { // an earlier NaN is the first error
-			return err
-		}
-		if first < uint64(p.BadLimit) {
-			ids := make([]int32, c.Args[p.BadOperand].N)
-			if err := b.ReadInts(ids, c.Args[p.BadOperand]); err != nil {
-				return err
-			}
-			return fmt.Errorf("%s %d at position %d is outside [0, %d)", p.BadWhat, ids[first], first, p.BadVocab)
-		}
-	}
-	if p.Loss >= 0 {
-		raw := make([]byte, p.Scratch[p.Loss].Bytes)
-		if err := b.dev.Download(raw, scratch[p.Loss]); err != nil {
-			return err
-		}
-		if err := b.flushChecks(); err != nil { // the host has waited for the device: the earlier checks are in
-			return err
-		}
-		loss := gpu.MeanLoss(gpu.Float64s(raw)[:p.LossRows])
-		if err := b.Write(c.Outs[0], []float32{float32(loss)}); err != nil {
-			return err
-		}
-		*c.Losses = append(*c.Losses, loss)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return fmt.Errorf("loss is %v", loss)
-		}
-	}
-	return nil
+	return b.launchChecked(s, c, p, scratch, nil)
 }
 
 // maxChecks is how many results' checks can be in flight.
 const maxChecks = 4096
 
-// A pendingCheck is a result's non-finite check in flight: slot i of
-// the flags is instruction in's result of n elements, on stream s.
+// A pendingCheck is a check in flight, in slot i of the flags if it is
+// the i-th pending, of instruction in on stream s: a result of n
+// elements checked for NaN and Inf, the instruction's ids checked
+// against ids.Vocab, or its loss (a float64, appended to *losses when
+// read).
 type pendingCheck struct {
-	s  int
-	in *ir.Instr
-	n  int64
+	s      int
+	in     *ir.Instr
+	n      int64
+	kind   checkKind
+	ids    *gpu.IDCheck
+	losses *[]float64
 }
+
+type checkKind uint8
+
+const (
+	finiteCheck checkKind = iota
+	idCheck
+	lossCheck
+)
 
 // checkFinite launches l (first_nonfinite_f32, or bf16_finish) on the
 // result of n elements of instruction in, its flag (the last of addrs)
@@ -655,9 +666,11 @@ func noneFlags(n int) []byte {
 	return raw
 }
 
-// flushChecks reads the flags of the checks in flight (waiting for the
-// device) and fails, as a *KernelError naming its instruction, on the
-// first check in launch order that found a NaN or an infinity.
+// flushChecks reads the checks in flight (waiting for the device),
+// appends the losses among them to their runs' losses in launch order,
+// and fails, as a *KernelError naming its instruction, on the first
+// check in launch order that found a NaN or an infinity, an id out of
+// range or a loss that is not finite.
 func (b *deviceBackend) flushChecks() error {
 	b.checks.Lock()
 	defer b.checks.Unlock()
@@ -671,10 +684,28 @@ func (b *deviceBackend) flushChecks() error {
 		return err
 	}
 	var bad error
+	fail := func(c pendingCheck, err error) {
+		if bad == nil {
+			bad = &KernelError{Stream: c.s, Instr: c.in, Err: err}
+		}
+	}
 	for i, c := range p {
 		flag := binary.LittleEndian.Uint64(raw[8*i:])
-		if first, v := gpu.NonFinite(flag); first >= 0 && first < int(c.n) && bad == nil {
-			bad = &KernelError{Stream: c.s, Instr: c.in, Err: fmt.Errorf("produced %v at element %d", v, first)}
+		switch c.kind {
+		case finiteCheck:
+			if first, v := gpu.NonFinite(flag); first >= 0 && first < int(c.n) {
+				fail(c, fmt.Errorf("produced %v at element %d", v, first))
+			}
+		case idCheck:
+			if pos, id := gpu.BadID(flag); pos >= 0 {
+				fail(c, fmt.Errorf("%s %d at position %d is outside [0, %d)", c.ids.What, id, pos, c.ids.Vocab))
+			}
+		case lossCheck:
+			loss := math.Float64frombits(flag)
+			*c.losses = append(*c.losses, loss)
+			if math.IsNaN(loss) || math.IsInf(loss, 0) {
+				fail(c, fmt.Errorf("loss is %v", loss))
+			}
 		}
 	}
 	if err := b.dev.Upload(b.checks.slots, noneFlags(len(p))); err != nil {

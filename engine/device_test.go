@@ -288,3 +288,54 @@ shard ddp
 	}
 	t.Log(err)
 }
+
+// TestDeviceBadIDs: an id out of range stops the run on the device as on
+// the CPU, naming the instruction, the first bad position and its id,
+// though the device backend reads its id checks only after the step (the
+// kernels flag position and id in one word): an embedding's id, a plain
+// cross-entropy's target and a fused linear cross-entropy's target (the
+// README's bytes against vocabularies of 64 and 32).
+func TestDeviceBadIDs(t *testing.T) {
+	for _, c := range []struct{ name, body, want string }{
+		{"embed", "param emb : [64, 8]\n  loss = cross_entropy(embed(tokens, emb) @ transpose(emb), targets)",
+			"embed: id 97 at position 2 is outside [0, 64)"},
+		{"cross_entropy", "param emb : [256, 8]\n  param head : [8, 32]\n  loss = cross_entropy(embed(tokens, emb) @ head, targets)",
+			"cross_entropy: target 32 at position 0 is outside [0, 32)"},
+		{"linear_cross_entropy", "param emb : [256, 8]\n  param head : [8, 64]\n  loss = cross_entropy(embed(tokens, emb) @ head, targets)",
+			"cross_entropy: target 97 at position 1 is outside [0, 64)"},
+	} {
+		src := "model m {\n  input tokens : i32[batch, seq]\n  input targets : i32[batch, seq]\n  " + c.body + `
+}
+cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
+train { seq_len = 4 micro_batch = 1 global_batch = 1 precision = fp32 }
+shard ddp
+`
+		job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, _, err := compiler.Choose(job, cost.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := compiler.Compile(job, plan, compiler.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, be := range []struct {
+			name string
+			new  func(int) (engine.Backend, error)
+		}{
+			{"cpu", func(int) (engine.Backend, error) { return engine.NewCPUBackend(), nil }},
+			{"device", func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }},
+			{"multi-pass", func(int) (engine.Backend, error) {
+				return engine.NewDeviceBackendWith(hostc.NewDevice(), engine.DeviceOptions{MultiPass: true}), nil
+			}},
+		} {
+			_, err := start(t, res.Bundle, be.new).Step()
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ": "+c.name+" ") {
+				t.Errorf("%s on %s: %v, want %s naming %s", c.name, be.name, err, c.want, c.name)
+			}
+		}
+	}
+}

@@ -54,6 +54,7 @@ var Kernels = []Kernel{
 	{"rope_st", []Param("pplllldflp"), Elementwise},
 	{"embed_f32", []Param("ppplllp"), Elementwise},
 	{"check_ids", []Param("pllp"), Elementwise},
+	{"mean_loss", []Param("pppl"), Row},
 	{"embed_count", []Param("ppplll"), Elementwise},
 	{"embed_offsets", []Param("ppll"), Elementwise},
 	{"embed_scan", []Param("pl"), Row},

@@ -19,14 +19,16 @@ import (
 type ArgKind byte
 
 const (
-	Operand ArgKind = iota // the instruction's operand N (a pointer)
-	Result                 // the instruction's result N (a pointer)
-	Scratch                // the plan's scratch buffer N (a pointer)
-	Flag                   // result N's non-finite flag (a pointer to a uint64 holding NoneNonFinite before)
-	Null                   // a null pointer
-	Int                    // I, a long long
-	Float32                // F, a float
-	Float64                // F, a double
+	Operand  ArgKind = iota // the instruction's operand N (a pointer)
+	Result                  // the instruction's result N (a pointer)
+	Scratch                 // the plan's scratch buffer N (a pointer)
+	Flag                    // result N's non-finite flag (a pointer to a uint64 holding NoneNonFinite before)
+	IDFlag                  // the plan's id check (Plan.IDs): a uint64 holding NoneNonFinite before, lowered by an id out of range (BadID)
+	LossSlot                // where the plan's loss goes (Plan.Loss): a float64 the host reads after the step
+	Null                    // a null pointer
+	Int                     // I, a long long
+	Float32                 // F, a float
+	Float64                 // F, a double
 )
 
 // Arg is one argument of a launch. A pointer's I is a byte offset into
@@ -129,15 +131,13 @@ type Plan struct {
 	Gemm     *Gemm
 	Scratch  []ScratchBuf
 	Launches []Launch
-	// Bad, when at least 0, is a scratch uint64 that holds the first
-	// position of an id out of range after the launches, or BadLimit when
-	// there is none; BadOperand is the operand holding the ids.
-	Bad, BadLimit, BadOperand int
-	BadWhat                   string // "embed: id" or "cross_entropy: target"
-	BadVocab                  int
-	// Loss, when at least 0, is a scratch of LossRows per-row float64
-	// losses whose MeanLoss is result 0's value (and the step's loss).
-	Loss, LossRows int
+	// IDs, when not nil, says what the launches' IDFlag argument checks:
+	// the host reads the flag with the step's other checks, after the
+	// step, and names the first id out of range.
+	IDs *IDCheck
+	// Loss says the launches write the step's loss (result 0's value)
+	// into their LossSlot argument, which the host reads after the step.
+	Loss bool
 	// Stored says the launches read and write the operands and results
 	// in their own storage (bf16 as two bytes) and flag each result's
 	// first NaN or infinity (a Flag argument), as bf16_finish and
@@ -164,6 +164,22 @@ func BF16Finish(n int64) Launch {
 // decodes it after.
 func CheckFinite(n int64) Launch {
 	return elementwise("first_nonfinite_f32", n, opnd(0), i64(n), scr(0))
+}
+
+// IDCheck is what a plan's ids are: "embed: id" or "cross_entropy:
+// target", each below Vocab.
+type IDCheck struct {
+	What  string
+	Vocab int
+}
+
+// BadID decodes an id check's flag (ops.cu's bad_id): the first position
+// of an id out of range and that id, or position -1 when there is none.
+func BadID(flag uint64) (pos int, id int32) {
+	if flag == NoneNonFinite {
+		return -1, 0
+	}
+	return int(flag >> 32), int32(uint32(flag))
 }
 
 // NoneNonFinite is a check's flag before first_nonfinite_f32 runs.
@@ -314,7 +330,7 @@ func PlanOp(c *OpCall) (*Plan, error) {
 		}
 		return nil, &ErrUnsupported{what}
 	}
-	p := &Plan{Bad: -1, Loss: -1}
+	p := &Plan{}
 	if err := plan(c, p, raw); err != nil {
 		return nil, err
 	}
@@ -390,9 +406,8 @@ var opPlans = map[ir.OpKind]opPlan{
 	ir.Embed: func(c *OpCall, p *Plan, _ bool) error {
 		as := c.ArgShapes
 		vocab, d, ids := as[1][0], as[1][1], c.n(0)
-		p.Scratch = []ScratchBuf{{Bytes: 8, Fill: uint64(ids)}}
-		p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(ids), 0, "embed: id", int(vocab)
-		p.Launches = []Launch{elementwise("embed_f32", ids*d, res(0), opnd(0), opnd(1), i64(ids), i64(vocab), i64(d), scr(0))}
+		p.IDs = &IDCheck{What: "embed: id", Vocab: int(vocab)}
+		p.Launches = []Launch{elementwise("embed_f32", ids*d, res(0), opnd(0), opnd(1), i64(ids), i64(vocab), i64(d), Arg{Kind: IDFlag})}
 		return nil
 	},
 	ir.EmbedGrad:   planEmbedGrad,
@@ -750,19 +765,30 @@ func rope(k kset, sign float64) opPlan {
 	}
 }
 
-// crossEntropy is per-row losses in double (scratch 0, the step's loss on
-// the host) and the first row whose target is out of range (scratch 1).
+// crossEntropy is per-row losses in double (scratch 0), their mean
+// (mean_loss: the loss, result 0's value, and the LossSlot) and the
+// first row whose target is out of range (the IDFlag).
 func crossEntropy(k kset) opPlan {
 	return func(c *OpCall, p *Plan, _ bool) error {
+		if c.OutTypes[0] != ir.F32 {
+			return &ErrUnsupported{fmt.Sprintf("%v with a %v loss", c.Op, c.OutTypes[0])}
+		}
 		v := lastDim(c.ArgShapes[0])
 		rows := c.n(0) / v
-		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}, {Bytes: 8, Fill: uint64(rows)}}
-		p.Loss, p.LossRows, p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 0, int(rows), 1, int(rows), 1, "cross_entropy: target", int(v)
+		p.Scratch = []ScratchBuf{{Bytes: 8 * max(rows, 1)}}
+		p.IDs, p.Loss = &IDCheck{What: "cross_entropy: target", Vocab: int(v)}, true
 		if rows > 0 {
-			p.Launches = []Launch{k.row(c, "cross_entropy", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), scr(1))}
+			p.Launches = []Launch{k.row(c, "cross_entropy", rows, v, scr(0), opnd(0), opnd(1), i64(rows), i64(v), Arg{Kind: IDFlag})}
 		}
+		p.Launches = append(p.Launches, meanLoss(rows, 0))
 		return nil
 	}
+}
+
+// meanLoss is mean_loss over rows per-row losses in scratch buf into
+// result 0 and the LossSlot.
+func meanLoss(rows int64, buf int) Launch {
+	return row("mean_loss", 1, max(rows/64, 1), res(0), Arg{Kind: LossSlot}, scr(buf), i64(rows))
 }
 
 func crossEntropyGrad(k kset) opPlan {
@@ -790,7 +816,7 @@ func planStored(c *OpCall, plan opPlan) (*Plan, error) {
 			return nil, &ErrUnsupported{fmt.Sprintf("%v with a %v %s", c.Op, dt, what)}
 		}
 	}
-	p := &Plan{Bad: -1, Loss: -1, Stored: true}
+	p := &Plan{Stored: true}
 	if err := plan(c, p, false); err != nil {
 		return nil, err
 	}

@@ -45,19 +45,22 @@ func planLinearCE(c *OpCall, p *Plan, raw bool) error {
 	if raw {
 		l.esz = 2
 	}
-	// Scratch 0: the chunk's logits (or their gradient); 1: the first bad
-	// target; 2: the chunk kernels' own bad target, unused (1 has
-	// checked them all).
-	p.Scratch = []ScratchBuf{{Bytes: l.esz * l.chunk * l.v}, {Bytes: 8, Fill: uint64(l.rows)}, {Bytes: 8, Fill: uint64(l.rows)}}
-	p.Bad, p.BadLimit, p.BadOperand, p.BadWhat, p.BadVocab = 1, int(l.rows), 2, "cross_entropy: target", int(l.v)
-	p.Launches = []Launch{elementwise("check_ids", l.rows, opnd(2), i64(l.rows), i64(l.v), scr(1))}
+	// Scratch 0: the chunk's logits (or their gradient); 1: the chunk
+	// kernels' own flag of a bad target, unused (check_ids has checked
+	// them all, flagging the IDFlag).
+	p.Scratch = []ScratchBuf{{Bytes: l.esz * l.chunk * l.v}, {Bytes: 8}}
+	p.IDs = &IDCheck{What: "cross_entropy: target", Vocab: int(l.v)}
+	p.Launches = []Launch{elementwise("check_ids", l.rows, opnd(2), i64(l.rows), i64(l.v), Arg{Kind: IDFlag})}
 	if c.Op == ir.LinearCrossEntropy {
-		// Scratch 3: each row's loss in double.
+		// Scratch 2: each row's loss in double.
 		p.Scratch = append(p.Scratch, ScratchBuf{Bytes: 8 * max(l.rows, 1)})
-		p.Loss, p.LossRows = 3, int(l.rows)
+		p.Loss = true
 	}
 	for r0 := int64(0); r0 < l.rows; r0 += l.chunk {
 		p.Launches = append(p.Launches, l.chunkLaunches(c, r0, min(l.chunk, l.rows-r0))...)
+	}
+	if p.Loss {
+		p.Launches = append(p.Launches, meanLoss(l.rows, 2))
 	}
 	return nil
 }
@@ -68,7 +71,7 @@ func (l linearCE) chunkLaunches(c *OpCall, r0, n int64) []Launch {
 	h, tg := at(opnd(0), r0*l.d*l.esz), at(opnd(2), 4*r0)
 	logits := gemmLaunch(Gemm{Kind: GemmAB, M: int(n), K: int(l.d), N: int(l.v), BF16: l.bf, OutBF16: l.bf}, h, opnd(1), scr(0))
 	if c.Op == ir.LinearCrossEntropy {
-		args := []Arg{at(scr(3), 8*r0), scr(0), tg, i64(n), i64(l.v), scr(2)}
+		args := []Arg{at(scr(2), 8*r0), scr(0), tg, i64(n), i64(l.v), scr(1)}
 		if l.bf {
 			args = append(args, i64(l.mask(1<<1)))
 		}

@@ -72,7 +72,7 @@ func planAttentionMMA(c *OpCall) (*Plan, error) {
 		return MMALaunch(kernel, s, heads, b, smem, append(args, dims...)...)
 	}
 	rows := b * heads * s
-	p := &Plan{Bad: -1, Loss: -1}
+	p := &Plan{}
 	if c.Op == ir.Attention {
 		p.Scratch = []ScratchBuf{f32Scratch(rows)}
 		p.Launches = []Launch{launch("attention_mma_fwd", fwdSmem, res(0), scr(0), opnd(0), opnd(1), opnd(2))}

@@ -747,9 +747,16 @@ AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch,
 	rope_body(out, x, batch, seq, heads, hd, theta, sign, bf, first);
 }
 
+// bad_id flags id, at position t, as out of range in *bad (all ones
+// before): the lowest position wins, and the flag holds it in its high
+// half and the id in its low half (gpu.BadID decodes it), so the host
+// names the first bad id without reading the ids.
+__device__ __forceinline__ void bad_id(unsigned long long *bad, long long t, int id) {
+	atomicMin(bad, (unsigned long long)t << 32 | (unsigned)id);
+}
+
 // out[t] = table[ids[t]] for rows of d. An id outside [0, vocab) writes
-// nothing and lowers *bad to its position (the host sets *bad to n
-// first), so the host can name the first bad id.
+// nothing and is flagged in *bad (bad_id).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float *table, long long n, long long vocab, long long d,
 	unsigned long long *bad) {
@@ -757,23 +764,58 @@ AMSP_EXTERN_C __global__ void embed_f32(float *out, const int *ids, const float 
 		long long t = k / d, j = k % d;
 		int id = ids[t];
 		if (id < 0 || id >= vocab) {
-			atomicMin(bad, (unsigned long long)t);
+			bad_id(bad, t, id);
 		} else {
 			out[k] = table[(long long)id * d + j];
 		}
 	}
 }
 
-// An id outside [0, limit) lowers *bad to its position (the host sets
-// *bad to n first): one check of every target before a loss computed in
-// chunks of rows.
+// An id outside [0, limit) is flagged in *bad (bad_id): one check of
+// every target before a loss computed in chunks of rows.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void check_ids(const int *ids, long long n, long long limit, unsigned long long *bad) {
 	GRID_STRIDE(t, n) {
 		int id = ids[t];
 		if (id < 0 || id >= limit) {
-			atomicMin(bad, (unsigned long long)t);
+			bad_id(bad, t, id);
 		}
+	}
+}
+
+// mean_loss is gpu.MeanLoss of rows per-row losses, in its order (each
+// chunk of 64 rows summed in order, the chunks' sums added in order), in
+// one block of any size: *slot gets the mean, *out the mean as a float
+// (the loss value). Rows 0: 0.
+// amspc:launch row
+AMSP_EXTERN_C __global__ void mean_loss(float *out, double *slot, const double *loss, long long rows) {
+	__shared__ double sums[AMSP_BLOCK];
+	if (blockIdx.x != 0) {
+		return;
+	}
+	long long chunks = (rows + 63) / 64;
+	double total = 0;
+	for (long long w = 0; w < chunks; w += blockDim.x) {
+		long long c = w + threadIdx.x;
+		if (c < chunks) {
+			double s = 0;
+			for (long long r = 64 * c; r < 64 * c + 64 && r < rows; r++) {
+				s += loss[r];
+			}
+			sums[threadIdx.x] = s;
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			for (long long i = 0; i < blockDim.x && w + i < chunks; i++) {
+				total += sums[i];
+			}
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		double mean = rows > 0 ? total / (double)rows : 0;
+		*slot = mean;
+		*out = (float)mean;
 	}
 }
 
@@ -902,7 +944,7 @@ __device__ __forceinline__ void cross_entropy_body(double *loss, const void *log
 	if (threadIdx.x == 0) {
 		int t = targets[r];
 		if (t < 0 || t >= vocab) {
-			atomicMin(bad, (unsigned long long)r);
+			bad_id(bad, r, t);
 			loss[r] = 0;
 		} else {
 			loss[r] = (double)mx + log(s) - (double)st_load(logits, r * vocab + t, bf, 1);
@@ -911,8 +953,8 @@ __device__ __forceinline__ void cross_entropy_body(double *loss, const void *log
 }
 
 // One block per row of logits: loss[r] = logsumexp(row) - row[target],
-// in double (the host takes the mean in its own order). A target outside
-// [0, vocab) lowers *bad to its row.
+// in double (mean_loss takes the mean in its own order). A target
+// outside [0, vocab) is flagged in *bad (bad_id).
 // amspc:launch row
 AMSP_EXTERN_C __global__ void cross_entropy_f32(double *loss, const float *logits, const int *targets, long long rows,
 	long long vocab, unsigned long long *bad) {

@@ -105,7 +105,7 @@ func runPlan(t *testing.T, c *gpu.OpCall, args, outs []planBuf) []uint64 {
 	if err != nil {
 		t.Fatalf("%v: %v", c.Op, err)
 	}
-	if p.Gemm != nil || len(p.Copies) > 0 || p.Bad >= 0 || p.Loss >= 0 {
+	if p.Gemm != nil || len(p.Copies) > 0 || p.IDs != nil || p.Loss {
 		t.Fatalf("%v: a plan with a matmul, copies or host work", c.Op)
 	}
 	var pin runtime.Pinner

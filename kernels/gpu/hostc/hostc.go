@@ -518,7 +518,7 @@ func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
 // Embed is embed_f32; an id out of range is reported as kernels.Embed
 // reports it (the first one).
 func Embed(out []float32, ids []int32, table []float32, vocab, d int) error {
-	bad := uint64(len(ids))
+	bad := gpu.NoneNonFinite
 	var c hostCall
 	c.f32(out)
 	c.i32(ids)
@@ -526,8 +526,8 @@ func Embed(out []float32, ids []int32, table []float32, vocab, d int) error {
 	c.ints(len(ids), vocab, d)
 	c.ptr(unsafe.Pointer(&bad))
 	c.each("embed_f32", len(ids)*d)
-	if int(bad) < len(ids) {
-		return fmt.Errorf("embed: id %d at position %d is outside [0, %d)", ids[bad], int(bad), vocab)
+	if pos, id := gpu.BadID(bad); pos >= 0 {
+		return fmt.Errorf("embed: id %d at position %d is outside [0, %d)", id, pos, vocab)
 	}
 	return nil
 }
@@ -543,10 +543,11 @@ func EmbedGrad(dtable []float32, ids []int32, dy []float32, vocab, d int) {
 	c.each("embed_grad_f32", vocab*d)
 }
 
-// CrossEntropy is cross_entropy_f32 and gpu.MeanLoss.
+// CrossEntropy is cross_entropy_f32, then mean_loss (checked against
+// gpu.MeanLoss).
 func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, error) {
-	loss := make([]float64, rows)
-	bad := uint64(rows)
+	loss := make([]float64, max(rows, 1))
+	bad := gpu.NoneNonFinite
 	if rows > 0 {
 		var c hostCall
 		c.ptr(elem0(loss))
@@ -556,10 +557,21 @@ func CrossEntropy(logits []float32, targets []int32, rows, vocab int) (float64, 
 		c.ptr(unsafe.Pointer(&bad))
 		c.rows("cross_entropy_f32", rows)
 	}
-	if int(bad) < rows {
-		return 0, fmt.Errorf("cross_entropy: target %d at position %d is outside [0, %d)", targets[bad], int(bad), vocab)
+	if pos, id := gpu.BadID(bad); pos >= 0 {
+		return 0, fmt.Errorf("cross_entropy: target %d at position %d is outside [0, %d)", id, pos, vocab)
 	}
-	return gpu.MeanLoss(loss), nil
+	var mean float64
+	var out float32
+	var c hostCall
+	c.ptr(unsafe.Pointer(&out))
+	c.ptr(unsafe.Pointer(&mean))
+	c.ptr(elem0(loss))
+	c.ints(rows)
+	c.rows("mean_loss", 1)
+	if want := gpu.MeanLoss(loss[:rows]); math.Float64bits(mean) != math.Float64bits(want) || out != float32(want) {
+		return 0, fmt.Errorf("hostc: mean_loss %v (%v), gpu.MeanLoss %v", mean, out, want)
+	}
+	return mean, nil
 }
 
 // CrossEntropyGrad is cross_entropy_grad_f32 with f = scale/rows.

@@ -59,6 +59,7 @@ var launchKernels = [...]gpu.Kernel{
 	{Name: "rope_st", Params: []gpu.Param("pplllldflp"), Shape: gpu.Elementwise},
 	{Name: "embed_f32", Params: []gpu.Param("ppplllp"), Shape: gpu.Elementwise},
 	{Name: "check_ids", Params: []gpu.Param("pllp"), Shape: gpu.Elementwise},
+	{Name: "mean_loss", Params: []gpu.Param("pppl"), Shape: gpu.Row},
 	{Name: "embed_count", Params: []gpu.Param("ppplll"), Shape: gpu.Elementwise},
 	{Name: "embed_offsets", Params: []gpu.Param("ppll"), Shape: gpu.Elementwise},
 	{Name: "embed_scan", Params: []gpu.Param("pl"), Shape: gpu.Row},

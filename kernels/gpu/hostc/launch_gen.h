@@ -360,6 +360,12 @@ static void h_check_ids(const void *p) {
 	check_ids((const int *)(uintptr_t)w[0], (long long)w[1], (long long)w[2], (unsigned long long *)(uintptr_t)w[3]);
 }
 
+// mean_loss (ops.cu, row).
+static void h_mean_loss(const void *p) {
+	const unsigned long long *w = p;
+	mean_loss((float *)(uintptr_t)w[0], (double *)(uintptr_t)w[1], (const double *)(uintptr_t)w[2], (long long)w[3]);
+}
+
 // embed_count (ops.cu, elementwise).
 static void h_embed_count(const void *p) {
 	const unsigned long long *w = p;
@@ -701,75 +707,78 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 46: // check_ids
 		LAUNCH(gx, h_check_ids(w));
 		return 0;
-	case 47: // embed_count
+	case 47: // mean_loss
+		LAUNCH(gx, h_mean_loss(w));
+		return 0;
+	case 48: // embed_count
 		LAUNCH(gx, h_embed_count(w));
 		return 0;
-	case 48: // embed_offsets
+	case 49: // embed_offsets
 		LAUNCH(gx, h_embed_offsets(w));
 		return 0;
-	case 49: // embed_scan
+	case 50: // embed_scan
 		LAUNCH(gx, h_embed_scan(w));
 		return 0;
-	case 50: // embed_place
+	case 51: // embed_place
 		LAUNCH(gx, h_embed_place(w));
 		return 0;
-	case 51: // embed_grad_f32
+	case 52: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 52: // cross_entropy_f32
+	case 53: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 53: // cross_entropy_st
+	case 54: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 54: // cross_entropy_grad_f32
+	case 55: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 55: // cross_entropy_grad_st
+	case 56: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 56: // adamw_f32
+	case 57: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 57: // adamw_st
+	case 58: // adamw_st
 		LAUNCH(gx, h_adamw_st(w));
 		return 0;
-	case 58: // attention_f32
+	case 59: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 59: // attention_dsum_f32
+	case 60: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 60: // attention_dq_f32
+	case 61: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 61: // attention_dkv_f32
+	case 62: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 62: // attention_dkv_sum_f32
+	case 63: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 63: // first_nonfinite_f32
+	case 64: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 64: // bf16_widen
+	case 65: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 65: // bf16_round
+	case 66: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 66: // bf16_pack
+	case 67: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 67: // bf16_finish
+	case 68: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 68: // mma_probe
+	case 69: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 69: // attention_mma_fwd
+	case 70: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 70: // attention_mma_dkv
+	case 71: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 71: // attention_mma_dq
+	case 72: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 72: // attention_dsum_bf16
+	case 73: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}

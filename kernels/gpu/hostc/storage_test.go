@@ -655,8 +655,8 @@ func TestStorageCrossEntropy(t *testing.T) {
 				if bad != wantBad {
 					t.Errorf("%s: bad %#x, the fp32 kernel's %#x", at, bad, wantBad)
 				}
-				if (variant == 2) != (bad != math.MaxUint64) {
-					t.Errorf("%s: bad %#x", at, bad)
+				if pos, id := gpu.BadID(bad); (variant == 2) != (pos >= 0) || pos >= 0 && targets[pos] != id {
+					t.Errorf("%s: bad %#x (position %d, target %d)", at, bad, pos, id)
 				}
 			}
 			// The gradient.
