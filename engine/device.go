@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -80,6 +81,10 @@ type deviceBackend struct {
 	free  map[int]map[int64][]uint64
 
 	storedRuns atomic.Int64 // instructions run through stored plans (tests)
+
+	// keep holds the instructions' kept scratch (gpu.ScratchBuf.Keep),
+	// under mu.
+	keep map[keptKey]*keptBuf
 }
 
 // NewDeviceBackend is the backend that runs a rank on dev.
@@ -109,7 +114,7 @@ type DeviceOptions struct {
 
 // NewDeviceBackendWith is NewDeviceBackend with options.
 func NewDeviceBackendWith(dev Device, o DeviceOptions) Backend {
-	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int]map[int64][]uint64{}}
+	return &deviceBackend{dev: dev, opts: o, sizes: map[uint64]int64{}, free: map[int]map[int64][]uint64{}, keep: map[keptKey]*keptBuf{}}
 }
 
 // anyStream is the free list of memory every stream may reuse.
@@ -285,6 +290,16 @@ func (b *deviceBackend) ReadInts(dst []int32, m Mem) error {
 	return nil
 }
 
+// LoadInts writes a step's input in stream s's order, the host not
+// waiting (the CPU backend's Load writes when its stream gets there too).
+func (b *deviceBackend) LoadInts(s int, m Mem, src []int32) error {
+	raw := make([]byte, 4*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	return b.dev.UploadOn(s, m.Addr, raw)
+}
+
 func (b *deviceBackend) WriteInts(m Mem, src []int32) error {
 	raw := make([]byte, 4*len(src))
 	for i, v := range src {
@@ -399,8 +414,8 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	if !p.Stored || p.Gemm != nil || len(p.Copies) > 0 {
 		return fmt.Errorf("%v: a stored plan with a matmul or copies", c.Instr.Kern)
 	}
-	scratch, err := b.scratch(s, p.Scratch)
-	defer b.releaseAll(s, scratch)
+	scratch, owned, err := b.scratch(s, c.Instr, p.Scratch)
+	defer b.releaseAll(s, owned)
 	if err != nil {
 		return err
 	}
@@ -547,26 +562,79 @@ func (b *deviceBackend) reserveSlots(checks []pendingCheck) ([]uint64, error) {
 }
 
 // scratch allocates a plan's scratch memory and fills it (zeroes, or
-// its content); the addresses of what it allocated come back with an
-// error too, for releaseAll.
-func (b *deviceBackend) scratch(s int, bufs []gpu.ScratchBuf) ([]uint64, error) {
-	addrs := make([]uint64, 0, len(bufs))
-	for _, sb := range bufs {
+// its content) on stream s; a buffer to Keep is instruction in's own,
+// allocated once and uploaded when its content changes. It returns
+// every buffer's address and, for releaseAll (with an error too), those
+// it allocated for this launch.
+func (b *deviceBackend) scratch(s int, in *ir.Instr, bufs []gpu.ScratchBuf) (addrs, owned []uint64, err error) {
+	addrs = make([]uint64, 0, len(bufs))
+	for i, sb := range bufs {
+		if sb.Keep {
+			a, err := b.kept(s, keptKey{in, i}, sb)
+			if err != nil {
+				return addrs, owned, err
+			}
+			addrs = append(addrs, a)
+			continue
+		}
 		a, err := b.alloc(s, sb.Bytes)
 		if err != nil {
-			return addrs, err
+			return addrs, owned, err
 		}
-		addrs = append(addrs, a)
+		addrs, owned = append(addrs, a), append(owned, a)
 		if sb.Init == nil && sb.Fill == 0 {
 			err = b.dev.Zero(s, a, sb.Bytes)
 		} else {
 			err = b.dev.UploadOn(s, a, sb.Content())
 		}
 		if err != nil {
-			return addrs, err
+			return addrs, owned, err
 		}
 	}
-	return addrs, nil
+	return addrs, owned, nil
+}
+
+// keptKey names an instruction's kept scratch buffer.
+type keptKey struct {
+	in *ir.Instr
+	i  int
+}
+
+// keptBuf is a kept scratch buffer and its content on the device.
+type keptBuf struct {
+	addr    uint64
+	bytes   int64
+	content []byte
+}
+
+// kept is the instruction's kept buffer k, its content made sb's (in
+// stream s's order) if it is not already.
+func (b *deviceBackend) kept(s int, k keptKey, sb gpu.ScratchBuf) (uint64, error) {
+	b.mu.Lock()
+	kb, ok := b.keep[k]
+	b.mu.Unlock()
+	content := sb.Content()
+	if ok && kb.bytes != sb.Bytes {
+		return 0, fmt.Errorf("%v: kept scratch %d of %d bytes, now %d", k.in.Kern, k.i, kb.bytes, sb.Bytes)
+	}
+	if ok && bytes.Equal(kb.content, content) {
+		return kb.addr, nil
+	}
+	if !ok {
+		a, err := b.dev.Alloc(sb.Bytes)
+		if err != nil {
+			return 0, err
+		}
+		kb = &keptBuf{addr: a, bytes: sb.Bytes}
+		b.mu.Lock()
+		b.keep[k] = kb
+		b.mu.Unlock()
+	}
+	if err := b.dev.UploadOn(s, kb.addr, content); err != nil {
+		return 0, err
+	}
+	kb.content = content
+	return kb.addr, nil
 }
 
 // releaseAll releases scratch memory.
@@ -611,8 +679,8 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
 			return err
 		}
 	}
-	scratch, err := b.scratch(s, p.Scratch)
-	defer b.releaseAll(s, scratch)
+	scratch, owned, err := b.scratch(s, c.Instr, p.Scratch)
+	defer b.releaseAll(s, owned)
 	if err != nil {
 		return err
 	}

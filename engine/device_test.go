@@ -339,3 +339,48 @@ shard ddp
 		}
 	}
 }
+
+// TestDeviceStepTransfers: after the first step, a step on the device
+// waits for the device only at its end (the checks, losses among them,
+// read back in one copy and their slots reset in another), and moves
+// in the streams' order only its inputs and AdamW's factors for the new
+// step (each stage's kept scratch; the decayed ranges stay): no loss, id
+// check, position list or scratch upload makes the host wait mid-step.
+// tiny in bf16 on one simulated GPU, stored and multi-pass plans.
+func TestDeviceStepTransfers(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	one := cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}
+	bf16 := `train { seq_len = 64 micro_batch = 2 global_batch = 8 precision = bf16
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) }`
+	for _, multi := range []bool{false, true} {
+		b := compile(t, 1, 1, one, bf16)
+		var loads, steps int64
+		p := b.Template(0)
+		for s := range p.Streams {
+			for _, in := range p.Streams[s] {
+				switch {
+				case in.Op == ir.Load:
+					loads++
+				case in.Op == ir.Kernel && in.Kern.Info().Decays:
+					steps++
+				}
+			}
+		}
+		dev := hostc.NewDevice()
+		r := start(t, b, func(int) (engine.Backend, error) {
+			return engine.NewDeviceBackendWith(dev, engine.DeviceOptions{MultiPass: multi}), nil
+		})
+		if _, err := r.Step(); err != nil {
+			t.Fatal(err)
+		}
+		w0, o0 := dev.Transfers()
+		if _, err := r.Step(); err != nil {
+			t.Fatal(err)
+		}
+		w1, o1 := dev.Transfers()
+		if w1-w0 != 2 || o1-o0 != loads+steps {
+			t.Errorf("multi-pass %v: the second step waited for the device in %d copies (want 2, at its end) and made %d in stream order (want %d inputs and %d AdamW steps' factors)",
+				multi, w1-w0, o1-o0, loads, steps)
+		}
+	}
+}

@@ -116,6 +116,8 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.RoPEGrad(c.out(0), c.arg(0), b, s, heads, hd, c.attr("theta").Float)
 		return nil
 	},
+	ir.RoPEQK:     func(c *KernelCall) error { return ropeQK(c, kernels.RoPE) },
+	ir.RoPEQKGrad: func(c *KernelCall) error { return ropeQK(c, kernels.RoPEGrad) },
 	ir.Attention: func(c *KernelCall) error {
 		b, s, heads, kvh, hd := attnDims(c)
 		lse := make([]float32, b*heads*s)
@@ -339,6 +341,16 @@ func ropeDims(c *KernelCall) (b, s, heads, hd int) {
 	x := c.ArgShapes[0]
 	heads = int(c.attr("heads").Int)
 	return int(x[0]), int(x[1]), heads, int(x[2]) / heads
+}
+
+// ropeQK is rope_qk's (or its gradient's) turn of each operand into the
+// result of its index: q (0) of heads, k (1) of kv_heads, one theta.
+func ropeQK(c *KernelCall, turn func(out, x []float32, batch, seq, heads, hd int, theta float64)) error {
+	for i, name := range []string{"heads", "kv_heads"} {
+		x, heads := c.ArgShapes[i], int(c.attr(name).Int)
+		turn(c.out(i), c.arg(i), int(x[0]), int(x[1]), heads, int(x[2])/heads, c.attr("theta").Float)
+	}
+	return nil
 }
 
 // cpuAdamW is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a

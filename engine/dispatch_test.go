@@ -163,6 +163,7 @@ func TestBackwardThroughDispatch(t *testing.T) {
 		return &ir.Value{Name: name, Shape: shape, DType: dt, Role: ir.Activation, Layer: -1}
 	}
 	f32 := func(name string, shape ...int64) *ir.Value { return in(name, ir.F32, shape...) }
+	ropeQK := []ir.Attr{ir.IntAttr("heads", 4), ir.IntAttr("kv_heads", 2), ir.FloatAttr("theta", 100)}
 	cases := []struct {
 		kind  ir.OpKind
 		args  []*ir.Value
@@ -197,6 +198,11 @@ func TestBackwardThroughDispatch(t *testing.T) {
 		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, nil},
 		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, []int{0}},
 		{ir.AddRMSNorm, []*ir.Value{f32("x", 2, 3, 8), f32("r", 2, 3, 8), f32("w", 8)}, nil, []int{1}},
+		// RoPE of q and of grouped k (4 heads, 2 kv heads of 4) in one
+		// op: both results read on, or either alone (a plain rope_grad).
+		{ir.RoPEQK, []*ir.Value{f32("xq", 2, 3, 16), f32("xk", 2, 3, 8)}, ropeQK, nil},
+		{ir.RoPEQK, []*ir.Value{f32("xq", 2, 3, 16), f32("xk", 2, 3, 8)}, ropeQK, []int{0}},
+		{ir.RoPEQK, []*ir.Value{f32("xq", 2, 3, 16), f32("xk", 2, 3, 8)}, ropeQK, []int{1}},
 	}
 	covered := map[ir.OpKind]bool{}
 	for _, c := range cases {

@@ -548,7 +548,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				t0 = time.Now()
 			}
 			k.wrote(in.Buf)
-			if err := k.load(in); err != nil {
+			if err := k.load(s, in); err != nil {
 				return k.fail(s, in, err)
 			}
 			if tr != nil {

@@ -81,14 +81,16 @@ func engineProgramText(b *codegen.Bundle) string {
 
 // TestBF16Fusions: the fusions of a bf16 step keep its bits. The
 // optimizer writes the bf16 P in the pass that updates the fp32 master
-// (adamw_copy, ir.LoweredFusions) and a block's residual add and MLP norm
-// run as one add_rmsnorm (backward add_rmsnorm_grad) when fuse runs;
-// adamw then a cast, add then rmsnorm, rmsnorm_grad then add when it does
-// not. The tied model (whose other fusion, the head's, keeps the bits
-// too) trains to the same bits either way, with and without full
-// recompute (which copies add_rmsnorm whole), on the CPU and on the
-// simulated GPU (there through the stored plans, adamw_st and
-// add_rmsnorm_st among them, and through the multi-pass plans).
+// (adamw_copy, ir.LoweredFusions), a block's residual add and MLP norm
+// run as one add_rmsnorm (backward add_rmsnorm_grad) and its q and k
+// ropes as one rope_qk (backward rope_qk_grad) when fuse runs; adamw then
+// a cast, add then rmsnorm, rmsnorm_grad then add, two ropes and two
+// rope_grads when it does not. The tied model (whose other fusion, the
+// head's, keeps the bits too) trains to the same bits either way, with
+// and without full recompute (which copies add_rmsnorm and rope_qk
+// whole), on the CPU and on the simulated GPU (there through the stored
+// plans, adamw_st, add_rmsnorm_st and rope_qk_st among them, and through
+// the multi-pass plans).
 func TestBF16Fusions(t *testing.T) {
 	backends := map[string]func(int) (engine.Backend, error){
 		"cpu":    func(int) (engine.Backend, error) { return engine.NewCPUBackend(), nil },
@@ -105,7 +107,7 @@ func TestBF16Fusions(t *testing.T) {
 			for i, off := range [][]string{nil, {"fuse"}} {
 				b := compileOff(t, "tied", off, train)
 				text := engineProgramText(b)
-				for _, k := range []string{"adamw_copy", "add_rmsnorm", "add_rmsnorm_grad"} {
+				for _, k := range []string{"adamw_copy", "add_rmsnorm", "add_rmsnorm_grad", "rope_qk", "rope_qk_grad"} {
 					if fused := i == 0; fused != strings.Contains(text, "kernel "+k+" ") {
 						t.Fatalf("recompute %s, fuse %v: the program runs %s: %v", rc, fused, k, !fused)
 					}

@@ -50,7 +50,13 @@ func (d *Data) fill(dst []int32, t, m, dp, r, shift int) {
 	}
 }
 
-func (k *rank) load(in *ir.Instr) error {
+// streamLoader is a backend that writes a step's input in a stream's
+// order without waiting for the streams (the device backend).
+type streamLoader interface {
+	LoadInts(s int, m Mem, src []int32) error
+}
+
+func (k *rank) load(s int, in *ir.Instr) error {
 	for _, inp := range k.p.Inputs {
 		if inp.Buf == in.Buf {
 			m := k.m(in.Buf)
@@ -63,6 +69,9 @@ func (k *rank) load(in *ir.Instr) error {
 			}
 			dst := make([]int32, m.N)
 			k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
+			if l, ok := k.be.(streamLoader); ok {
+				return l.LoadInts(s, m, dst)
+			}
 			return k.be.WriteInts(m, dst)
 		}
 	}

@@ -7,7 +7,9 @@ import (
 
 // A FusionRule is one row of the fusion pattern table, beside the op
 // table: ops of kind Root whose operands Match accepts become one op of kind Fused, on the
-// operands Match returns. A fused op is an op like any other: the op
+// operands Match returns. Match and Merge are given the graph's uses
+// (each value's readers, as the fusions so far left them), so a row may
+// look at an op's readers as well as its operands. A fused op is an op like any other: the op
 // table gives its kernels, its cost and its backward rule, so fusing the
 // forward graph fuses the backward autodiff makes from it.
 type FusionRule struct {
@@ -17,13 +19,18 @@ type FusionRule struct {
 	Why   string
 	// Match returns the fused op's operands and the values the fusion
 	// absorbs (which must have no other reader), or ok false.
-	Match func(root *Op) (args, absorbed []*Value, ok bool)
-	// Merge, for a fusion that keeps an operand's op's result (a
-	// residual sum other ops read on), returns that value: the fused op
-	// computes it too, as its first result, before the root's. It must
-	// be in the root's layer, and no op between it and the root may
-	// read it (it moves down to the root).
-	Merge func(root *Op) *Value
+	Match func(root *Op, uses map[*Value][]*Op) (args, absorbed []*Value, ok bool)
+	// Merge, for a fusion that keeps another op's result (a residual
+	// sum other ops read on, the q beside a rope's k), returns that
+	// value: the fused op computes it too, as its first result, before
+	// the root's. It must be defined before the root, in the root's
+	// layer, and no op between it and the root may read it (it moves
+	// down to the root).
+	Merge func(root *Op, uses map[*Value][]*Op) *Value
+	// Attrs, for a fused op whose attributes are not the root's it
+	// declares, gives them from the root and the merged value (nil in a
+	// row without Merge).
+	Attrs func(root *Op, merged *Value) []Attr
 }
 
 // fusions is the pattern table, tried in order on every op: a row sees
@@ -41,16 +48,61 @@ var fusions = []FusionRule{
 		Match: matchCrossEntropyCast},
 	{Name: "add-rmsnorm", Root: RMSNorm, Fused: AddRMSNorm,
 		Why:   "rmsnorm(x + r) of one shape in one layer (a pre-norm block's residual add and its MLP's norm): one pass over the rows writes the sum, which the next residual reads, and its norm; backward adds the sum's gradient to the norm's in the norm's pass. The next block's norm is another layer's and stays apart (layers are where recompute and the gathers cut)",
-		Match: matchAddRMSNorm, Merge: func(n *Op) *Value { return n.Args[0] }},
+		Match: matchAddRMSNorm, Merge: func(n *Op, _ map[*Value][]*Op) *Value { return n.Args[0] }},
+	{Name: "rope-qk", Root: RoPE, Fused: RoPEQK,
+		Why:   "rope(xq) and rope(xk), the q and k an attention reads, of one dtype, theta and layer (q's rope moves down to k's): one launch turns both, each pair as rope turns it, and backward turns both gradients back in one. Not in place: xq and xk (the q and k projections) die at the fused op, before the step's memory peak, so writing q and k over them would not lower the peak",
+		Match: matchRoPEQK, Merge: func(k *Op, uses map[*Value][]*Op) *Value { return ropeQ(k, uses) }, Attrs: ropeQKAttrs},
 	{Name: "linear-cross-entropy", Root: CrossEntropy, Fused: LinearCrossEntropy,
 		Why:   "cross_entropy(h @ w, t) with vocab >= 8 x d: the head's matmul and the loss in chunks of rows (LinearCEChunk), so the logits (rows x vocab, the step's largest activation: 0.5 GB in bf16 at 8,192 tokens and vocab 32,000) and their gradient are never stored whole; backward forms each chunk's logits again (as Cut Cross-Entropy does), one more product of the head's size, 2 % of TinyLlama's step FLOPs: a head whose logits are less than 8x its input (LLaMA-7B's 7.8x) stays unfused, where that product costs more than the memory is worth",
 		Match: matchLinearCrossEntropy},
 }
 
+// ropeQ is the q = rope(xq) beside k's rope, or nil: the queries of the
+// first attention among k's readers that reads k as its keys (operand 1)
+// and another rope's result as its queries (operand 0).
+func ropeQ(k *Op, uses map[*Value][]*Op) *Value {
+	for _, a := range uses[k.Out()] {
+		if a.Kind != Attention || a.Args[1] != k.Out() {
+			continue
+		}
+		if q := a.Args[0]; q.Def != nil && q.Def != k && q.Def.Kind == RoPE {
+			return q
+		}
+	}
+	return nil
+}
+
+// matchRoPEQK accepts rope(xk) of an attention's keys whose queries are
+// rope(xq) (ropeQ) of the same dtype and theta, xq and xk of one batch
+// and seq (rope_qk's shape rule). Fuse checks the layer and that q can
+// move down.
+func matchRoPEQK(k *Op, uses map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
+	q := ropeQ(k, uses)
+	if q == nil {
+		return nil, nil, false
+	}
+	xq, xk := q.Def.Args[0], k.Args[0]
+	qt, _ := q.Def.Attr("theta")
+	kt, _ := k.Attr("theta")
+	if q.DType != k.Out().DType || qt.Float != kt.Float || !xq.Shape[:2].Equal(xk.Shape[:2]) {
+		return nil, nil, false
+	}
+	return []*Value{xq, xk}, nil, true
+}
+
+// ropeQKAttrs are rope_qk's attributes: q's heads, k's as kv_heads, and
+// their theta.
+func ropeQKAttrs(k *Op, q *Value) []Attr {
+	heads, _ := q.Def.Attr("heads")
+	kvHeads, _ := k.Attr("heads")
+	theta, _ := k.Attr("theta")
+	return []Attr{{"heads", heads}, {"kv_heads", kvHeads}, {"theta", theta}}
+}
+
 // matchLinearCrossEntropy accepts cross_entropy(matmul(h, w), t), after
 // the cast row has let it read bf16 logits, when the vocabulary is at
 // least 8 times w's rows (the logits at least 8x h).
-func matchLinearCrossEntropy(ce *Op) (args, absorbed []*Value, ok bool) {
+func matchLinearCrossEntropy(ce *Op, _ map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
 	logits := ce.Args[0]
 	if logits.Def == nil || logits.Def.Kind != MatMul {
 		return nil, nil, false
@@ -64,7 +116,7 @@ func matchLinearCrossEntropy(ce *Op) (args, absorbed []*Value, ok bool) {
 
 // matchAddRMSNorm accepts rmsnorm(add(x, r), w), x and r of one shape
 // and dtype, the sum in the norm's layer.
-func matchAddRMSNorm(n *Op) (args, absorbed []*Value, ok bool) {
+func matchAddRMSNorm(n *Op, _ map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
 	y := n.Args[0]
 	if y.Def == nil || y.Def.Kind != Add || len(y.Def.Results) != 1 || y.Role != Activation || y.Layer != n.Out().Layer {
 		return nil, nil, false
@@ -78,7 +130,7 @@ func matchAddRMSNorm(n *Op) (args, absorbed []*Value, ok bool) {
 
 // matchCrossEntropyCast accepts cross_entropy(cast(x, dtype=f32), t) of
 // bf16 x.
-func matchCrossEntropyCast(ce *Op) (args, absorbed []*Value, ok bool) {
+func matchCrossEntropyCast(ce *Op, _ map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
 	c := ce.Args[0]
 	if c.Def == nil || c.Def.Kind != Cast || c.DType != F32 {
 		return nil, nil, false
@@ -92,8 +144,8 @@ func matchCrossEntropyCast(ce *Op) (args, absorbed []*Value, ok bool) {
 
 // matchGated accepts mul(act(a), b) and mul(b, act(a)), a and b of one
 // shape and dtype (a broadcast operand stays unfused).
-func matchGated(act OpKind) func(mul *Op) (args, absorbed []*Value, ok bool) {
-	return func(mul *Op) (args, absorbed []*Value, ok bool) {
+func matchGated(act OpKind) func(mul *Op, _ map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
+	return func(mul *Op, _ map[*Value][]*Op) (args, absorbed []*Value, ok bool) {
 		for i := range 2 {
 			s, b := mul.Args[i], mul.Args[1-i]
 			if s.Def == nil || s.Def.Kind != act {
@@ -127,17 +179,21 @@ func Fuse(g *Graph) error {
 			if op.Kind != f.Root {
 				continue
 			}
-			args, absorbed, ok := f.Match(op)
+			args, absorbed, ok := f.Match(op, uses)
 			if !ok || !onlyReadBy(absorbed, op, uses) {
 				continue
 			}
 			var merged *Value
 			if f.Merge != nil {
-				if merged = f.Merge(op); !movable(merged, op, uses, at) {
+				if merged = f.Merge(op, uses); merged == nil || !movable(merged, op, uses, at) {
 					continue
 				}
 			}
-			fused, err := NewOp(f.Fused, args, declared(f.Fused, op.Attrs), op.Pos)
+			attrs := declared(f.Fused, op.Attrs)
+			if f.Attrs != nil {
+				attrs = f.Attrs(op, merged)
+			}
+			fused, err := NewOp(f.Fused, args, attrs, op.Pos)
 			if err != nil {
 				return &InternalError{Pass: "fuse", Err: fmt.Errorf("%s at %s: %v", f.Name, op.Out().Name, err)}
 			}
@@ -195,9 +251,11 @@ func Fuse(g *Graph) error {
 }
 
 // movable says whether merged can move down to op (its first result):
-// no op between them reads it, and it is in op's layer.
+// it is defined before op (an operand always is; another op's result,
+// rope-qk's q, may come after), no op between them reads it, and it is
+// in op's layer.
 func movable(merged *Value, op *Op, uses map[*Value][]*Op, at map[*Value]int) bool {
-	if merged.Layer != op.Out().Layer {
+	if merged.Layer != op.Out().Layer || at[merged] >= at[op.Out()] {
 		return false
 	}
 	for _, u := range uses[merged] {

@@ -98,6 +98,33 @@ func addNormGrad(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 	return normGrad(args[:3], attrs)
 }
 
+// ropeQK(i) is rope_qk's result i (and rope_qk_grad's): rope's shape
+// rule on operand i, q's (0) with heads, k's (1) with kv_heads, the two
+// of one dtype, batch and sequence (an attention's q and k).
+func ropeQK(i int) rule {
+	return func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+		q, k := args[0], args[1]
+		if q.DType != k.DType {
+			return nil, 0, opErr("rope of q and k of mixed dtypes %s and %s", q.DType, k.DType)
+		}
+		if len(q.Shape) == 3 && len(k.Shape) == 3 && (q.Shape[0] != k.Shape[0] || q.Shape[1] != k.Shape[1]) {
+			return nil, 0, argErr(1, "rope of q %s and k %s of different batch or seq", q.Shape, k.Shape)
+		}
+		heads, _ := attrInt(attrs, "heads")
+		if i == 1 {
+			heads, _ = attrInt(attrs, "kv_heads")
+		}
+		s, dt, err := inferRoPE(args[i:i+1], []Attr{IntAttr("heads", heads)})
+		switch {
+		case err != nil && err.Arg == 0:
+			err.Arg = i
+		case err != nil && i == 1:
+			err.Attr = "kv_heads"
+		}
+		return s, dt, err
+	}
+}
+
 // castTo is x's shape in the dtype attribute's type.
 func castTo(x *Value, attrs []Attr) (Shape, DType, *OpError) {
 	d, _ := attrInt(attrs, "dtype")
@@ -141,6 +168,13 @@ func gated(name string) rule {
 func initGradOps() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	ropeAttrs := opTable[RoPE].Attrs
+	// rope_qk's: q's heads, k's kv_heads, their one theta.
+	ropeQKSpec := []AttrSpec{ropeAttrs[0], {Name: "kv_heads", Type: AttrInt, Required: true}, ropeAttrs[1]}
+	// rope's 3 FLOPs an element, of both results (elementwise counts
+	// the first's alone).
+	ropeQKFlops := func(op *Op) float64 {
+		return 3 * float64(op.Results[0].Shape.NumElements()+op.Results[1].Shape.NumElements())
+	}
 	attnAttrs := []AttrSpec{
 		{Name: "heads", Type: AttrInt, Required: true},
 		{Name: "kv_heads", Type: AttrInt, Required: true},
@@ -242,6 +276,15 @@ func initGradOps() {
 		// r's gradient.
 		AddRMSNormGrad: {Name: "add_rmsnorm_grad", Arity: 4, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
 			Infer: results(addNormGrad, lastDim(0)), Flops: elementwise(13)},
+		// rope_qk(xq, xk) = rope(xq, heads), rope(xk, heads=kv_heads), of
+		// one theta, in one pass over both (passes' fuse: an attention's
+		// q and k): each pair turned as rope turns it, so both results
+		// have rope's bits. Linear, as rope: nothing saved, and backward
+		// turns both gradients back in one pass (rope_qk_grad).
+		RoPEQK: {Name: "rope_qk", Arity: 2, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: ropeQKSpec,
+			Infer: results(ropeQK(0), ropeQK(1)), Flops: ropeQKFlops},
+		RoPEQKGrad: {Name: "rope_qk_grad", Arity: 2, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: ropeQKSpec,
+			Infer: results(ropeQK(0), ropeQK(1)), Flops: ropeQKFlops},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
 		// NUMERICS.md, the compiler's one definition of it. The step
 		// count t is supplied at run time; weight_decay is 0 for params
@@ -303,6 +346,20 @@ func initGradOps() {
 	}
 	opTable[RoPE].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return []*Value{apply(b, RoPEGrad, []*Value{dy}, sameAttrs(op)...)}
+	}
+	opTable[RoPEQK].BackwardAll = func(b GradBuilder, op *Op, dys []*Value) []*Value {
+		// One result read on: a plain rope_grad of it, with its heads.
+		dq, dk := dys[0], dys[1]
+		heads, _ := op.Attr("heads")
+		kvHeads, _ := op.Attr("kv_heads")
+		theta, _ := op.Attr("theta")
+		switch {
+		case dk == nil:
+			return []*Value{apply(b, RoPEGrad, []*Value{dq}, Attr{"heads", heads}, Attr{"theta", theta}), nil}
+		case dq == nil:
+			return []*Value{nil, apply(b, RoPEGrad, []*Value{dk}, Attr{"heads", kvHeads}, Attr{"theta", theta})}
+		}
+		return b.Apply(RoPEQKGrad, []*Value{dq, dk}, sameAttrs(op)...)
 	}
 	opTable[Attention].Backward = func(b GradBuilder, op *Op, dy *Value) []*Value {
 		return b.Apply(AttentionGrad, []*Value{op.Args[0], op.Args[1], op.Args[2], op.Out(), dy}, sameAttrs(op)...)

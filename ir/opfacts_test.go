@@ -45,3 +45,49 @@ func TestOpFacts(t *testing.T) {
 		t.Errorf("add traffic %d, want 52", got)
 	}
 }
+
+// TestRoPEQKFacts: rope_qk (and its gradient) costs what rope on q and
+// rope on grouped k cost: 3 FLOPs an element of both results, both
+// operands read and both results written; its results are the ropes',
+// and k's head count is kv_heads.
+func TestRoPEQKFacts(t *testing.T) {
+	xq := &Value{Name: "xq", Shape: Shape{2, 3, 16}, DType: BF16}
+	xk := &Value{Name: "xk", Shape: Shape{2, 3, 8}, DType: BF16}
+	q, err := NewOp(RoPE, []*Value{xq}, []Attr{IntAttr("heads", 4)}, Pos{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewOp(RoPE, []*Value{xk}, []Attr{IntAttr("heads", 2)}, Pos{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := [][]int64{xq.Shape, xk.Shape}
+	for _, kind := range []OpKind{RoPEQK, RoPEQKGrad} {
+		qk, err := NewOp(kind, []*Value{xq, xk}, []Attr{IntAttr("heads", 4), IntAttr("kv_heads", 2)}, Pos{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := kind.Info()
+		if got, want := info.Flops(qk), RoPE.Info().Flops(q)+RoPE.Info().Flops(k); got != want || got != 3*(96+48) {
+			t.Errorf("%v: %g FLOPs, want %g", kind, got, want)
+		}
+		want := RoPE.Info().TrafficElems(shapes[:1]) + RoPE.Info().TrafficElems(shapes[1:])
+		if got := info.TrafficElems(shapes); got != want || got != 2*(96+48) {
+			t.Errorf("%v: traffic %d elements, want %d", kind, got, want)
+		}
+		for i, r := range qk.Results {
+			if o := []*Op{q, k}[i].Out(); !r.Shape.Equal(o.Shape) || r.DType != o.DType {
+				t.Errorf("%v: result %d %v %v, want rope's %v %v", kind, i, r.DType, r.Shape, o.DType, o.Shape)
+			}
+		}
+		if len(info.Save) != 0 || info.SaveOut {
+			t.Errorf("%v saves %v (result %v); rope saves nothing", kind, info.Save, info.SaveOut)
+		}
+	}
+	if _, err := NewOp(RoPEQK, []*Value{xq, xk}, []Attr{IntAttr("heads", 4), IntAttr("kv_heads", 3)}, Pos{}); err == nil {
+		t.Error("rope_qk of k [2,3,8] with kv_heads=3: no error")
+	}
+	if _, err := NewOp(RoPEQK, []*Value{xq, {Name: "xk", Shape: Shape{2, 4, 8}, DType: BF16}}, []Attr{IntAttr("heads", 4), IntAttr("kv_heads", 2)}, Pos{}); err == nil {
+		t.Error("rope_qk of q [2,3,16] and k [2,4,8]: no error")
+	}
+}

@@ -58,6 +58,8 @@ const (
 	AdamWCopy              // adamw_copy(weights, m, v, grad, dtype=D) -> adamw's results and the weights cast to D, made by the lower pass
 	AddRMSNorm             // add_rmsnorm(x, r, w) -> y = x + r, rmsnorm(y, w), made by the fuse pass
 	AddRMSNormGrad         // (y, w, dh, dy) -> dx = dy + rmsnorm's dx, dw
+	RoPEQK                 // rope_qk(xq, xk, heads=H, kv_heads=KV, theta=T) -> rope of each, made by the fuse pass
+	RoPEQKGrad             // (dq, dk) -> dxq, dxk: rope_grad of each
 	numOps
 )
 

@@ -85,6 +85,11 @@ type ScratchBuf struct {
 	Bytes int64
 	Init  []byte
 	Fill  uint64
+	// Keep says the buffer outlives the launch: a backend keeps one per
+	// instruction and uploads Init again only when it has changed
+	// (AdamW's decayed ranges never do, its step's factors once a step),
+	// so a step after the first moves only what the step changes.
+	Keep bool
 }
 
 // GemmKind is a cuBLASLt product.
@@ -451,13 +456,9 @@ var opPlans = map[ir.OpKind]opPlan{
 // operands 0-2 when they are not the same memory.
 func planAdamW(c *OpCall, p *Plan, _ bool) error {
 	p.Copies = [][2]int{{0, 0}, {1, 1}, {2, 2}}
-	p.Scratch = []ScratchBuf{adamwDecay(c)}
+	p.Scratch = []ScratchBuf{adamwDecay(c), adamwFactors(c)}
 	nn := c.OutElems[0]
-	l := elementwise("adamw_f32", nn, res(0), res(1), res(2), opnd(3), i64(nn), scr(0), i64(int64(len(c.Decayed))))
-	for _, x := range c.adamwArgs() {
-		l.add(f64(x))
-	}
-	p.Launches = []Launch{l}
+	p.Launches = []Launch{elementwise("adamw_f32", nn, res(0), res(1), res(2), opnd(3), i64(nn), scr(0), i64(int64(len(c.Decayed))), scr(1))}
 	return nil
 }
 
@@ -469,8 +470,7 @@ func planAdamWStored(c *OpCall, p *Plan, _ bool) error {
 			return &ErrUnsupported{fmt.Sprintf("%v with a %v optimizer state", c.Op, c.ArgTypes[i])}
 		}
 	}
-	k := c.adamwArgs()
-	p.Scratch = []ScratchBuf{adamwDecay(c), {Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:])}}
+	p.Scratch = []ScratchBuf{adamwDecay(c), adamwFactors(c)}
 	pc := Arg{Kind: Null}
 	if c.Op == ir.AdamWCopy {
 		pc = res(3)
@@ -485,10 +485,12 @@ func planAdamWStored(c *OpCall, p *Plan, _ bool) error {
 	return nil
 }
 
-// adamwArgs are the step's eight factors (AdamWArgs).
-func (c *OpCall) adamwArgs() [8]float64 {
+// adamwFactors is the kept scratch of the step's eight factors
+// (AdamWArgs), which the kernels read from device memory.
+func adamwFactors(c *OpCall) ScratchBuf {
 	fa := c.fa
-	return AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
+	k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
+	return ScratchBuf{Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:]), Keep: true}
 }
 
 // adamwDecay is the scratch holding the decayed ranges, flat.
@@ -497,7 +499,7 @@ func adamwDecay(c *OpCall) ScratchBuf {
 	for _, r := range c.Decayed {
 		flat = append(flat, int64(r[0]), int64(r[1]))
 	}
-	return ScratchBuf{Bytes: 8 * int64(max(len(flat), 1)), Init: int64Bytes(flat)}
+	return ScratchBuf{Bytes: 8 * int64(max(len(flat), 1)), Init: int64Bytes(flat), Keep: true}
 }
 
 // HasStoredPlan says whether op has a Stored plan (OpCall.Storage).
@@ -544,6 +546,8 @@ func family(k kset) map[ir.OpKind]opPlan {
 		ir.LayerNormGrad:    layernormGrad(k),
 		ir.RoPE:             rope(k, 1),
 		ir.RoPEGrad:         rope(k, -1),
+		ir.RoPEQK:           ropeQK(k, 1),
+		ir.RoPEQKGrad:       ropeQK(k, -1),
 		ir.CrossEntropy:     crossEntropy(k),
 		ir.CrossEntropyGrad: crossEntropyGrad(k),
 	}
@@ -761,6 +765,29 @@ func rope(k kset, sign float64) opPlan {
 		heads := c.Attr("heads").Int
 		p.Launches = []Launch{k.ew(c, "rope", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
 			f64(c.fa("theta")), f32(sign))}
+		return nil
+	}
+}
+
+// ropeQK is rope_qk's plan (sign 1) or rope_qk_grad's (-1): operand 0
+// of heads into result 0 and operand 1 of kv_heads into result 1, as
+// rope turns each. Storage: one rope_qk_st launch over the pairs of
+// both; plain: rope_f32 on each.
+func ropeQK(k kset, sign float64) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		q, kv := c.ArgShapes[0], c.ArgShapes[1]
+		heads, kvHeads := c.Attr("heads").Int, c.Attr("kv_heads").Int
+		theta := f64(c.fa("theta"))
+		if k == storage {
+			p.Launches = []Launch{k.ew(c, "rope_qk", (c.n(0)+c.n(1))/2, res(0), res(1), opnd(0), opnd(1), i64(q[0]), i64(q[1]),
+				i64(heads), i64(q[2]/heads), i64(kvHeads), i64(kv[2]/kvHeads), theta, f32(sign))}
+			return nil
+		}
+		for i, h := range []int64{heads, kvHeads} {
+			x := c.ArgShapes[i]
+			p.Launches = append(p.Launches, k.ew(c, "rope", c.n(i)/2, res(i), opnd(i), i64(x[0]), i64(x[1]), i64(h), i64(x[2]/h),
+				theta, f32(sign)))
+		}
 		return nil
 	}
 }

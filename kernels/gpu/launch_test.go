@@ -37,6 +37,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.SumRows, [][]int64{x}, [][]int64{w}, false},
 		{ir.RoPE, [][]int64{x}, [][]int64{x}, false},
 		{ir.RoPEGrad, [][]int64{x}, [][]int64{x}, false},
+		{ir.RoPEQK, [][]int64{q, kv}, [][]int64{q, kv}, false},
+		{ir.RoPEQKGrad, [][]int64{q, kv}, [][]int64{q, kv}, false},
 		{ir.Attention, [][]int64{q, kv, kv}, [][]int64{q}, false},
 		{ir.AttentionGrad, [][]int64{q, kv, kv, q, q}, [][]int64{q, kv, kv}, false},
 		{ir.Transpose, [][]int64{{6, 8}}, [][]int64{{8, 6}}, false},
@@ -201,7 +203,7 @@ func TestMMASmem(t *testing.T) {
 // dtypes are refused.
 func TestStoredPlans(t *testing.T) {
 	x := []int64{2, 3, 8}
-	attrs := map[string]ir.AttrVal{"by": {Float: 0.5}, "eps": {Float: 1e-5}, "heads": {Int: 2}, "theta": {Float: 1e4}}
+	attrs := map[string]ir.AttrVal{"by": {Float: 0.5}, "eps": {Float: 1e-5}, "heads": {Int: 2}, "kv_heads": {Int: 1}, "theta": {Float: 1e4}}
 	n := 0
 	for _, op := range ir.OpKinds() {
 		if !HasStoredPlan(op) {
@@ -274,8 +276,8 @@ func TestStoredPlans(t *testing.T) {
 			t.Errorf("%v with f16 storage: %v, want not supported", op, err)
 		}
 	}
-	if n < 25 {
-		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms and the fused add and norm, RoPE, cross-entropy and AdamW", n)
+	if n < 27 {
+		t.Errorf("%d ops with stored plans, want the 13 elementwise ones, the norms and the fused add and norm, RoPE and the fused q and k RoPE, cross-entropy and AdamW", n)
 	}
 }
 
@@ -441,6 +443,61 @@ func TestPlanEmbedGrad(t *testing.T) {
 		}
 		if p.IDs != nil || p.Loss || p.Gemm != nil || len(p.Copies) > 0 {
 			t.Errorf("n %d, vocab %d: host work in %+v", c.n, c.vocab, p)
+		}
+	}
+}
+
+// TestPlanRoPEQK: rope_qk and its gradient turn q (operand 0, heads) and
+// k (operand 1, kv_heads, fewer) as rope turns each: rope_f32 on each
+// on fp32, one rope_qk_st launch over both tensors' pairs on storage,
+// each tensor with its own heads and head dim.
+func TestPlanRoPEQK(t *testing.T) {
+	q, k := []int64{2, 3, 32}, []int64{2, 3, 8} // 4 heads and 1 kv head of 8
+	attrs := map[string]ir.AttrVal{"heads": {Int: 4}, "kv_heads": {Int: 1}, "theta": {Float: 5e5}}
+	for _, op := range []ir.OpKind{ir.RoPEQK, ir.RoPEQKGrad} {
+		sign := 1.0
+		if op == ir.RoPEQKGrad {
+			sign = -1
+		}
+		for _, c := range []struct {
+			storage bool
+			want    string // kernels and their scalar arguments (the mask left out)
+		}{
+			{false, fmt.Sprintf("rope_f32 [2 3 4 8 500000 %g] rope_f32 [2 3 1 8 500000 %g]", sign, sign)},
+			{true, fmt.Sprintf("rope_qk_st [2 3 4 8 1 8 500000 %g]", sign)},
+		} {
+			oc := &OpCall{Op: op, ArgShapes: [][]int64{q, k}, OutShapes: [][]int64{q, k}, ArgElems: []int64{elems(q), elems(k)},
+				OutElems: []int64{elems(q), elems(k)}, ArgTypes: []ir.DType{ir.F32, ir.F32}, OutTypes: []ir.DType{ir.F32, ir.F32},
+				Storage: c.storage, Attr: func(name string) ir.AttrVal { return attrs[name] }}
+			p, err := PlanOp(oc)
+			if err != nil {
+				t.Fatalf("%v storage %v: %v", op, c.storage, err)
+			}
+			var got []string
+			for _, l := range p.Launches {
+				if err := l.CheckArgs(); err != nil {
+					t.Errorf("%v storage %v: %v", op, c.storage, err)
+				}
+				var dims []float64
+				for _, a := range l.Args {
+					switch a.Kind {
+					case Int:
+						dims = append(dims, float64(a.I))
+					case Float32, Float64:
+						dims = append(dims, a.F)
+					}
+				}
+				if c.storage {
+					dims = dims[:len(dims)-1]
+				}
+				got = append(got, fmt.Sprint(l.Kernel, " ", dims))
+			}
+			if g := strings.Join(got, " "); g != c.want {
+				t.Errorf("%v storage %v: launches %s, want %s", op, c.storage, g, c.want)
+			}
+			if n := (elems(q) + elems(k)) / 2; c.storage && p.Launches[0].Grid[0] != Grid1D(n, DefaultBlock, MaxGrid) {
+				t.Errorf("%v: rope_qk_st on %d blocks, want %d for %d pairs", op, p.Launches[0].Grid[0], Grid1D(n, DefaultBlock, MaxGrid), n)
+			}
 		}
 	}
 }

@@ -714,19 +714,24 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const voi
 	layernorm_grad_wb_body(dw, db, x, dy, stats, rows, d, bf, first_dw, first_db);
 }
 
+// rope_pair turns pair k of x into out, out bit 0 of bf and x bit 1:
+// every rope kernel's one computation of a pair.
+__device__ __forceinline__ void rope_pair(void *out, const void *x, long long k, long long seq, long long heads, long long hd,
+	double theta, float sign, long long bf, unsigned long long *first) {
+	long long half = hd / 2;
+	long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
+	double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
+	float c = (float)cos(ang), s = sign * (float)sin(ang);
+	long long base = ((b * seq + p) * heads + h) * hd;
+	float u = st_load(x, base + i, bf, 1), v = st_load(x, base + i + half, bf, 1);
+	st_store(out, base + i, u * c - v * s, bf, 0, first);
+	st_store(out, base + i + half, v * c + u * s, bf, 0, first);
+}
+
 // rope_body is rope_st's (rope_f32's with bf = 0, no flag).
 __device__ __forceinline__ void rope_body(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
 	double theta, float sign, long long bf, unsigned long long *first) {
-	long long half = hd / 2, pairs = batch * seq * heads * half;
-	GRID_STRIDE(k, pairs) {
-		long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
-		double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
-		float c = (float)cos(ang), s = sign * (float)sin(ang);
-		long long base = ((b * seq + p) * heads + h) * hd;
-		float u = st_load(x, base + i, bf, 1), v = st_load(x, base + i + half, bf, 1);
-		st_store(out, base + i, u * c - v * s, bf, 0, first);
-		st_store(out, base + i + half, v * c + u * s, bf, 0, first);
-	}
+	GRID_STRIDE(k, batch * seq * heads * (hd / 2)) { rope_pair(out, x, k, seq, heads, hd, theta, sign, bf, first); }
 }
 
 // RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
@@ -745,6 +750,26 @@ AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long bat
 AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
 	double theta, float sign, long long bf, unsigned long long *first) {
 	rope_body(out, x, batch, seq, heads, hd, theta, sign, bf, first);
+}
+
+// rope_qk_st is rope_st on q's xq (heads of hd) and on k's xk (kv_heads
+// of kv_hd), of one batch, seq and theta, in one launch: a thread per
+// pair of either, q's pairs first, each turned by rope_pair as rope_st
+// turns it. q (bit 0), k (1), xq (2), xk (3); first_q and first_k flag q
+// and k.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void rope_qk_st(void *q, void *k, const void *xq, const void *xk, long long batch, long long seq,
+	long long heads, long long hd, long long kv_heads, long long kv_hd, double theta, float sign, long long bf,
+	unsigned long long *first_q, unsigned long long *first_k) {
+	long long nq = batch * seq * heads * (hd / 2), nk = batch * seq * kv_heads * (kv_hd / 2);
+	long long bq = st_bits(bf, 0, 2, 2), bk = st_bits(bf, 1, 3, 3); // rope_pair's out and x as bits 0 and 1
+	GRID_STRIDE(j, nq + nk) {
+		if (j < nq) {
+			rope_pair(q, xq, j, seq, heads, hd, theta, sign, bq, first_q);
+		} else {
+			rope_pair(k, xk, j - nq, seq, kv_heads, kv_hd, theta, sign, bk, first_k);
+		}
+	}
 }
 
 // bad_id flags id, at position t, as out of range in *bad (all ones
@@ -1046,12 +1071,15 @@ __device__ __forceinline__ float adamw_step(float p, float m, float v, float g, 
 	return (float)__dsub_rn(pi, __dmul_rn(step_size, mi) / __dadd_rn(sqrt(vi) / bc2, eps));
 }
 
+// adamw_f32 steps p, m and v in place from g, the eight factors k[0..7]
+// in device memory (gpu.AdamWArgs' order: a plan's launches are the same
+// every step).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void adamw_f32(float *p, float *m, float *v, const float *g, long long n, const long long *decay,
-	long long nd, double beta1, double c1, double beta2, double c2, double step_size, double bc2, double eps, double keep) {
+	long long nd, const double *k) {
 	GRID_STRIDE(i, n) {
 		float mo, vo;
-		p[i] = adamw_step(p[i], m[i], v[i], g[i], i, decay, nd, beta1, c1, beta2, c2, step_size, bc2, eps, keep, &mo, &vo);
+		p[i] = adamw_step(p[i], m[i], v[i], g[i], i, decay, nd, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], &mo, &vo);
 		m[i] = mo;
 		v[i] = vo;
 	}

@@ -13,6 +13,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"amspc/ir"
@@ -60,6 +61,10 @@ import (
 type Device struct {
 	mu    sync.Mutex
 	sizes map[uint64]int64
+
+	// waits counts Upload and Download (the host waits for every
+	// stream), onStream UploadOn (it does not): Transfers reads them.
+	waits, onStream atomic.Int64
 
 	sequential, holdBack, dropWaits bool
 	seqMu                           sync.Mutex // Sequential: one operation at a time
@@ -178,6 +183,11 @@ func NewDevice(opts ...Option) *Device {
 func (d *Device) Name() string { return "host-simulated GPU" }
 
 // Live is the number of allocations not freed.
+// Transfers is how many copies between host and device memory made the
+// host wait for the streams (Upload, Download) and how many went in a
+// stream's order (UploadOn), so far.
+func (d *Device) Transfers() (waited, onStream int64) { return d.waits.Load(), d.onStream.Load() }
+
 func (d *Device) Live() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -213,6 +223,7 @@ func (d *Device) Free(addr uint64) {
 func ptr(addr uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
 
 func (d *Device) Upload(addr uint64, src []byte) error {
+	d.waits.Add(1)
 	return d.transfer(func() {
 		if len(src) > 0 {
 			C.memcpy(ptr(addr), unsafe.Pointer(&src[0]), C.size_t(len(src)))
@@ -225,6 +236,7 @@ func (d *Device) UploadOn(s int, addr uint64, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	d.onStream.Add(1)
 	b := append([]byte(nil), src...)
 	return d.enqueue(s, func() error {
 		C.memcpy(ptr(addr), unsafe.Pointer(&b[0]), C.size_t(len(b)))
@@ -233,6 +245,7 @@ func (d *Device) UploadOn(s int, addr uint64, src []byte) error {
 }
 
 func (d *Device) Download(dst []byte, addr uint64) error {
+	d.waits.Add(1)
 	return d.transfer(func() {
 		if len(dst) > 0 {
 			C.memcpy(unsafe.Pointer(&dst[0]), ptr(addr), C.size_t(len(dst)))

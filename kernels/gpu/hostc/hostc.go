@@ -596,7 +596,7 @@ func AdamW(p, m, v, g []float32, step int, lr, beta1, beta2, eps, weightDecay fl
 	c.ints(len(p))
 	c.ptr(elem0(flat))
 	c.ints(len(decayed))
-	c.doubles(k[:]...)
+	c.ptr(unsafe.Pointer(&k[0]))
 	c.each("adamw_f32", len(p))
 }
 

@@ -347,6 +347,15 @@ static void h_rope_st(const void *p) {
 		(unsigned long long *)(uintptr_t)w[9]);
 }
 
+// rope_qk_st (ops.cu, elementwise).
+static void h_rope_qk_st(const void *p) {
+	const unsigned long long *w = p;
+	rope_qk_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
+		(const void *)(uintptr_t)w[3], (long long)w[4], (long long)w[5], (long long)w[6], (long long)w[7],
+		(long long)w[8], (long long)w[9], amsp_word_f64(w[10]), amsp_word_f32(w[11]), (long long)w[12],
+		(unsigned long long *)(uintptr_t)w[13], (unsigned long long *)(uintptr_t)w[14]);
+}
+
 // embed_f32 (ops.cu, elementwise).
 static void h_embed_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -432,8 +441,7 @@ static void h_adamw_f32(const void *p) {
 	const unsigned long long *w = p;
 	adamw_f32((float *)(uintptr_t)w[0], (float *)(uintptr_t)w[1], (float *)(uintptr_t)w[2],
 		(const float *)(uintptr_t)w[3], (long long)w[4], (const long long *)(uintptr_t)w[5], (long long)w[6],
-		amsp_word_f64(w[7]), amsp_word_f64(w[8]), amsp_word_f64(w[9]), amsp_word_f64(w[10]), amsp_word_f64(w[11]),
-		amsp_word_f64(w[12]), amsp_word_f64(w[13]), amsp_word_f64(w[14]));
+		(const double *)(uintptr_t)w[7]);
 }
 
 // adamw_st (ops.cu, elementwise).
@@ -701,84 +709,87 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 44: // rope_st
 		LAUNCH(gx, h_rope_st(w));
 		return 0;
-	case 45: // embed_f32
+	case 45: // rope_qk_st
+		LAUNCH(gx, h_rope_qk_st(w));
+		return 0;
+	case 46: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 46: // check_ids
+	case 47: // check_ids
 		LAUNCH(gx, h_check_ids(w));
 		return 0;
-	case 47: // mean_loss
+	case 48: // mean_loss
 		LAUNCH(gx, h_mean_loss(w));
 		return 0;
-	case 48: // embed_count
+	case 49: // embed_count
 		LAUNCH(gx, h_embed_count(w));
 		return 0;
-	case 49: // embed_offsets
+	case 50: // embed_offsets
 		LAUNCH(gx, h_embed_offsets(w));
 		return 0;
-	case 50: // embed_scan
+	case 51: // embed_scan
 		LAUNCH(gx, h_embed_scan(w));
 		return 0;
-	case 51: // embed_place
+	case 52: // embed_place
 		LAUNCH(gx, h_embed_place(w));
 		return 0;
-	case 52: // embed_grad_f32
+	case 53: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 53: // cross_entropy_f32
+	case 54: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 54: // cross_entropy_st
+	case 55: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 55: // cross_entropy_grad_f32
+	case 56: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 56: // cross_entropy_grad_st
+	case 57: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 57: // adamw_f32
+	case 58: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 58: // adamw_st
+	case 59: // adamw_st
 		LAUNCH(gx, h_adamw_st(w));
 		return 0;
-	case 59: // attention_f32
+	case 60: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 60: // attention_dsum_f32
+	case 61: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 61: // attention_dq_f32
+	case 62: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 62: // attention_dkv_f32
+	case 63: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 63: // attention_dkv_sum_f32
+	case 64: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 64: // first_nonfinite_f32
+	case 65: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 65: // bf16_widen
+	case 66: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 66: // bf16_round
+	case 67: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 67: // bf16_pack
+	case 68: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 68: // bf16_finish
+	case 69: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 69: // mma_probe
+	case 70: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 70: // attention_mma_fwd
+	case 71: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 71: // attention_mma_dkv
+	case 72: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 72: // attention_mma_dq
+	case 73: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 73: // attention_dsum_bf16
+	case 74: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
