@@ -106,6 +106,33 @@ func (d *Devices) Backend(rank int) (Backend, error) {
 	return NewDeviceBackendWith(dev, d.opts), nil
 }
 
+// Close closes every device a rank was given that has a Close method
+// (CUDA's: its streams, events, pinned staging memory and NCCL
+// communicators) and forgets them; the first error. Devices may open
+// backends again after.
+func (d *Devices) Close() error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	opened := d.opened
+	d.opened = nil
+	d.mu.Unlock()
+	var first error
+	seen := map[Device]bool{}
+	for _, dev := range opened {
+		c, ok := dev.(interface{ Close() error })
+		if !ok || seen[dev] {
+			continue
+		}
+		seen[dev] = true
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // PeakBytes is the most device memory any rank's device has had
 // allocated at once (its buffers at their device sizes and the kernels'
 // scratch), where the devices measure it (a Peak() int64 method: CUDA's

@@ -42,7 +42,59 @@ var registerTestKinds = sync.OnceFunc(func() {
 	engine.RegisterDevice("test-broken", func(engine.DeviceOptions) (func(int) (engine.Device, error), error) {
 		return nil, errUnavailable
 	})
+	engine.RegisterDevice("test-closing", func(engine.DeviceOptions) (func(int) (engine.Device, error), error) {
+		return func(int) (engine.Device, error) { return &closingDevice{}, nil }, nil
+	})
 })
+
+// closingDevice counts its Close calls in closes.
+type closingDevice struct {
+	nullDevice
+	_ int // not zero-sized: each one its own address
+}
+
+var closes sync.Map // *closingDevice -> int
+
+func (d *closingDevice) Close() error {
+	n, _ := closes.LoadOrStore(d, 0)
+	closes.Store(d, n.(int)+1)
+	return nil
+}
+
+// TestDevicesClose: Close closes each device a rank was given, once,
+// however often it is called; devices without a Close method are left.
+func TestDevicesClose(t *testing.T) {
+	registerTestKinds()
+	d, err := engine.OpenDevices("test-closing", engine.DeviceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		if _, err := d.Backend(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	closes.Range(func(_, v any) bool {
+		if v.(int) != 1 {
+			t.Errorf("a device closed %d times", v.(int))
+		}
+		n++
+		return true
+	})
+	if n != 3 {
+		t.Errorf("%d devices closed, want 3", n)
+	}
+	var none *engine.Devices
+	if err := none.Close(); err != nil {
+		t.Errorf("nil Devices: %v", err)
+	}
+}
 
 // TestDeviceRegistry: an unknown kind's error lists the known ones,
 // sorted (cpu always among them); a kind's opener's error comes back as

@@ -292,6 +292,9 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 		if err != nil {
 			return proc.refuse(fmt.Errorf("--device %s: %w", o.device, err))
 		}
+		if err := o.devices.Close(); err != nil {
+			return proc.fail(err)
+		}
 		o.devices = d
 	}
 	n := o.steps
@@ -306,6 +309,12 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 	var prof cpuProfile
 	defer func() { status = max(status, prof.stop(stderr)) }()
 	t := o.trainer(plan, tokens, pw, n, progress, &prof, stderr)
+	defer func() {
+		if err := o.devices.Close(); err != nil {
+			fmt.Fprintf(stderr, "amspc run: closing --device %s: %v\n", o.device, err)
+			status = max(status, exitUser)
+		}
+	}()
 	res, err := t.Train(ctx)
 	if err == nil && t.Trace != nil && len(res.StepSeconds) > 0 {
 		// Written however the steps ended (a stop's included), after
