@@ -21,6 +21,8 @@
 #     profile-1b.csv: amspc profile --device cuda of that job (each
 #     kernel timed alone on the GPU);
 #   - adamw.txt: the fused AdamW step's GB/s against a plain stream's;
+#   - torch-l32.txt, amspc-l32.txt: the same for Llama-3.2-1B's shapes
+#     (tied, vocab 128,256, Llama 3's RoPE scaling; amspc on tensor cores);
 #   - gpu.json: those figures as JSON (bench/gpu_summary.py; commit it
 #     as bench/results/gpu.json): card, date, commit, each GPU test's
 #     result, per model PyTorch's and amspc's tokens/s, MFU, peak memory,
@@ -41,6 +43,9 @@ build)
 		go build -tags mpi -o $d/amspc-mpi ./cmd/amspc
 	fi
 	go run ./cmd/amspc import hf testdata/hf/TinyLlama-1.1B-Chat-v1.0.json --force -o $d/llama1b.amsp \
+		--nodes 1 --gpus-per-node 1 --seq 2048 --micro-batch 1 --global-batch 4
+	# Llama-3.2-1B's shapes (vocab 128,256, tied, Llama 3's RoPE scaling).
+	go run ./cmd/amspc import hf testdata/hf/Llama-3.2-1B.json --force -o $d/llama32.amsp \
 		--nodes 1 --gpus-per-node 1 --seq 2048 --micro-batch 1 --global-batch 4
 	ls -la $d
 	;;
@@ -112,7 +117,17 @@ PY
 		fi
 	fi
 	nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv || true
-	# The figures as JSON: commit it as bench/results/gpu.json.
+	# The figures as JSON: commit it as bench/results/gpu.json. Written
+	# now and again after the last part, so a run cut short keeps them.
+	python3 bench/gpu_summary.py "$o" $d >$o/gpu.json && echo "wrote $o/gpu.json" || echo "gpu_summary.py failed"
+	# Last (the longest to start): Llama-3.2-1B's shapes, PyTorch eager
+	# then amspc on tensor cores, on the same tokens (ids below 65,536:
+	# uint16 files).
+	if [ -z "${SKIP_TORCH:-}" ]; then
+		PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_llama.py --data $d/tok.bin --batch 4 --steps 6 --d 2048 --layers 16 --heads 32 \
+			--kv-heads 8 --ffn 8192 --vocab 128256 --theta 500000 --rope-scaling 32 1 4 8192 --tied 2>&1 | tee $o/torch-l32.txt || true
+	fi
+	timeout 120 $d/amspc run --device cuda --tensor-cores --steps 5 --data $d/tok.bin --log $o/amspc-l32.jsonl $d/llama32.amsp 2>&1 | tee $o/amspc-l32.txt || true
 	python3 bench/gpu_summary.py "$o" $d >$o/gpu.json && echo "wrote $o/gpu.json" || echo "gpu_summary.py failed"
 	;;
 *)

@@ -45,8 +45,8 @@ def seconds(s):
     return float(m.group(1)) * {"s": 1, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}[m.group(2)]
 
 
-def torch_run(out):
-    t = read(os.path.join(out, "torch.txt"))
+def torch_run(out, name="torch.txt"):
+    t = read(os.path.join(out, name))
     if "tokens/s" not in t:
         return None
     return {
@@ -119,6 +119,10 @@ def main():
                 "torch_eager": torch,
                 "amspc": amspc_run(out, "amspc1b", torch),
                 "amspc_tensor_cores": amspc_run(out, "amspc1b-tc", torch),
+            },
+            "llama-3.2-1b": {
+                "torch_eager": torch_run(out, "torch-l32.txt"),
+                "amspc_tensor_cores": amspc_run(out, "amspc-l32", torch_run(out, "torch-l32.txt")),
             },
         },
         "attention_tflops": attention(out),

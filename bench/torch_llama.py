@@ -9,6 +9,8 @@ memory. With --write-tokens N it first writes N random tokens (seeded)
 to --data for both runs.
 
     python3 bench/torch_llama.py --data tok.bin --write-tokens 1000000   # TinyLlama-1.1B shapes, seq 2048
+    python3 bench/torch_llama.py --data tok.bin --d 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 \
+        --vocab 128256 --theta 500000 --rope-scaling 32 1 4 8192 --tied       # Llama-3.2-1B shapes
     python3 bench/torch_llama.py --device cpu --dtype fp32 --d 64 --layers 2 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --batch 2 --steps 3
 
 MFU counts 6 x (parameters without the embedding) x tokens plus
@@ -39,11 +41,25 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.w
 
 
-def rope(x, theta):
-    # x: [b, heads, s, hd], pairs (2i, 2i+1) turned by pos * theta^(-2i/hd)
+def rope_freqs(hd, theta, scaling, device):
+    """theta^(-2i/hd), scaled as Llama 3 scales them when scaling is
+    (factor, low_freq_factor, high_freq_factor, original positions):
+    Hugging Face's _compute_llama3_parameters."""
+    freq = theta ** (-torch.arange(0, hd, 2, device=device, dtype=torch.float64) / hd)
+    if scaling:
+        factor, low, high, orig = scaling
+        wavelen = 2 * math.pi / freq
+        smooth = (orig / wavelen - low) / (high - low)
+        blended = (1 - smooth) * freq / factor + smooth * freq
+        freq = torch.where(wavelen > orig / low, freq / factor, torch.where(wavelen < orig / high, freq, blended))
+    return freq.float()
+
+
+def rope(x, theta, scaling=None):
+    # x: [b, heads, s, hd], pairs (2i, 2i+1) turned by pos * freq[i]
     b, h, s, hd = x.shape
     pos = torch.arange(s, device=x.device, dtype=torch.float32)
-    freq = theta ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    freq = rope_freqs(hd, theta, scaling, x.device)
     ang = pos[:, None] * freq[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     xr = x.view(b, h, s, hd // 2, 2)
@@ -64,6 +80,7 @@ class Block(nn.Module):
         super().__init__()
         d, hd = a.d, a.d // a.heads
         self.heads, self.kvh, self.theta = a.heads, a.kv_heads, a.theta
+        self.scaling = tuple(a.rope_scaling) if a.rope_scaling else None
         self.attn_norm, self.ffn_norm = RMSNorm(d, a.eps), RMSNorm(d, a.eps)
         self.wq, self.wo = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
         self.wk, self.wv = nn.Linear(d, a.kv_heads * hd, bias=False), nn.Linear(d, a.kv_heads * hd, bias=False)
@@ -74,8 +91,8 @@ class Block(nn.Module):
         b, s, d = x.shape
         hd = d // self.heads
         h = self.attn_norm(x)
-        q = rope(self.wq(h).view(b, s, self.heads, hd).transpose(1, 2), self.theta)
-        k = rope(self.wk(h).view(b, s, self.kvh, hd).transpose(1, 2), self.theta)
+        q = rope(self.wq(h).view(b, s, self.heads, hd).transpose(1, 2), self.theta, self.scaling)
+        k = rope(self.wk(h).view(b, s, self.kvh, hd).transpose(1, 2), self.theta, self.scaling)
         v = self.wv(h).view(b, s, self.kvh, hd).transpose(1, 2)
         rep = self.heads // self.kvh
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
@@ -92,6 +109,8 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.layers))
         self.norm = RMSNorm(a.d, a.eps)
         self.head = nn.Linear(a.d, a.vocab, bias=False)
+        if a.tied:  # the head is the embedding table (Llama 3.2)
+            self.head.weight = self.emb.weight
 
     def forward(self, tokens, targets):
         x = self.emb(tokens)
@@ -120,6 +139,9 @@ def main():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--theta", type=float, default=10000.0)
+    p.add_argument("--rope-scaling", type=float, nargs=4, metavar=("FACTOR", "LOW", "HIGH", "ORIGINAL"),
+                   help="Llama 3's rope_scaling (Llama 3.2-1B: 32 1 4 8192)")
+    p.add_argument("--tied", action="store_true", help="the head shares the embedding table")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cuda")
     p.add_argument("--data", required=True, help="uint16 little-endian tokens")
@@ -127,7 +149,8 @@ def main():
     a = p.parse_args()
     if a.write_tokens:
         g = torch.Generator().manual_seed(1)
-        toks = torch.randint(0, a.vocab, (a.write_tokens,), generator=g, dtype=torch.int32).to(torch.int16)
+        # uint16 tokens: ids below 65,536 (all of them, at Llama 3's vocab).
+        toks = torch.randint(0, min(a.vocab, 65536), (a.write_tokens,), generator=g, dtype=torch.int32).to(torch.int16)
         toks.numpy().tofile(a.data)
         if a.steps == 0:  # the tokens only, for amspc's run
             return
@@ -137,7 +160,7 @@ def main():
     model = Model(a).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     n_params = sum(q.numel() for q in model.parameters())
-    n_dense = n_params - model.emb.weight.numel()
+    n_dense = n_params - (0 if a.tied else model.emb.weight.numel())  # a tied table is the head: dense
     tokens = a.batch * a.seq
     flops = 6 * n_dense * tokens + 6 * a.layers * a.d * a.seq * tokens  # attention: 12 L d s T, causal half
     windows = (len(raw) - 1) // a.seq

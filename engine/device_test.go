@@ -384,3 +384,64 @@ func TestDeviceStepTransfers(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceRoPEScaling: Llama 3's scaling of RoPE's frequencies (a
+// context of 16 original positions, so each band holds some of a head's
+// 8 frequencies at seq 64) trains alike on the CPU and the simulated
+// GPU, whose kernels read the frequencies the host computed; q's and k's
+// ropes still fuse, keeping the scaling.
+func TestDeviceRoPEScaling(t *testing.T) {
+	src := `model m {
+  dim d = 32
+  dim heads = 2
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+  param emb : [256, d]
+  param wq : [d, d]
+  param wk : [d, d]
+  param wv : [d, d]
+  x = embed(tokens, emb)
+  q = rope(x @ wq, heads=heads, theta=500000, scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16)
+  k = rope(x @ wk, heads=heads, theta=500000, scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16)
+  x = x + attention(q, k, x @ wv, heads=heads, causal=true)
+  loss = cross_entropy(x @ transpose(emb), targets)
+}
+cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
+train { seq_len = 64 micro_batch = 2 global_batch = 4 precision = fp32 }
+shard ddp
+`
+	job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _, err := compiler.Choose(job, cost.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := compiler.Compile(job, plan, compiler.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := engineProgramText(res.Bundle); !strings.Contains(text, "kernel rope_qk ") || !strings.Contains(text, "scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16") {
+		t.Fatalf("the program does not run rope_qk with the scaling:\n%s", text)
+	}
+	cpu := steps(t, start(t, res.Bundle), 3)
+	dev := steps(t, start(t, res.Bundle, func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }), 3)
+	for i := range cpu {
+		if d := math.Abs(dev[i]-cpu[i]) / cpu[i]; d > 1e-6 {
+			t.Errorf("step %d: device loss %.9g, CPU %.9g", i+1, dev[i], cpu[i])
+		}
+	}
+	// Without the scaling the losses differ: the attributes reach the kernels.
+	plain := strings.ReplaceAll(src, ", scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16", "")
+	job, err = frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(plain)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err = compiler.Compile(job, plan, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if unscaled := steps(t, start(t, res.Bundle), 3); unscaled[2] == cpu[2] {
+		t.Errorf("the scaling changed nothing: step 3's loss %.17g either way", cpu[2])
+	}
+}

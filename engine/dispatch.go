@@ -18,6 +18,11 @@ func attr(in *ir.Instr, name string) ir.AttrVal {
 			return a.Val
 		}
 	}
+	for _, s := range in.Kern.Info().Attrs {
+		if s.Name == name && s.Omit { // absent at zero (ir.AttrSpec.Omit)
+			return ir.AttrVal{Type: s.Type}
+		}
+	}
 	panic(fmt.Sprintf("kernel %v has no attribute %s", in.Kern, name))
 }
 
@@ -108,12 +113,12 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 	},
 	ir.RoPE: func(c *KernelCall) error {
 		b, s, heads, hd := ropeDims(c)
-		kernels.RoPE(c.out(0), c.arg(0), b, s, heads, hd, c.attr("theta").Float)
+		kernels.RoPE(c.out(0), c.arg(0), b, s, heads, hd, ropeFreq(c))
 		return nil
 	},
 	ir.RoPEGrad: func(c *KernelCall) error {
 		b, s, heads, hd := ropeDims(c)
-		kernels.RoPEGrad(c.out(0), c.arg(0), b, s, heads, hd, c.attr("theta").Float)
+		kernels.RoPEGrad(c.out(0), c.arg(0), b, s, heads, hd, ropeFreq(c))
 		return nil
 	},
 	ir.RoPEQK:     func(c *KernelCall) error { return ropeQK(c, kernels.RoPE) },
@@ -345,12 +350,18 @@ func ropeDims(c *KernelCall) (b, s, heads, hd int) {
 
 // ropeQK is rope_qk's (or its gradient's) turn of each operand into the
 // result of its index: q (0) of heads, k (1) of kv_heads, one theta.
-func ropeQK(c *KernelCall, turn func(out, x []float32, batch, seq, heads, hd int, theta float64)) error {
+func ropeQK(c *KernelCall, turn func(out, x []float32, batch, seq, heads, hd int, f kernels.RoPEFreq)) error {
 	for i, name := range []string{"heads", "kv_heads"} {
 		x, heads := c.ArgShapes[i], int(c.attr(name).Int)
-		turn(c.out(i), c.arg(i), int(x[0]), int(x[1]), heads, int(x[2])/heads, c.attr("theta").Float)
+		turn(c.out(i), c.arg(i), int(x[0]), int(x[1]), heads, int(x[2])/heads, ropeFreq(c))
 	}
 	return nil
+}
+
+// ropeFreq is a rope instruction's frequencies: theta and its scaling
+// (absent attributes zero).
+func ropeFreq(c *KernelCall) kernels.RoPEFreq {
+	return kernels.RoPEFreq(ir.RoPEScalingOf(c.Instr.Attrs))
 }
 
 // cpuAdamW is the optimizer's step (NUMERICS.md, torch.optim.AdamW) on a

@@ -82,21 +82,31 @@ func matchRoPEQK(k *Op, uses map[*Value][]*Op) (args, absorbed []*Value, ok bool
 		return nil, nil, false
 	}
 	xq, xk := q.Def.Args[0], k.Args[0]
-	qt, _ := q.Def.Attr("theta")
-	kt, _ := k.Attr("theta")
-	if q.DType != k.Out().DType || qt.Float != kt.Float || !xq.Shape[:2].Equal(xk.Shape[:2]) {
+	if q.DType != k.Out().DType || !xq.Shape[:2].Equal(xk.Shape[:2]) {
 		return nil, nil, false
+	}
+	for _, name := range ropeFreqAttrs { // theta and the scaling
+		qa, _ := q.Def.Attr(name)
+		ka, _ := k.Attr(name)
+		if qa != ka {
+			return nil, nil, false
+		}
 	}
 	return []*Value{xq, xk}, nil, true
 }
 
 // ropeQKAttrs are rope_qk's attributes: q's heads, k's as kv_heads, and
-// their theta.
+// their frequencies' (theta and the scaling).
 func ropeQKAttrs(k *Op, q *Value) []Attr {
 	heads, _ := q.Def.Attr("heads")
 	kvHeads, _ := k.Attr("heads")
-	theta, _ := k.Attr("theta")
-	return []Attr{{"heads", heads}, {"kv_heads", kvHeads}, {"theta", theta}}
+	out := []Attr{{"heads", heads}, {"kv_heads", kvHeads}}
+	for _, name := range ropeFreqAttrs {
+		if v, ok := k.Attr(name); ok {
+			out = append(out, Attr{name, v})
+		}
+	}
+	return out
 }
 
 // matchLinearCrossEntropy accepts cross_entropy(matmul(h, w), t), after

@@ -169,7 +169,7 @@ func initGradOps() {
 	eps := AttrSpec{Name: "eps", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 1e-5}}
 	ropeAttrs := opTable[RoPE].Attrs
 	// rope_qk's: q's heads, k's kv_heads, their one theta.
-	ropeQKSpec := []AttrSpec{ropeAttrs[0], {Name: "kv_heads", Type: AttrInt, Required: true}, ropeAttrs[1]}
+	ropeQKSpec := append([]AttrSpec{ropeAttrs[0], {Name: "kv_heads", Type: AttrInt, Required: true}}, ropeAttrs[1:]...)
 	// rope's 3 FLOPs an element, of both results (elementwise counts
 	// the first's alone).
 	ropeQKFlops := func(op *Op) float64 {

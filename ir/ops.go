@@ -73,6 +73,10 @@ type AttrSpec struct {
 	// nothing is; every float attribute a source can write has one
 	// (the frontend reports it at the value).
 	Range func(v float64) string
+	// Omit leaves the attribute out of the normal form at zero, its
+	// default: ops that do not use it print as they did before it
+	// existed (rope's scaling), and a kernel reads it absent as zero.
+	Omit bool
 }
 
 // positive is the range of a float attribute meaningless at zero or
@@ -83,6 +87,17 @@ func positive(v float64) string {
 	}
 	return ""
 }
+
+// nonNegative is the range of an attribute that is 0 when unused.
+func nonNegative(v float64) string {
+	if !(v >= 0) || math.IsInf(v, 0) {
+		return "must be 0 or positive and finite, not " + FormatFloat(v)
+	}
+	return ""
+}
+
+// ropeFreqAttrs are rope's attributes that set its frequencies.
+var ropeFreqAttrs = []string{"theta", "scaling_factor", "low_freq_factor", "high_freq_factor", "original_max_positions"}
 
 // positiveF32 is the range of a positive attribute an op computes with in
 // fp32 (a norm's eps, which keeps it from dividing by zero): a value
@@ -243,6 +258,13 @@ func init() {
 		RoPE: {Name: "rope", Arity: 1, Fusion: FuseRow, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
 			{Name: "theta", Type: AttrFloat, Default: AttrVal{Type: AttrFloat, Float: 10000}, Range: positive},
+			// Llama 3's scaling of the frequencies (Hugging Face's
+			// rope_scaling of rope_type "llama3"; kernels.RoPEFreq):
+			// none without a factor.
+			{Name: "scaling_factor", Type: AttrFloat, Omit: true, Range: nonNegative},
+			{Name: "low_freq_factor", Type: AttrFloat, Omit: true, Range: nonNegative},
+			{Name: "high_freq_factor", Type: AttrFloat, Omit: true, Range: nonNegative},
+			{Name: "original_max_positions", Type: AttrInt, Omit: true},
 		}, Infer: one(inferRoPE), Flops: elementwise(3)}, // linear: backward rotates back, saves nothing
 		Attention: {Name: "attention", Arity: 3, Fusion: FuseAttention, Attrs: []AttrSpec{
 			{Name: "heads", Type: AttrInt, Required: true},
@@ -361,6 +383,7 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 		switch {
 		case val == nil && s.Required:
 			return nil, opErr("%s needs attribute %s=", info.Name, s.Name)
+		case val == nil && s.Omit:
 		case val == nil && s.Name == "kv_heads":
 			// Defaults to heads, written out so that one op has one
 			// printed form.
@@ -376,6 +399,9 @@ func NormalizeAttrs(k OpKind, given []Attr) ([]Attr, *OpError) {
 			}
 			if v.Type != s.Type {
 				return nil, attrErr(s.Name, "attribute %s of %s must be %s, not %s", s.Name, info.Name, s.Type, v)
+			}
+			if s.Omit && v == (AttrVal{Type: s.Type}) {
+				continue
 			}
 			out = append(out, Attr{Name: s.Name, Val: v})
 		}
@@ -556,7 +582,56 @@ func inferRoPE(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 	if hd := d / heads; hd%2 != 0 {
 		return nil, 0, attrErr("heads", "rope needs an even head dim, got %d (%d / %d heads)", hd, d, heads)
 	}
+	if err := checkRoPEScaling(attrs); err != nil {
+		return nil, 0, err
+	}
 	return append(Shape{}, x.Shape...), x.DType, nil
+}
+
+// checkRoPEScaling checks rope's scaling attributes: none, or a factor
+// with low_freq_factor < high_freq_factor and original_max_positions,
+// all positive.
+func checkRoPEScaling(attrs []Attr) *OpError {
+	f := RoPEScalingOf(attrs)
+	switch {
+	case f.Factor == 0 && (f.Low != 0 || f.High != 0 || f.Original != 0):
+		return attrErr("scaling_factor", "rope's low_freq_factor, high_freq_factor and original_max_positions need a scaling_factor")
+	case f.Factor == 0:
+		return nil
+	case !(f.Low > 0 && f.High > f.Low):
+		return attrErr("low_freq_factor", "rope's scaling needs 0 < low_freq_factor < high_freq_factor, not %s and %s", FormatFloat(f.Low), FormatFloat(f.High))
+	case f.Original <= 0:
+		return attrErr("original_max_positions", "rope's scaling needs original_max_positions, positive, not %d", f.Original)
+	}
+	return nil
+}
+
+// RoPEScaling is rope's frequencies as its attributes set them: theta,
+// and Llama 3's scaling (Factor 0: none).
+type RoPEScaling struct {
+	Theta, Factor, Low, High float64
+	Original                 int
+}
+
+// RoPEScalingOf reads a rope op's attributes (rope, rope_grad, rope_qk,
+// rope_qk_grad); absent ones are zero.
+func RoPEScalingOf(attrs []Attr) RoPEScaling {
+	var f RoPEScaling
+	for _, a := range attrs {
+		switch a.Name {
+		case "theta":
+			f.Theta = a.Val.Float
+		case "scaling_factor":
+			f.Factor = a.Val.Float
+		case "low_freq_factor":
+			f.Low = a.Val.Float
+		case "high_freq_factor":
+			f.High = a.Val.Float
+		case "original_max_positions":
+			f.Original = int(a.Val.Int)
+		}
+	}
+	return f
 }
 
 func inferAttention(args []*Value, attrs []Attr) (Shape, DType, *OpError) {

@@ -104,7 +104,7 @@ func TestRoPE(t *testing.T) {
 	n := batch * seq * heads * hd
 	x, x64 := randVec(rng, n)
 	out := make([]float32, n)
-	RoPE(out, x, batch, seq, heads, hd, theta)
+	RoPE(out, x, batch, seq, heads, hd, RoPEFreq{Theta: theta})
 	f := func(in [][]float64) []float64 { return refRoPE(in[0], batch, seq, heads, hd, theta) }
 	checkClose(t, "rope", out, f([][]float64{x64}), fwdTol)
 	for i := range heads * hd { // position 0 of batch 0 is not rotated
@@ -122,11 +122,11 @@ func TestRoPE(t *testing.T) {
 	}
 	dy, r := randVec(rng, n)
 	dx := make([]float32, n)
-	RoPEGrad(dx, dy, batch, seq, heads, hd, theta)
+	RoPEGrad(dx, dy, batch, seq, heads, hd, RoPEFreq{Theta: theta})
 	g := numGrads(f, [][]float64{x64}, r)
 	checkClose(t, "rope dx", dx, g[0], bwdTol)
 	// In place is allowed.
-	RoPE(x, x, batch, seq, heads, hd, theta)
+	RoPE(x, x, batch, seq, heads, hd, RoPEFreq{Theta: theta})
 	sameBits(t, "rope in place", x, out)
 }
 
@@ -693,5 +693,42 @@ func TestAddRMSNorm(t *testing.T) {
 			sameBits(t, name+" dx", fdx, dx)
 			sameBits(t, name+" dw", fdw, dw)
 		}
+	}
+}
+
+// TestRoPEFreqLlama3: Llama 3.1's scaling (theta 500,000, factor 8, low
+// 1, high 4, original 8,192, head dim 128) keeps the frequencies whose
+// wavelength is under 2,048 positions, divides those over 8,192 by 8,
+// blends those between (Hugging Face's _compute_llama3_parameters), and
+// without a factor gives theta's powers, bit for bit.
+func TestRoPEFreqLlama3(t *testing.T) {
+	const hd = 128
+	plain := RoPEFreq{Theta: 500000}.Freqs(hd)
+	scaled := RoPEFreq{Theta: 500000, Factor: 8, Low: 1, High: 4, Original: 8192}.Freqs(hd)
+	blended := 0
+	for i, inv := range plain {
+		if want := math.Pow(500000, -2*float64(i)/hd); inv != want {
+			t.Fatalf("freq %d: %v, want %v", i, inv, want)
+		}
+		wavelen := 2 * math.Pi / inv
+		switch {
+		case wavelen < 2048:
+			if scaled[i] != inv {
+				t.Errorf("freq %d (wavelength %.0f): %v, want it kept: %v", i, wavelen, scaled[i], inv)
+			}
+		case wavelen > 8192:
+			if scaled[i] != inv/8 {
+				t.Errorf("freq %d (wavelength %.0f): %v, want %v / 8", i, wavelen, scaled[i], inv)
+			}
+		default:
+			blended++
+			smooth := (8192/wavelen - 1) / 3
+			if want := (1-smooth)*inv/8 + smooth*inv; math.Abs(scaled[i]-want) > 1e-15*inv || !(scaled[i] > inv/8 && scaled[i] < inv) {
+				t.Errorf("freq %d (wavelength %.0f): %v, want %v between %v and %v", i, wavelen, scaled[i], want, inv/8, inv)
+			}
+		}
+	}
+	if blended == 0 {
+		t.Error("no frequency in the blended band")
 	}
 }

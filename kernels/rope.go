@@ -5,20 +5,55 @@ import (
 	"sync"
 )
 
+// RoPEFreq says the rotation's frequencies: theta^(-2i/hd) for pair i,
+// and, when Factor is not 0, Llama 3's scaling of them (Hugging Face's
+// rope_type "llama3"): over the original context of Original positions,
+// a frequency whose wavelength is shorter than Original/High stays, one
+// longer than Original/Low is divided by Factor, and those between blend
+// the two linearly in Original/wavelength.
+type RoPEFreq struct {
+	Theta             float64
+	Factor, Low, High float64
+	Original          int
+}
+
+// Freqs is f's frequency of each of a head's hd/2 pairs, in float64:
+// the one computation of them, which the GPU's kernels read from memory.
+func (f RoPEFreq) Freqs(hd int) []float64 {
+	out := make([]float64, hd/2)
+	for i := range out {
+		inv := math.Pow(f.Theta, -2*float64(i)/float64(hd))
+		if f.Factor != 0 {
+			wavelen := 2 * math.Pi / inv
+			lowWave, highWave := float64(f.Original)/f.Low, float64(f.Original)/f.High
+			switch {
+			case wavelen < highWave:
+			case wavelen > lowWave:
+				inv /= f.Factor
+			default:
+				smooth := (float64(f.Original)/wavelen - f.Low) / (f.High - f.Low)
+				inv = (1-smooth)*inv/f.Factor + smooth*inv
+			}
+		}
+		out[i] = inv
+	}
+	return out
+}
+
 // RoPE rotates x [batch, seq, heads*hd] in the rotate-half layout: for i in
 // [0, hd/2) the pair (x[i], x[i+hd/2]) of every head at position p (from 0
-// in each sequence) turns by p * theta^(-2i/hd). Angles, sines and cosines
-// are float64, rounded once to float32.
-func RoPE(out, x []float32, batch, seq, heads, hd int, theta float64) {
-	rope(out, x, batch, seq, heads, hd, theta, 1)
+// in each sequence) turns by p * f's frequency of i. Angles, sines and
+// cosines are float64, rounded once to float32.
+func RoPE(out, x []float32, batch, seq, heads, hd int, f RoPEFreq) {
+	rope(out, x, batch, seq, heads, hd, f, 1)
 }
 
 // RoPEGrad is the transposed rotation (the inverse): dx = R(p)^T dy.
-func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
-	rope(dx, dy, batch, seq, heads, hd, theta, -1)
+func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, f RoPEFreq) {
+	rope(dx, dy, batch, seq, heads, hd, f, -1)
 }
 
-func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float32) {
+func rope(out, x []float32, batch, seq, heads, hd int, f RoPEFreq, sign float32) {
 	n := batch * seq * heads * hd
 	checkLen("RoPE out", out, n)
 	checkLen("RoPE x", x, n)
@@ -27,7 +62,7 @@ func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float
 	}
 	half := hd / 2
 	width := heads * hd
-	tab := ropeTable(seq, hd, theta)
+	tab := ropeTable(seq, hd, f)
 	// Positions are the parallel unit: one sin/cos row serves every batch
 	// entry and head at that position.
 	parallelFor(seq, batch*width*3, func(lo, hi int) {
@@ -63,8 +98,8 @@ type ropeTab struct {
 }
 
 type ropeKey struct {
-	hd    int
-	theta float64
+	hd int
+	f  RoPEFreq
 }
 
 // ropeTabs caches one table per head dim and theta, grown to the longest
@@ -78,9 +113,9 @@ var ropeTabs struct {
 	m map[ropeKey]*ropeTab
 }
 
-func ropeTable(seq, hd int, theta float64) *ropeTab {
+func ropeTable(seq, hd int, f RoPEFreq) *ropeTab {
 	half := hd / 2
-	key := ropeKey{hd, theta}
+	key := ropeKey{hd, f}
 	ropeTabs.Lock()
 	defer ropeTabs.Unlock()
 	t := ropeTabs.m[key]
@@ -91,9 +126,10 @@ func ropeTable(seq, hd int, theta float64) *ropeTab {
 		ropeTabs.m = make(map[ropeKey]*ropeTab)
 	}
 	nt := &ropeTab{cos: make([]float32, seq*half), sin: make([]float32, seq*half)}
+	freqs := f.Freqs(hd)
 	for p := range seq {
-		for i := range half {
-			ang := float64(p) * math.Pow(theta, -2*float64(i)/float64(hd))
+		for i, fr := range freqs {
+			ang := float64(p) * fr
 			s, c := math.Sincos(ang)
 			nt.cos[p*half+i], nt.sin[p*half+i] = float32(c), float32(s)
 		}

@@ -25,6 +25,8 @@ var published = []struct {
 	{"Llama-2-7b-hf.json", 6_738_415_616, "Llama 2 paper and model card (7B); exact count in issue 13 and HF's safetensors metadata"},
 	{"Mistral-7B-v0.1.json", 7_241_732_096, "model.safetensors.index.json total_size 14,483,464,192 / 2"},
 	{"Meta-Llama-3-8B.json", 8_030_261_248, "model.safetensors.index.json total_size 16,060,522,496 / 2"},
+	{"Meta-Llama-3.1-8B.json", 8_030_261_248, "Llama 3's shapes (model.safetensors.index.json total_size 16,060,522,496 / 2); rope_scaling changes no param"},
+	{"Llama-3.2-1B.json", 1_235_814_400, "HF safetensors metadata of meta-llama/Llama-3.2-1B (1,235,814,400 params, tied embeddings)"},
 	{"Qwen2-0.5B.json", 494_032_768, "HF safetensors metadata (494M params), Qwen2 report's 0.49B"},
 	{"Qwen2-7B.json", 7_615_616_512, "model.safetensors.index.json total_size 15,231,233,024 / 2"},
 	{"TinyLlama-1.1B-Chat-v1.0.json", 1_100_048_384, "HF safetensors metadata (1.1B params)"},
@@ -38,7 +40,6 @@ var refused = []struct {
 	args   []string
 	want   []string
 }{
-	{"Meta-Llama-3.1-8B.json", nil, []string{`^Meta-Llama-3\.1-8B\.json:21:3: rope_scaling: rope_type "llama3" is not supported yet`}},
 	{"Mistral-7B-v0.1.json", []string{"--seq", "8192"}, []string{`^Mistral-7B-v0\.1\.json:18:3: sliding_window: 4096 is shorter than the sequence \(seq_len 8192\)`}},
 	{"Llama-2-7b-hf.json", []string{"--seq", "8192"}, []string{`^Llama-2-7b-hf\.json:12:3: max_position_embeddings: 4096 is shorter than the sequence asked for \(--seq 8192\)$`}},
 	{"gpt2.json", nil, []string{`^gpt2\.json:12:17: model_type: "gpt2" is not supported \(supported: llama, mistral, qwen2, gemma\)$`}},

@@ -62,6 +62,7 @@ type spec struct {
 	vocab, d, layers, heads, ffn int64
 	kvHeads, headDim             int64
 	eps, theta, initStd          float64
+	rope                         ropeScale // Llama 3's scaling; factor 0: none
 	tied                         bool
 	act                          string  // silu, gelu or gelu_tanh
 	embedScale                   float64 // multiplies the embeddings (Gemma's sqrt(hidden_size)); 0: none
@@ -228,7 +229,7 @@ func readSpec(src *source, obj *node, seq int64) (*spec, int64, frontend.ErrorLi
 	}
 
 	r.activation(s)
-	r.ropeScaling()
+	s.rope = r.ropeScaling()
 	r.dropout()
 	s.qkvBias = fam.qkvBias
 	if fam.biasFlags {
@@ -337,23 +338,67 @@ func (r *reader) activation(s *spec) {
 	}
 }
 
-// ropeScaling accepts no scaling (null, or rope_type "default"); the
-// language's rope has only theta.
-func (r *reader) ropeScaling() {
+// ropeScale is rope_scaling of rope_type "llama3": rope's
+// scaling_factor, low_freq_factor, high_freq_factor and
+// original_max_positions.
+type ropeScale struct {
+	factor, low, high float64
+	original          int64
+}
+
+// ropeScaling reads rope_scaling: none (null, or rope_type "default"),
+// or Llama 3's (rope_type "llama3", as Llama 3.1 and 3.2 have it: its
+// four numbers, each positive, low_freq_factor below high_freq_factor).
+// Other kinds are refused by name.
+func (r *reader) ropeScaling() ropeScale {
 	f := r.get("rope_scaling")
 	if f == nil || !r.want(f, kindObject) {
-		return
+		return ropeScale{}
 	}
 	kind := "(no rope_type)"
-	for _, sf := range f.val.fields {
-		if (sf.key == "rope_type" || sf.key == "type") && sf.val.kind == kindString {
+	var rs ropeScale
+	var nums = map[string]*field{}
+	for i, sf := range f.val.fields {
+		switch {
+		case (sf.key == "rope_type" || sf.key == "type") && sf.val.kind == kindString:
 			kind = fmt.Sprintf("%q", sf.val.str)
-			if sf.val.str == "default" {
-				return
-			}
+		case sf.val.kind == kindNumber:
+			nums[sf.key] = &f.val.fields[i]
 		}
 	}
-	r.errorf(f.keyOff, "rope_scaling: rope_type %s is not supported yet (the language's rope takes only theta)", kind)
+	switch kind {
+	case `"default"`:
+		return ropeScale{}
+	case `"llama3"`:
+	default:
+		r.errorf(f.keyOff, "rope_scaling: rope_type %s is not supported yet (the language's rope takes theta and Llama 3's scaling)", kind)
+		return ropeScale{}
+	}
+	get := func(key string, integer bool) float64 {
+		sf := nums[key]
+		if sf == nil {
+			r.errorf(f.keyOff, "rope_scaling: rope_type \"llama3\" needs %s", key)
+			return 0
+		}
+		v, err := sf.val.num.Float64()
+		if err != nil || !(v > 0) || math.IsInf(v, 0) || integer && v != math.Trunc(v) {
+			what := "a positive number"
+			if integer {
+				what = "a positive integer"
+			}
+			r.errorf(sf.val.off, "rope_scaling: %s: %s is not %s", key, sf.val.num, what)
+			return 0
+		}
+		return v
+	}
+	rs.factor = get("factor", false)
+	rs.low = get("low_freq_factor", false)
+	rs.high = get("high_freq_factor", false)
+	rs.original = int64(get("original_max_position_embeddings", true))
+	if rs.low > 0 && rs.high > 0 && rs.low >= rs.high {
+		r.errorf(nums["low_freq_factor"].val.off, "rope_scaling: low_freq_factor %s must be below high_freq_factor %s", num(rs.low), num(rs.high))
+	}
+	return rs
 }
 
 // dropout accepts attention_dropout 0: the language has no dropout.

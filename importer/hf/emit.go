@@ -182,6 +182,10 @@ func (e *emitter) block(s *spec, init string) {
 
 	eps := "eps=" + num(s.eps)
 	theta := "theta=" + num(s.theta)
+	if rs := s.rope; rs.factor != 0 {
+		theta += fmt.Sprintf(", scaling_factor=%s, low_freq_factor=%s, high_freq_factor=%s, original_max_positions=%d",
+			num(rs.factor), num(rs.low), num(rs.high), rs.original)
+	}
 	kvHeads, kvAttr := "heads", ""
 	if s.kvHeads != s.heads {
 		kvHeads, kvAttr = "kv_heads", ", kv_heads=kv_heads"

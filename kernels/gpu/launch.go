@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"amspc/ir"
+	"amspc/kernels"
 )
 
 // An op's launch plan: the ops.cu kernels one instruction of the language
@@ -758,15 +759,29 @@ func layernormGrad(k kset) opPlan {
 	}
 }
 
-// rope rotates (sign 1) or rotates back (-1, the gradient).
+// rope rotates (sign 1) or rotates back (-1, the gradient), the
+// frequencies in kept scratch 0.
 func rope(k kset, sign float64) opPlan {
 	return func(c *OpCall, p *Plan, _ bool) error {
 		x := c.ArgShapes[0]
 		heads := c.Attr("heads").Int
+		p.Scratch = []ScratchBuf{c.ropeFreqs(x[2] / heads)}
 		p.Launches = []Launch{k.ew(c, "rope", c.n(0)/2, res(0), opnd(0), i64(x[0]), i64(x[1]), i64(heads), i64(x[2]/heads),
-			f64(c.fa("theta")), f32(sign))}
+			scr(0), f32(sign))}
 		return nil
 	}
+}
+
+// ropeFreqs is the kept scratch of a rope's frequencies for head dim hd
+// (kernels.RoPEFreq.Freqs: theta's powers, scaled as the attributes say),
+// which the kernels read: the host computes them once, the CPU's way.
+func (c *OpCall) ropeFreqs(hd int64) ScratchBuf {
+	var attrs []ir.Attr
+	for _, name := range []string{"theta", "scaling_factor", "low_freq_factor", "high_freq_factor", "original_max_positions"} {
+		attrs = append(attrs, ir.Attr{Name: name, Val: c.Attr(name)})
+	}
+	f := kernels.RoPEFreq(ir.RoPEScalingOf(attrs)).Freqs(int(hd))
+	return ScratchBuf{Bytes: 8 * int64(max(len(f), 1)), Init: float64Bytes(f), Keep: true}
 }
 
 // ropeQK is rope_qk's plan (sign 1) or rope_qk_grad's (-1): operand 0
@@ -777,16 +792,16 @@ func ropeQK(k kset, sign float64) opPlan {
 	return func(c *OpCall, p *Plan, _ bool) error {
 		q, kv := c.ArgShapes[0], c.ArgShapes[1]
 		heads, kvHeads := c.Attr("heads").Int, c.Attr("kv_heads").Int
-		theta := f64(c.fa("theta"))
+		p.Scratch = []ScratchBuf{c.ropeFreqs(q[2] / heads), c.ropeFreqs(kv[2] / kvHeads)}
 		if k == storage {
 			p.Launches = []Launch{k.ew(c, "rope_qk", (c.n(0)+c.n(1))/2, res(0), res(1), opnd(0), opnd(1), i64(q[0]), i64(q[1]),
-				i64(heads), i64(q[2]/heads), i64(kvHeads), i64(kv[2]/kvHeads), theta, f32(sign))}
+				i64(heads), i64(q[2]/heads), i64(kvHeads), i64(kv[2]/kvHeads), scr(0), scr(1), f32(sign))}
 			return nil
 		}
 		for i, h := range []int64{heads, kvHeads} {
 			x := c.ArgShapes[i]
 			p.Launches = append(p.Launches, k.ew(c, "rope", c.n(i)/2, res(i), opnd(i), i64(x[0]), i64(x[1]), i64(h), i64(x[2]/h),
-				theta, f32(sign)))
+				scr(i), f32(sign)))
 		}
 		return nil
 	}

@@ -1,12 +1,14 @@
 package gpu
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"amspc/ir"
+	"amspc/kernels"
 )
 
 // TestPlanEveryOp plans every op of the language on small fp32 shapes:
@@ -463,8 +465,8 @@ func TestPlanRoPEQK(t *testing.T) {
 			storage bool
 			want    string // kernels and their scalar arguments (the mask left out)
 		}{
-			{false, fmt.Sprintf("rope_f32 [2 3 4 8 500000 %g] rope_f32 [2 3 1 8 500000 %g]", sign, sign)},
-			{true, fmt.Sprintf("rope_qk_st [2 3 4 8 1 8 500000 %g]", sign)},
+			{false, fmt.Sprintf("rope_f32 [2 3 4 8 %g] rope_f32 [2 3 1 8 %g]", sign, sign)},
+			{true, fmt.Sprintf("rope_qk_st [2 3 4 8 1 8 %g]", sign)},
 		} {
 			oc := &OpCall{Op: op, ArgShapes: [][]int64{q, k}, OutShapes: [][]int64{q, k}, ArgElems: []int64{elems(q), elems(k)},
 				OutElems: []int64{elems(q), elems(k)}, ArgTypes: []ir.DType{ir.F32, ir.F32}, OutTypes: []ir.DType{ir.F32, ir.F32},
@@ -494,6 +496,11 @@ func TestPlanRoPEQK(t *testing.T) {
 			}
 			if g := strings.Join(got, " "); g != c.want {
 				t.Errorf("%v storage %v: launches %s, want %s", op, c.storage, g, c.want)
+			}
+			// theta's frequencies for each head dim, kept.
+			freqs := float64Bytes(kernels.RoPEFreq{Theta: 500000}.Freqs(8))
+			if len(p.Scratch) != 2 || !bytes.Equal(p.Scratch[0].Init, freqs) || !bytes.Equal(p.Scratch[1].Init, freqs) || !p.Scratch[0].Keep || !p.Scratch[1].Keep {
+				t.Errorf("%v storage %v: scratch %+v, want theta 500000's frequencies for head dim 8, twice, kept", op, c.storage, p.Scratch)
 			}
 			if n := (elems(q) + elems(k)) / 2; c.storage && p.Launches[0].Grid[0] != Grid1D(n, DefaultBlock, MaxGrid) {
 				t.Errorf("%v: rope_qk_st on %d blocks, want %d for %d pairs", op, p.Launches[0].Grid[0], Grid1D(n, DefaultBlock, MaxGrid), n)

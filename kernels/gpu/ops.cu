@@ -717,10 +717,10 @@ AMSP_EXTERN_C __global__ void layernorm_grad_wb_st(void *dw, void *db, const voi
 // rope_pair turns pair k of x into out, out bit 0 of bf and x bit 1:
 // every rope kernel's one computation of a pair.
 __device__ __forceinline__ void rope_pair(void *out, const void *x, long long k, long long seq, long long heads, long long hd,
-	double theta, float sign, long long bf, unsigned long long *first) {
+	const double *freq, float sign, long long bf, unsigned long long *first) {
 	long long half = hd / 2;
 	long long i = k % half, h = k / half % heads, p = k / (half * heads) % seq, b = k / (half * heads * seq);
-	double ang = (double)p * pow(theta, -2 * (double)i / (double)hd);
+	double ang = (double)p * freq[i];
 	float c = (float)cos(ang), s = sign * (float)sin(ang);
 	long long base = ((b * seq + p) * heads + h) * hd;
 	float u = st_load(x, base + i, bf, 1), v = st_load(x, base + i + half, bf, 1);
@@ -730,44 +730,46 @@ __device__ __forceinline__ void rope_pair(void *out, const void *x, long long k,
 
 // rope_body is rope_st's (rope_f32's with bf = 0, no flag).
 __device__ __forceinline__ void rope_body(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
-	double theta, float sign, long long bf, unsigned long long *first) {
-	GRID_STRIDE(k, batch * seq * heads * (hd / 2)) { rope_pair(out, x, k, seq, heads, hd, theta, sign, bf, first); }
+	const double *freq, float sign, long long bf, unsigned long long *first) {
+	GRID_STRIDE(k, batch * seq * heads * (hd / 2)) { rope_pair(out, x, k, seq, heads, hd, freq, sign, bf, first); }
 }
 
 // RoPE on x [batch, seq, heads*hd] in the rotate-half layout: the pair
 // (x[i], x[i+hd/2]) of each head at position p turns by
-// sign * p * theta^(-2i/hd) (sign -1: the gradient, the inverse turn).
+// sign * p * freq[i] (kernels.RoPEFreq's frequencies: theta^(-2i/hd),
+// scaled as Llama 3 scales them; sign -1: the gradient, the inverse turn).
 // The angle, its sine and cosine are double, rounded once to float. One
 // thread per pair.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void rope_f32(float *out, const float *x, long long batch, long long seq, long long heads, long long hd,
-	double theta, float sign) {
-	rope_body(out, x, batch, seq, heads, hd, theta, sign, 0, 0);
+	const double *freq, float sign) {
+	rope_body(out, x, batch, seq, heads, hd, freq, sign, 0, 0);
 }
 
 // rope_f32 on storage bf: out (bit 0), x (1).
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void rope_st(void *out, const void *x, long long batch, long long seq, long long heads, long long hd,
-	double theta, float sign, long long bf, unsigned long long *first) {
-	rope_body(out, x, batch, seq, heads, hd, theta, sign, bf, first);
+	const double *freq, float sign, long long bf, unsigned long long *first) {
+	rope_body(out, x, batch, seq, heads, hd, freq, sign, bf, first);
 }
 
 // rope_qk_st is rope_st on q's xq (heads of hd) and on k's xk (kv_heads
-// of kv_hd), of one batch, seq and theta, in one launch: a thread per
+// of kv_hd), of one batch and seq, with the frequencies freq and kv_freq
+// of one rotation for each head dim, in one launch: a thread per
 // pair of either, q's pairs first, each turned by rope_pair as rope_st
 // turns it. q (bit 0), k (1), xq (2), xk (3); first_q and first_k flag q
 // and k.
 // amspc:launch elementwise
 AMSP_EXTERN_C __global__ void rope_qk_st(void *q, void *k, const void *xq, const void *xk, long long batch, long long seq,
-	long long heads, long long hd, long long kv_heads, long long kv_hd, double theta, float sign, long long bf,
+	long long heads, long long hd, long long kv_heads, long long kv_hd, const double *freq, const double *kv_freq, float sign, long long bf,
 	unsigned long long *first_q, unsigned long long *first_k) {
 	long long nq = batch * seq * heads * (hd / 2), nk = batch * seq * kv_heads * (kv_hd / 2);
 	long long bq = st_bits(bf, 0, 2, 2), bk = st_bits(bf, 1, 3, 3); // rope_pair's out and x as bits 0 and 1
 	GRID_STRIDE(j, nq + nk) {
 		if (j < nq) {
-			rope_pair(q, xq, j, seq, heads, hd, theta, sign, bq, first_q);
+			rope_pair(q, xq, j, seq, heads, hd, freq, sign, bq, first_q);
 		} else {
-			rope_pair(k, xk, j - nq, seq, kv_heads, kv_hd, theta, sign, bk, first_k);
+			rope_pair(k, xk, j - nq, seq, kv_heads, kv_hd, kv_freq, sign, bk, first_k);
 		}
 	}
 }

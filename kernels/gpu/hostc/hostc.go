@@ -146,6 +146,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"amspc/kernels"
 	"amspc/kernels/gpu"
 )
 
@@ -496,23 +497,24 @@ func LayerNormGrad(dx, dw, db, x, w, dy []float32, rows, d int, eps float32) {
 	g.each("layernorm_grad_wb_f32", d)
 }
 
-// rope runs rope_f32 turning by sign.
-func rope(out, x []float32, batch, seq, heads, hd int, theta float64, sign float32) {
+// rope runs rope_f32 turning by sign, with f's frequencies.
+func rope(out, x []float32, batch, seq, heads, hd int, f kernels.RoPEFreq, sign float32) {
+	freqs := f.Freqs(hd)
 	var c hostCall
 	c.f32(out, x)
 	c.ints(batch, seq, heads, hd)
-	c.doubles(theta)
+	c.ptr(elem0(freqs))
 	c.float(sign)
 	c.each("rope_f32", len(x)/2)
 }
 
 // RoPE and RoPEGrad are rope_f32 turning forward and back.
-func RoPE(out, x []float32, batch, seq, heads, hd int, theta float64) {
-	rope(out, x, batch, seq, heads, hd, theta, 1)
+func RoPE(out, x []float32, batch, seq, heads, hd int, f kernels.RoPEFreq) {
+	rope(out, x, batch, seq, heads, hd, f, 1)
 }
 
-func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, theta float64) {
-	rope(dx, dy, batch, seq, heads, hd, theta, -1)
+func RoPEGrad(dx, dy []float32, batch, seq, heads, hd int, f kernels.RoPEFreq) {
+	rope(dx, dy, batch, seq, heads, hd, f, -1)
 }
 
 // Embed is embed_f32; an id out of range is reported as kernels.Embed

@@ -180,20 +180,29 @@ func TestNorms(t *testing.T) {
 	}
 }
 
-// TestRoPE: the rotation and its inverse.
+// TestRoPE: the rotation and its inverse, plain and with Llama 3's
+// scaling of the frequencies (Llama 3.2's: factor 32, over a context of
+// 8,192 positions, at positions past it).
 func TestRoPE(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	for _, sh := range [][4]int{{1, 1, 1, 2}, {2, 7, 3, 8}, {2, 128, 4, 64}} {
+	llama3 := kernels.RoPEFreq{Theta: 500000, Factor: 32, Low: 1, High: 4, Original: 8192}
+	for _, sh := range [][4]int{{1, 1, 1, 2}, {2, 7, 3, 8}, {2, 128, 4, 64}, {1, 9000, 1, 64}} {
 		batch, seq, heads, hd := sh[0], sh[1], sh[2], sh[3]
 		n := batch * seq * heads * hd
 		x := rnd(rng, n, 2)
 		got, want := make([]float32, n), make([]float32, n)
-		RoPE(got, x, batch, seq, heads, hd, 10000)
-		kernels.RoPE(want, x, batch, seq, heads, hd, 10000)
+		RoPE(got, x, batch, seq, heads, hd, kernels.RoPEFreq{Theta: 10000})
+		kernels.RoPE(want, x, batch, seq, heads, hd, kernels.RoPEFreq{Theta: 10000})
 		same(t, "rope", got, want, false)
-		RoPEGrad(got, x, batch, seq, heads, hd, 500000)
-		kernels.RoPEGrad(want, x, batch, seq, heads, hd, 500000)
+		RoPEGrad(got, x, batch, seq, heads, hd, kernels.RoPEFreq{Theta: 500000})
+		kernels.RoPEGrad(want, x, batch, seq, heads, hd, kernels.RoPEFreq{Theta: 500000})
 		same(t, "rope_grad", got, want, false)
+		RoPE(got, x, batch, seq, heads, hd, llama3)
+		kernels.RoPE(want, x, batch, seq, heads, hd, llama3)
+		same(t, "rope llama3", got, want, false)
+		RoPEGrad(got, x, batch, seq, heads, hd, llama3)
+		kernels.RoPEGrad(want, x, batch, seq, heads, hd, llama3)
+		same(t, "rope_grad llama3", got, want, false)
 	}
 }
 

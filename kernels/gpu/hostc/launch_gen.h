@@ -336,14 +336,14 @@ static void h_layernorm_grad_wb_st(const void *p) {
 static void h_rope_f32(const void *p) {
 	const unsigned long long *w = p;
 	rope_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
-		(long long)w[5], amsp_word_f64(w[6]), amsp_word_f32(w[7]));
+		(long long)w[5], (const double *)(uintptr_t)w[6], amsp_word_f32(w[7]));
 }
 
 // rope_st (ops.cu, elementwise).
 static void h_rope_st(const void *p) {
 	const unsigned long long *w = p;
 	rope_st((void *)(uintptr_t)w[0], (const void *)(uintptr_t)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
-		(long long)w[5], amsp_word_f64(w[6]), amsp_word_f32(w[7]), (long long)w[8],
+		(long long)w[5], (const double *)(uintptr_t)w[6], amsp_word_f32(w[7]), (long long)w[8],
 		(unsigned long long *)(uintptr_t)w[9]);
 }
 
@@ -352,8 +352,9 @@ static void h_rope_qk_st(const void *p) {
 	const unsigned long long *w = p;
 	rope_qk_st((void *)(uintptr_t)w[0], (void *)(uintptr_t)w[1], (const void *)(uintptr_t)w[2],
 		(const void *)(uintptr_t)w[3], (long long)w[4], (long long)w[5], (long long)w[6], (long long)w[7],
-		(long long)w[8], (long long)w[9], amsp_word_f64(w[10]), amsp_word_f32(w[11]), (long long)w[12],
-		(unsigned long long *)(uintptr_t)w[13], (unsigned long long *)(uintptr_t)w[14]);
+		(long long)w[8], (long long)w[9], (const double *)(uintptr_t)w[10], (const double *)(uintptr_t)w[11],
+		amsp_word_f32(w[12]), (long long)w[13], (unsigned long long *)(uintptr_t)w[14],
+		(unsigned long long *)(uintptr_t)w[15]);
 }
 
 // embed_f32 (ops.cu, elementwise).

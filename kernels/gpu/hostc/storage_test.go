@@ -542,7 +542,7 @@ var stRowCases = []stRowCase{
 					s = append(s, stRowShape{
 						what:    fmt.Sprintf("rope hd=%d theta=%g sign=%g", hd, theta, sign),
 						tensors: []stTensor{{name: "out", n: n}, {name: "x", vals: x}},
-						steps: []stStep{{"rope", []string{"out", "x"}, []any{batch, seq, heads, hd, theta, sign},
+						steps: []stStep{{"rope", []string{"out", "x"}, []any{batch, seq, heads, hd, kernels.RoPEFreq{Theta: theta}.Freqs(hd), sign},
 							eachGeom(n / 2)}},
 					})
 				}
