@@ -2,14 +2,12 @@ package engine_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"amspc/cost"
 	"amspc/engine"
 	"amspc/ir"
-	"amspc/kernels/gpu/hostc"
 )
 
 // TestTraceRecordsWhatRan: a trace started after a warm-up step records
@@ -87,21 +85,6 @@ func TestTraceRecordsWhatRan(t *testing.T) {
 		if k.step < 2 || k.step > 3 {
 			t.Errorf("rank %d %s: step %d recorded", k.rank, ir.StreamName(k.stream), k.step)
 		}
-	}
-}
-
-// TestTraceRefusesDevices: a trace records host wall time, which on a
-// device backend is when work was issued, not when it ran: a run on one
-// refuses it.
-func TestTraceRefusesDevices(t *testing.T) {
-	b := compile(t, 1, 2, cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)})
-	tr := b.Train
-	r := &engine.Run{Bundle: b, Seed: 1, Trace: &engine.Trace{},
-		Data:       &engine.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)},
-		NewBackend: func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }}
-	err := r.Start()
-	if err == nil || !strings.Contains(err.Error(), "not supported yet") {
-		t.Fatalf("Start on a device backend with a trace: %v, want a refusal", err)
 	}
 }
 

@@ -980,15 +980,6 @@ func int64Bytes(x []int64) []byte {
 	return b
 }
 
-// Float64s reads little-endian float64 values.
-func Float64s(b []byte) []float64 {
-	out := make([]float64, len(b)/8)
-	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return out
-}
-
 // float64Bytes is x as little-endian float64 values.
 func float64Bytes(x []float64) []byte {
 	b := make([]byte, 8*len(x))

@@ -738,7 +738,7 @@ func bf16Bits(v float32) uint16 {
 	return uint16(u >> 16)
 }
 
-// drainHeld is drain(n) for a held-back device d of w: d's caller (a
+// drainHeld is drainAll(n, ...) for a held-back device d of w: d's caller (a
 // transfer or Sync, holding d's barrier and q) runs the world's
 // held-back items, one at a time, until every item of d numbered below
 // n is done (see the file comment). Only one caller drains the world at

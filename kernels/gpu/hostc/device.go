@@ -587,13 +587,11 @@ func protect(work func() error) (err error) {
 	return work()
 }
 
-// drain returns once every item numbered below n is done; a held-back
-// device runs them here, in the order HoldBack describes (one of a
-// world runs its world's items as coll.go says). Callers hold q.
-func (d *Device) drain(n uint64) { d.drainAll(n, true) }
-
-// drainAll is drain, of the nonBlocking streams too when all (a Sync),
-// else of the others only (a transfer).
+// drainAll returns once every item numbered below n is done, of the
+// nonBlocking streams too when all (a Sync), else of the others only (a
+// transfer); a held-back device runs them here, in the order HoldBack
+// describes (one of a world runs its world's items as coll.go says).
+// Callers hold q.
 func (d *Device) drainAll(n uint64, all bool) {
 	if d.holdBack && d.coll != nil {
 		d.coll.w.drainHeld(d, n)
