@@ -221,11 +221,7 @@ func (cpuBackend) WriteInts(m Mem, src []int32) error {
 }
 
 // roundAll stores x's values as bf16 (round to nearest even).
-func roundAll(x []float32) {
-	for i, v := range x {
-		x[i] = kernels.RoundBF16(v)
-	}
-}
+func roundAll(x []float32) { kernels.RoundBF16To(x, x) }
 
 // memComm runs the plan's collectives on backend memory through a Comm of
 // host slices: host memory directly, device memory staged through the

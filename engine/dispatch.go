@@ -224,9 +224,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		case ir.F32:
 			copy(o, x)
 		case ir.BF16:
-			for i, v := range x {
-				o[i] = kernels.RoundBF16(v)
-			}
+			kernels.RoundBF16To(o, x)
 		default:
 			return fmt.Errorf("cast to %v is not supported on the CPU backend yet", dt)
 		}

@@ -115,6 +115,17 @@ func adamwGo(p, m, v, g []float32, k *adamConsts) {
 	}
 }
 
+// RoundBF16To stores each x[i] rounded to bfloat16 (RoundBF16) in out[i]
+// (out may be x), on the kernels' workers: the bf16 storage of a result.
+func RoundBF16To(out, x []float32) {
+	out = out[:len(x)]
+	parallelFor(len(x), 2, func(lo, hi int) {
+		for i, v := range x[lo:hi] {
+			out[lo+i] = RoundBF16(v)
+		}
+	})
+}
+
 // RoundBF16 rounds x to the nearest bfloat16 value, ties to even, and
 // returns it as a float32 (low 16 bits zero). Overflow rounds to infinity
 // as IEEE rounding does; a NaN stays a (quiet) NaN.

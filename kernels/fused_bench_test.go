@@ -67,3 +67,23 @@ func BenchmarkAdamWCopy(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRoundBF16: a bf16 result's storage pass over one of
+// TinyLlama's MLP activations (2048 x 5632), on the kernels' workers
+// against one loop.
+func BenchmarkRoundBF16(b *testing.B) {
+	x, _ := randVec(newRand(32), 2048*5632)
+	out := make([]float32, len(x))
+	b.Run("workers", func(b *testing.B) {
+		for range b.N {
+			RoundBF16To(out, x)
+		}
+	})
+	b.Run("one-loop", func(b *testing.B) {
+		for range b.N {
+			for i, v := range x {
+				out[i] = RoundBF16(v)
+			}
+		}
+	})
+}

@@ -732,3 +732,19 @@ func TestRoPEFreqLlama3(t *testing.T) {
 		t.Error("no frequency in the blended band")
 	}
 }
+
+// TestRoundBF16To: the workers' pass gives RoundBF16 of every element,
+// in place or not, on more elements than one worker's share.
+func TestRoundBF16To(t *testing.T) {
+	x, _ := randVec(newRand(33), 100003)
+	x[7], x[8] = float32(math.Inf(1)), float32(math.NaN())
+	want := make([]float32, len(x))
+	for i, v := range x {
+		want[i] = RoundBF16(v)
+	}
+	out := make([]float32, len(x))
+	RoundBF16To(out, x)
+	sameBits(t, "out", out, want)
+	RoundBF16To(x, x)
+	sameBits(t, "in place", x, want)
+}
