@@ -109,7 +109,8 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.layers))
         self.norm = RMSNorm(a.d, a.eps)
         self.head = nn.Linear(a.d, a.vocab, bias=False)
-        if a.tied:  # the head is the embedding table (Llama 3.2)
+        if a.tied:  # the head is the embedding table (Llama 3.2), drawn as Hugging Face draws it
+            nn.init.normal_(self.emb.weight, std=0.02)
             self.head.weight = self.emb.weight
 
     def forward(self, tokens, targets):
