@@ -262,24 +262,13 @@ cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
 train { seq_len = 4 micro_batch = 1 global_batch = 1 precision = fp32 }
 shard ddp
 `
-	job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, _, err := compiler.Choose(job, cost.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := compiler.Compile(job, plan, compiler.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := compileSource(t, src)
 	var be engine.Backend
-	r := start(t, res.Bundle, func(int) (engine.Backend, error) {
+	r := start(t, b, func(int) (engine.Backend, error) {
 		be = engine.NewDeviceBackend(hostc.NewDevice())
 		return be, nil
 	})
-	_, err = r.Step()
+	_, err := r.Step()
 	if err == nil || !strings.Contains(err.Error(), ": scale") || !strings.Contains(err.Error(), "produced +Inf at element 0") {
 		t.Fatalf("error %v, want scale producing +Inf at element 0", err)
 	}
@@ -310,18 +299,7 @@ cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
 train { seq_len = 4 micro_batch = 1 global_batch = 1 precision = fp32 }
 shard ddp
 `
-		job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, _, err := compiler.Choose(job, cost.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := compiler.Compile(job, plan, compiler.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := compileSource(t, src)
 		for _, be := range []struct {
 			name string
 			new  func(int) (engine.Backend, error)
@@ -332,7 +310,7 @@ shard ddp
 				return engine.NewDeviceBackendWith(hostc.NewDevice(), engine.DeviceOptions{MultiPass: true}), nil
 			}},
 		} {
-			_, err := start(t, res.Bundle, be.new).Step()
+			_, err := start(t, b, be.new).Step()
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ": "+c.name+" ") {
 				t.Errorf("%s on %s: %v, want %s naming %s", c.name, be.name, err, c.want, c.name)
 			}
@@ -410,6 +388,28 @@ cluster { nodes = 1 gpus_per_node = 1 gpu = "cpu" }
 train { seq_len = 64 micro_batch = 2 global_batch = 4 precision = fp32 }
 shard ddp
 `
+	b := compileSource(t, src)
+	if text := engineProgramText(b); !strings.Contains(text, "kernel rope_qk ") || !strings.Contains(text, "scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16") {
+		t.Fatalf("the program does not run rope_qk with the scaling:\n%s", text)
+	}
+	cpu := steps(t, start(t, b), 3)
+	dev := steps(t, start(t, b, func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }), 3)
+	for i := range cpu {
+		if d := math.Abs(dev[i]-cpu[i]) / cpu[i]; d > 1e-6 {
+			t.Errorf("step %d: device loss %.9g, CPU %.9g", i+1, dev[i], cpu[i])
+		}
+	}
+	// Without the scaling the losses differ: the attributes reach the kernels.
+	plain := strings.ReplaceAll(src, ", scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16", "")
+	if unscaled := steps(t, start(t, compileSource(t, plain)), 3); unscaled[2] == cpu[2] {
+		t.Errorf("the scaling changed nothing: step 3's loss %.17g either way", cpu[2])
+	}
+}
+
+// compileSource compiles a job written out whole (model, cluster, train
+// and shard) with the plan the planner chooses.
+func compileSource(t *testing.T, src string) *codegen.Bundle {
+	t.Helper()
 	job, err := frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(src)})
 	if err != nil {
 		t.Fatal(err)
@@ -422,26 +422,5 @@ shard ddp
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text := engineProgramText(res.Bundle); !strings.Contains(text, "kernel rope_qk ") || !strings.Contains(text, "scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16") {
-		t.Fatalf("the program does not run rope_qk with the scaling:\n%s", text)
-	}
-	cpu := steps(t, start(t, res.Bundle), 3)
-	dev := steps(t, start(t, res.Bundle, func(int) (engine.Backend, error) { return engine.NewDeviceBackend(hostc.NewDevice()), nil }), 3)
-	for i := range cpu {
-		if d := math.Abs(dev[i]-cpu[i]) / cpu[i]; d > 1e-6 {
-			t.Errorf("step %d: device loss %.9g, CPU %.9g", i+1, dev[i], cpu[i])
-		}
-	}
-	// Without the scaling the losses differ: the attributes reach the kernels.
-	plain := strings.ReplaceAll(src, ", scaling_factor=8, low_freq_factor=1, high_freq_factor=4, original_max_positions=16", "")
-	job, err = frontend.Load(frontend.Source{Name: "m.amsp", Text: []byte(plain)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err = compiler.Compile(job, plan, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if unscaled := steps(t, start(t, res.Bundle), 3); unscaled[2] == cpu[2] {
-		t.Errorf("the scaling changed nothing: step 3's loss %.17g either way", cpu[2])
-	}
+	return res.Bundle
 }

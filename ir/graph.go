@@ -298,14 +298,7 @@ func (a AttrVal) String() string {
 }
 
 // Attr returns the named attribute and whether the op has it.
-func (op *Op) Attr(name string) (AttrVal, bool) {
-	for _, a := range op.Attrs {
-		if a.Name == name {
-			return a.Val, true
-		}
-	}
-	return AttrVal{}, false
-}
+func (op *Op) Attr(name string) (AttrVal, bool) { return attrByName(op.Attrs, name) }
 
 // Dim is a named integer of the model, resolved.
 type Dim struct {

@@ -616,22 +616,27 @@ type RoPEScaling struct {
 // RoPEScalingOf reads a rope op's attributes (rope, rope_grad, rope_qk,
 // rope_qk_grad); absent ones are zero.
 func RoPEScalingOf(attrs []Attr) RoPEScaling {
-	var f RoPEScaling
+	return RoPEScalingFrom(func(name string) AttrVal {
+		v, _ := attrByName(attrs, name)
+		return v
+	})
+}
+
+// RoPEScalingFrom is RoPEScalingOf through a lookup of attributes by
+// name (zero for an absent one).
+func RoPEScalingFrom(attr func(name string) AttrVal) RoPEScaling {
+	return RoPEScaling{Theta: attr("theta").Float, Factor: attr("scaling_factor").Float, Low: attr("low_freq_factor").Float,
+		High: attr("high_freq_factor").Float, Original: int(attr("original_max_positions").Int)}
+}
+
+// attrByName is the named attribute of attrs and whether it is there.
+func attrByName(attrs []Attr, name string) (AttrVal, bool) {
 	for _, a := range attrs {
-		switch a.Name {
-		case "theta":
-			f.Theta = a.Val.Float
-		case "scaling_factor":
-			f.Factor = a.Val.Float
-		case "low_freq_factor":
-			f.Low = a.Val.Float
-		case "high_freq_factor":
-			f.High = a.Val.Float
-		case "original_max_positions":
-			f.Original = int(a.Val.Int)
+		if a.Name == name {
+			return a.Val, true
 		}
 	}
-	return f
+	return AttrVal{}, false
 }
 
 func inferAttention(args []*Value, attrs []Attr) (Shape, DType, *OpError) {

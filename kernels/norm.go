@@ -66,18 +66,45 @@ func rmsRstd(x []float32, eps float32) float32 {
 // RMSNormGrad computes dx and dw from dy. With xh = x*rstd:
 // dx = rstd * (dy*w - xh * mean(dy*w*xh)), dw = sum over rows of dy*xh.
 func RMSNormGrad(dx, dw, x, w, dy []float32, rows, d int, eps float32) {
-	checkLen("RMSNormGrad dx", dx, rows*d)
-	checkLen("RMSNormGrad dw", dw, d)
-	checkLen("RMSNormGrad x", x, rows*d)
-	checkLen("RMSNormGrad w", w, d)
-	checkLen("RMSNormGrad dy", dy, rows*d)
+	rmsNormGrad("RMSNormGrad", dx, dw, x, w, dy, nil, rows, d, eps, false)
+}
+
+// AddRMSNormGrad is the backward of AddRMSNorm given the gradients dh of
+// h and dy of y: RMSNormGrad(y, w, dh)'s dx (rounded to bfloat16 when
+// bf16, as it would be stored) plus dy, row by row, and its dw: the bits
+// of RMSNormGrad then Add.
+func AddRMSNormGrad(dx, dw, y, w, dh, dy []float32, rows, d int, eps float32, bf16 bool) {
+	checkLen("AddRMSNormGrad dy", dy, rows*d)
+	rmsNormGrad("AddRMSNormGrad", dx, dw, y, w, dh, dy, rows, d, eps, bf16)
+}
+
+// rmsNormGrad is RMSNormGrad, each row's dx then rounded to bfloat16 when
+// bf16 and added to add's row when add is not nil (AddRMSNormGrad).
+func rmsNormGrad(name string, dx, dw, x, w, dy, add []float32, rows, d int, eps float32, bf16 bool) {
+	checkLen(name+" dx", dx, rows*d)
+	checkLen(name+" dw", dw, d)
+	checkLen(name+" x", x, rows*d)
+	checkLen(name+" w", w, d)
+	checkLen(name+" dy", dy, rows*d)
 	w = w[:d]
 	rstdp := getF32(rows)
 	defer putF32(rstdp)
 	rstd := *rstdp
-	parallelFor(rows, 8*d, func(lo, hi int) {
+	parallelFor(rows, 9*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			rstd[r] = rmsNormGradRow(dx[r*d:(r+1)*d], x[r*d:(r+1)*d], w, dy[r*d:(r+1)*d], eps)
+			dxr := dx[r*d : (r+1)*d]
+			rstd[r] = rmsNormGradRow(dxr, x[r*d:(r+1)*d], w, dy[r*d:(r+1)*d], eps)
+			if add == nil {
+				continue
+			}
+			if bf16 {
+				for j, v := range dxr {
+					dxr[j] = RoundBF16(v)
+				}
+			}
+			for j, a := range add[r*d : (r+1)*d] {
+				dxr[j] += a
+			}
 		}
 	})
 	rmsNormGradW(dw, x, dy, rstd, rows, d)
@@ -96,36 +123,6 @@ func rmsNormGradRow(dx, x, w, dy []float32, eps float32) float32 {
 		dx[j] = rs * (dy[j]*w[j] - v*rs*c)
 	}
 	return rs
-}
-
-// AddRMSNormGrad is the backward of AddRMSNorm given the gradients dh of
-// h and dy of y: RMSNormGrad(y, w, dh)'s dx (rounded to bfloat16 when
-// bf16, as it would be stored) plus dy, row by row, and its dw: the bits
-// of RMSNormGrad then Add.
-func AddRMSNormGrad(dx, dw, y, w, dh, dy []float32, rows, d int, eps float32, bf16 bool) {
-	checkLen("AddRMSNormGrad dx", dx, rows*d)
-	checkLen("AddRMSNormGrad dw", dw, d)
-	checkLen("AddRMSNormGrad y", y, rows*d)
-	checkLen("AddRMSNormGrad w", w, d)
-	checkLen("AddRMSNormGrad dh", dh, rows*d)
-	checkLen("AddRMSNormGrad dy", dy, rows*d)
-	w = w[:d]
-	rstdp := getF32(rows)
-	defer putF32(rstdp)
-	rstd := *rstdp
-	parallelFor(rows, 9*d, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			dxr, dyr := dx[r*d:(r+1)*d], dy[r*d:(r+1)*d]
-			rstd[r] = rmsNormGradRow(dxr, y[r*d:(r+1)*d], w, dh[r*d:(r+1)*d], eps)
-			for j, v := range dxr {
-				if bf16 {
-					v = RoundBF16(v)
-				}
-				dxr[j] = dyr[j] + v
-			}
-		}
-	})
-	rmsNormGradW(dw, y, dh, rstd, rows, d)
 }
 
 // rmsNormGradW is RMSNormGrad's dw from the rows' rstd.

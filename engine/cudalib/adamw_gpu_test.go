@@ -3,7 +3,6 @@
 package cudalib
 
 import (
-	"encoding/binary"
 	"math"
 	"testing"
 
@@ -18,22 +17,7 @@ import (
 // Reports GB/s; issue 28 asks for adamw within 1.3x of its bytes over
 // the measured bandwidth, that is GB/s at least 1/1.3 of scale's.
 func BenchmarkGPUAdamW(b *testing.B) {
-	l, err := Load()
-	if err != nil {
-		b.Skip(err)
-	}
-	c, err := l.Open(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cubin, err := l.Compile(gpu.Source, "ops.cu", c.Device.Major, c.Device.Minor)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ops, err := c.LoadModule(cubin)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, c, ops := benchGPU(b)
 	const n = 64 << 20
 	alloc := func(bytes int64) Ptr {
 		p, err := c.Alloc(bytes)
@@ -50,13 +34,7 @@ func BenchmarkGPUAdamW(b *testing.B) {
 	}
 	decay := devInts64(b, c, []int64{0, n / 2})
 	k := gpu.AdamWArgs(1, 1e-3, 0.9, 0.95, 1e-8, 0.1)
-	kd := devInts64(b, c, func() []int64 {
-		out := make([]int64, len(k))
-		for i, x := range k {
-			out[i] = int64(math.Float64bits(x))
-		}
-		return out
-	}())
+	kd := devFloat64s(b, c, k[:])
 	flags := alloc(4 * 8)
 	adamw, err := ops.Function("adamw_st")
 	if err != nil {
@@ -68,24 +46,7 @@ func BenchmarkGPUAdamW(b *testing.B) {
 	}
 	grid, block := [3]int{gpu.Grid1D(n, gpu.DefaultBlock, gpu.MaxGrid), 1, 1}, [3]int{gpu.DefaultBlock, 1, 1}
 	run := func(b *testing.B, bytes float64, launch func() error) {
-		for range 3 {
-			if err := launch(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := c.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		b.ResetTimer()
-		for range b.N {
-			if err := launch(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := c.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		benchLaunches(b, c, bytes, 1e9, "GB/s", launch)
 	}
 	const bf = 1<<3 | 1<<7 // pc and g are bf16
 	b.Run("adamw-copy", func(b *testing.B) {
@@ -100,15 +61,20 @@ func BenchmarkGPUAdamW(b *testing.B) {
 	})
 }
 
-// devInts64 is device memory holding x, freed when the benchmark ends.
+// devInts64 is device memory holding x, freed when the test ends.
 func devInts64(tb testing.TB, c *Context, x []int64) Ptr {
-	raw := make([]byte, 8*len(x))
+	f := make([]float32, 2*len(x)) // each int64 as its two 32-bit halves, little-endian
 	for i, v := range x {
-		binary.LittleEndian.PutUint64(raw[8*i:], uint64(v))
-	}
-	f := make([]float32, len(x)*2)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		f[2*i], f[2*i+1] = math.Float32frombits(uint32(v)), math.Float32frombits(uint32(uint64(v)>>32))
 	}
 	return devFloats(tb, c, f)
+}
+
+// devFloat64s is device memory holding x, freed when the test ends.
+func devFloat64s(tb testing.TB, c *Context, x []float64) Ptr {
+	bits := make([]int64, len(x))
+	for i, v := range x {
+		bits[i] = int64(math.Float64bits(v))
+	}
+	return devInts64(tb, c, bits)
 }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"amspc/kernels/gpu"
 )
 
 // openGPU loads CUDA and opens GPU 0, or skips: on a machine without a GPU
@@ -143,4 +145,51 @@ func TestGPUSaxpy(t *testing.T) {
 			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
 		}
 	}
+}
+
+// benchLaunches times launch on c's GPU: three calls to warm up, then
+// b.N timed ones between syncs; it reports per (work per call: FLOPs,
+// bytes) per second over unitScale as unit ("TFLOP/s" with 1e12, "GB/s"
+// with 1e9).
+func benchLaunches(b *testing.B, c *Context, per, unitScale float64, unit string, launch func() error) {
+	for range 3 {
+		if err := launch(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := launch(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(per*float64(b.N)/b.Elapsed().Seconds()/unitScale, unit)
+}
+
+// benchGPU opens GPU 0 for a benchmark, or skips where CUDA does not
+// load, and loads ops.cu compiled for it.
+func benchGPU(b *testing.B) (*Libs, *Context, *Module) {
+	l, err := Load()
+	if err != nil {
+		b.Skip(err)
+	}
+	c, err := l.Open(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cubin, err := l.Compile(gpu.Source, "ops.cu", c.Device.Major, c.Device.Minor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := c.LoadModule(cubin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, c, ops
 }

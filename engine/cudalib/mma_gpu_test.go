@@ -212,14 +212,7 @@ func relMax(got, want []float32) float64 {
 // on bf16 tensor cores (mma.cu's attention_mma_fwd); reports TFLOP/s of
 // the causal half's work.
 func BenchmarkGPUAttention(b *testing.B) {
-	l, err := Load()
-	if err != nil {
-		b.Skip(err)
-	}
-	c, err := l.Open(0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l, c, ops := benchGPU(b)
 	const batch, seq, heads, kvHeads, hd = 1, 2048, 32, 4, 64
 	nq, nkv, nl := batch*seq*heads*hd, batch*seq*kvHeads*hd, batch*heads*seq
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -228,14 +221,6 @@ func BenchmarkGPUAttention(b *testing.B) {
 	fq, fk, fv := dev(a.q), dev(a.k), dev(a.v)
 	po, pl := dev(make([]float32, nq)), dev(make([]float32, nl))
 	flops := 4.0 * seq * seq * heads * hd / 2 // QK^T and PV, causal half
-	cubin, err := l.Compile(gpu.Source, "ops.cu", c.Device.Major, c.Device.Minor)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ops, err := c.LoadModule(cubin)
-	if err != nil {
-		b.Fatal(err)
-	}
 	f32, err := ops.Function("attention_f32")
 	if err != nil {
 		b.Fatal(err)
@@ -245,26 +230,7 @@ func BenchmarkGPUAttention(b *testing.B) {
 		b.Fatal(err)
 	}
 	geo := gpu.AttentionGeometry(hd)
-	run := func(b *testing.B, launch func() error) {
-		for range 3 {
-			if err := launch(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := c.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		b.ResetTimer()
-		for range b.N {
-			if err := launch(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := c.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-	}
+	run := func(b *testing.B, launch func() error) { benchLaunches(b, c, flops, 1e12, "TFLOP/s", launch) }
 	b.Run("fp32-cuda-cores", func(b *testing.B) {
 		run(b, func() error {
 			return f32.Launch([3]int{(seq + geo.Rows - 1) / geo.Rows, heads, batch}, [3]int{gpu.AttentionThreads, 1, 1}, geo.Smem,

@@ -94,13 +94,7 @@ func TestGPUOps(t *testing.T) {
 	p, g := rnd(n), rnd(n)
 	pp, pm, pv, pg := dev(p), dev(make([]float32, n)), dev(make([]float32, n)), dev(g)
 	k := gpu.AdamWArgs(1, 1e-3, 0.9, 0.95, 1e-8, 0.1)
-	kd := devInts64(t, c, func() []int64 {
-		out := make([]int64, len(k))
-		for i, x := range k {
-			out[i] = int64(math.Float64bits(x))
-		}
-		return out
-	}())
+	kd := devFloat64s(t, c, k[:])
 	if err := fn["adamw_f32"].Launch(grid, [3]int{256, 1, 1}, 0, pp, pm, pv, pg, int64(n), Ptr(0), int64(0), kd); err != nil {
 		t.Fatal(err)
 	}

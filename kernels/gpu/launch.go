@@ -776,11 +776,7 @@ func rope(k kset, sign float64) opPlan {
 // (kernels.RoPEFreq.Freqs: theta's powers, scaled as the attributes say),
 // which the kernels read: the host computes them once, the CPU's way.
 func (c *OpCall) ropeFreqs(hd int64) ScratchBuf {
-	var attrs []ir.Attr
-	for _, name := range []string{"theta", "scaling_factor", "low_freq_factor", "high_freq_factor", "original_max_positions"} {
-		attrs = append(attrs, ir.Attr{Name: name, Val: c.Attr(name)})
-	}
-	f := kernels.RoPEFreq(ir.RoPEScalingOf(attrs)).Freqs(int(hd))
+	f := kernels.RoPEFreq(ir.RoPEScalingFrom(c.Attr)).Freqs(int(hd))
 	return ScratchBuf{Bytes: 8 * int64(max(len(f), 1)), Init: float64Bytes(f), Keep: true}
 }
 
