@@ -11,7 +11,9 @@
 #     matmul against the CPU kernels, tiny 50 steps against the CPU and on
 #     8 ranks sharing the GPU);
 #   - tiny-cpu.jsonl, tiny-gpu.jsonl: amspc run's per-step losses of
-#     tiny on the CPU and on the GPU (8 ranks in one process); where the
+#     tiny on the CPU and on the GPU (8 ranks in one process);
+#     tiny-graphs-true.jsonl and -false.jsonl: on one rank, replayed from
+#     a CUDA graph and enqueued step by step; where the
 #     machine has mpirun, tiny's plans on 8 MPI processes sharing the GPU
 #     against one rank on the GPU (a line each);
 #   - torch.txt, amspc1b.txt: TinyLlama-1.1B's shapes at seq 2048, bf16,
@@ -61,10 +63,10 @@ run)
 	fi
 	echo "AMSPC_CUDA_LIBS=$AMSPC_CUDA_LIBS"
 	nvidia-smi -L || true
-	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120 TestGPUStreamsWait:60 TestGPUStreamsConcurrent:60 TestGPUNCCLOneRank:90 TestGPUDeviceCollectives:90; do
+	for t in TestGPUSaxpy:30 TestGPUMatMul:60 TestGPUOps:90 TestGPUKernels:90 TestGPUStoredKernels:60 TestGPUMMA:30 TestGPUAttentionMMA:60 TestGPUTrainsTiny:120 TestGPUStreamsWait:60 TestGPUStreamsConcurrent:60 TestGPUNCCLOneRank:90 TestGPUDeviceCollectives:90 TestGPUGraphSteps:90; do
 		(cd engine/cudalib && AMSPC_REQUIRE_GPU=1 timeout ${t#*:} ../../$d/cudalib.test -test.v -test.run "^${t%:*}\$") >>$o/cudalib.log 2>&1 || echo "${t%:*} failed: see cudalib.log"
 	done
-	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:' $o/cudalib.log | head -60 || true
+	grep -E '^(--- |ok|FAIL|PASS|panic)|largest relative|GPU [0-9]|CUDA|op kinds|Error|error:|graphs:' $o/cudalib.log | head -60 || true
 	# Attention forward at TinyLlama's shapes: fp32 CUDA cores against
 	# bf16 tensor cores (mma.cu).
 	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' | tee $o/attention.txt || true
@@ -73,10 +75,17 @@ run)
 	(cd engine/cudalib && timeout 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAdamW -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic' | tee $o/adamw.txt || true
 	timeout 30 $d/amspc run --steps 50 --log $o/tiny-cpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror' || true
 	timeout 60 $d/amspc run --steps 50 --device cuda --log $o/tiny-gpu.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|GPU memory|step 50)|rror|CUDA' || true
+	# tiny on one rank, its steps replayed from a CUDA graph (the
+	# default) and every step enqueued: the launch overhead graphs save,
+	# in the measured step times.
+	printf 'cluster one { nodes = 1 gpus_per_node = 1 gpu = "cpu" }\n' >$d/one.amsp
+	for g in true false; do
+		echo "tiny on one GPU rank, --graphs=$g:"
+		timeout 60 $d/amspc run --steps 50 --device cuda --graphs=$g --cluster $d/one.amsp --shard ddp --log $o/tiny-graphs-$g.jsonl testdata/models/tiny.amsp 2>&1 | grep -E '^(measured|step 50)|rror|CUDA' || true
+	done
 	if command -v mpirun >/dev/null && [ -x $d/amspc-mpi ]; then
 		# tiny's plans on 8 MPI processes sharing the GPU against one rank
 		# on the GPU: per-step losses within 1e-5.
-		printf 'cluster one { nodes = 1 gpus_per_node = 1 gpu = "cpu" }\n' >$d/one.amsp
 		timeout 60 $d/amspc run --steps 20 --device ${DEVICE:-cuda} --cluster $d/one.amsp --shard ddp --log $d/tiny-one.jsonl testdata/models/tiny.amsp >/dev/null 2>&1 || echo "tiny on one GPU rank failed"
 		i=0
 		for plan in "{ params = 2x1, grads = 2x1, optim = 4x2 }" "{ params = 1x1, grads = 1x1, optim = 1x1 }" "{ params = 4x2, grads = 4x2, optim = 4x2 }" "{ params = 1x1, grads = 4x2, optim = 4x2 }"; do

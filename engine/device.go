@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -44,6 +45,40 @@ type Device interface {
 	Sync() error
 }
 
+// A GraphDevice is a Device that captures the work enqueued on its
+// streams into a graph and replays it (CUDA graphs): a step's hundreds
+// of launches become one, and the host enqueues nothing else.
+type GraphDevice interface {
+	Device
+	// Captures says whether the device can capture graphs.
+	Captures() bool
+	// BeginCapture starts a capture: until EndCapture, the work enqueued
+	// on every stream (Launch, Gemm, Copy, Zero, UploadOn, Record, Wait,
+	// collectives) is recorded, not run. Each stream's captured work
+	// follows the work enqueued on the compute stream (ir.Compute) before
+	// the capture. Upload, Download and Sync fail while capturing.
+	BeginCapture() error
+	// EndCapture ends the capture and returns what it recorded. A failed
+	// capture's error may also come back here.
+	EndCapture() (Graph, error)
+}
+
+// A Graph is the work a GraphDevice captured.
+type Graph interface {
+	// Launch enqueues the captured work again, on the streams it was
+	// captured on, ordered as the capture's events ordered it, after the
+	// work enqueued on the compute stream before the Launch; the compute
+	// stream's later work waits for all of it. Sync waits for it.
+	Launch() error
+	// SetUpload replaces the bytes that the k-th UploadOn captured on
+	// stream s copies, for the launches that follow (src the length
+	// captured). Call it only when no launch is in flight (after a
+	// Sync).
+	SetUpload(s, k int, src []byte) error
+	// Close releases the graph.
+	Close() error
+}
+
 // deviceBackend is a Backend on a Device: fp32 in four bytes, bf16 in
 // two; each instruction runs its gpu.Plan in fp32 (bf16 operands widened
 // exactly into scratch memory, bf16 results rounded to nearest even and
@@ -58,15 +93,13 @@ type deviceBackend struct {
 	opts DeviceOptions
 
 	// Checks in flight: results' non-finite flags, plans' id checks and
-	// losses, each in a slot of a device array, read back in one copy
-	// when the host next waits for the device anyway (a read, Sync at the
-	// end of a step) or the slots run out, so no kernel costs a round
-	// trip to the host and no step waits for the device before its end.
-	checks struct {
-		sync.Mutex
-		slots   uint64 // maxChecks flags, gpu.NoneNonFinite until flagged
-		pending []pendingCheck
-	}
+	// losses, each in a slot of device memory, read back when the host
+	// next waits for the device anyway (a read, Sync at the end of a
+	// step), so no kernel costs a round trip to the host and no step
+	// waits for the device before its end. The i-th pending check's slot
+	// is slot i%checkChunk of chunks[i/checkChunk]; a chunk, once made,
+	// stays for the next steps.
+	checks checkSlots
 
 	// Freed device memory by size, reused by the next allocation of that
 	// size (each step asks for the same sizes again): a step allocates
@@ -81,6 +114,16 @@ type deviceBackend struct {
 	free  map[int]map[int64][]uint64
 
 	storedRuns atomic.Int64 // instructions run through stored plans (tests)
+
+	// capturing is the capture on (graph.go), nil if none; graph the
+	// step it captured, replayed for the steps after.
+	capturing atomic.Pointer[stepCapture]
+	graph     *stepGraph
+	replays   atomic.Int64 // steps replayed (tests)
+	// staleInputs, set by tests, keeps a replay from refilling the
+	// token windows (true) or the per-step scratch (false) it returns
+	// true for: the mutation graph replays are tested with.
+	staleInputs func(tokens bool) bool
 
 	// keep holds the instructions' kept scratch (gpu.ScratchBuf.Keep),
 	// under mu.
@@ -110,6 +153,11 @@ type DeviceOptions struct {
 	// (DeviceCollectives), among World's ranks.
 	Collectives string
 	World       DeviceWorld
+	// Eager runs every step as the engine enqueues it. Otherwise, on a
+	// device that captures graphs (GraphDevice), the second step a run
+	// takes is captured and every later one replays it: the same work,
+	// one launch, no host work but its inputs (graph.go).
+	Eager bool
 }
 
 // NewDeviceBackendWith is NewDeviceBackend with options.
@@ -290,22 +338,30 @@ func (b *deviceBackend) ReadInts(dst []int32, m Mem) error {
 	return nil
 }
 
-// LoadInts writes a step's input in stream s's order, the host not
-// waiting (the CPU backend's Load writes when its stream gets there too).
-func (b *deviceBackend) LoadInts(s int, m Mem, src []int32) error {
-	raw := make([]byte, 4*len(src))
-	for i, v := range src {
+// LoadInput writes step's input in stream s's order, the host not
+// waiting (the CPU backend's Load writes when its stream gets there
+// too); a captured step's graph refills it for each step it replays.
+func (b *deviceBackend) LoadInput(s int, m Mem, step int, fill func(step int, dst []int32)) error {
+	input := func(step int) ([]byte, error) {
+		dst := make([]int32, m.N)
+		fill(step, dst)
+		return int32Bytes(dst), nil
+	}
+	raw, _ := input(step)
+	return b.uploadOn(s, m.Addr, raw, true, input)
+}
+
+// int32Bytes is x's little-endian bytes.
+func int32Bytes(x []int32) []byte {
+	raw := make([]byte, 4*len(x))
+	for i, v := range x {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
 	}
-	return b.dev.UploadOn(s, m.Addr, raw)
+	return raw
 }
 
 func (b *deviceBackend) WriteInts(m Mem, src []int32) error {
-	raw := make([]byte, 4*len(src))
-	for i, v := range src {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-	}
-	return b.dev.Upload(m.Addr, raw)
+	return b.dev.Upload(m.Addr, int32Bytes(src))
 }
 
 // Launch runs the instruction in fp32: bf16 operands widened into
@@ -414,7 +470,7 @@ func (b *deviceBackend) launchStored(s int, c *KernelCall) error {
 	if !p.Stored || p.Gemm != nil || len(p.Copies) > 0 {
 		return fmt.Errorf("%v: a stored plan with a matmul or copies", c.Instr.Kern)
 	}
-	scratch, owned, err := b.scratch(s, c.Instr, p.Scratch)
+	scratch, owned, err := b.scratch(s, c.Instr, oc, p.Scratch)
 	defer b.releaseAll(s, owned)
 	if err != nil {
 		return err
@@ -528,22 +584,19 @@ func (b *deviceBackend) reserve(s int, c *KernelCall, p *gpu.Plan, ns []int64) (
 }
 
 // reserveSlots takes a slot for each check, with the checks' lock held
-// on success.
+// on success. A new chunk of slots is made (a transfer, so the host
+// waits for the device) only when a step has more checks than every step
+// before it.
 func (b *deviceBackend) reserveSlots(checks []pendingCheck) ([]uint64, error) {
-	for {
-		b.checks.Lock()
-		if len(b.checks.pending)+len(checks) <= maxChecks {
-			break
+	b.checks.Lock()
+	for len(b.checks.chunks)*checkChunk < len(b.checks.pending)+len(checks) {
+		if b.capturing.Load() != nil {
+			b.checks.Unlock()
+			return nil, errors.New("a captured step checks more results than the step before it")
 		}
-		b.checks.Unlock()
-		if err := b.Sync(); err != nil {
-			return nil, err
-		}
-	}
-	if b.checks.slots == 0 {
-		a, err := b.dev.Alloc(8 * maxChecks)
+		a, err := b.dev.Alloc(8 * checkChunk)
 		if err == nil {
-			if err = b.dev.Upload(a, noneFlags(maxChecks)); err != nil {
+			if err = b.dev.Upload(a, noneFlags(checkChunk)); err != nil {
 				b.dev.Free(a)
 			}
 		}
@@ -551,26 +604,26 @@ func (b *deviceBackend) reserveSlots(checks []pendingCheck) ([]uint64, error) {
 			b.checks.Unlock()
 			return nil, err
 		}
-		b.checks.slots = a
+		b.checks.chunks = append(b.checks.chunks, a)
 	}
 	addrs := make([]uint64, len(checks))
 	for i, c := range checks {
-		addrs[i] = b.checks.slots + 8*uint64(len(b.checks.pending))
+		addrs[i] = b.checks.slot(len(b.checks.pending))
 		b.checks.pending = append(b.checks.pending, c)
 	}
 	return addrs, nil
 }
 
-// scratch allocates a plan's scratch memory and fills it (zeroes, or
-// its content) on stream s; a buffer to Keep is instruction in's own,
-// allocated once and uploaded when its content changes. It returns
-// every buffer's address and, for releaseAll (with an error too), those
-// it allocated for this launch.
-func (b *deviceBackend) scratch(s int, in *ir.Instr, bufs []gpu.ScratchBuf) (addrs, owned []uint64, err error) {
+// scratch allocates a plan's scratch memory (the plan of oc, for
+// instruction in) and fills it (zeroes, or its content) on stream s; a
+// buffer to Keep is in's own, allocated once and uploaded when its
+// content changes. It returns every buffer's address and, for
+// releaseAll (with an error too), those it allocated for this launch.
+func (b *deviceBackend) scratch(s int, in *ir.Instr, oc *gpu.OpCall, bufs []gpu.ScratchBuf) (addrs, owned []uint64, err error) {
 	addrs = make([]uint64, 0, len(bufs))
 	for i, sb := range bufs {
 		if sb.Keep {
-			a, err := b.kept(s, keptKey{in, i}, sb)
+			a, err := b.kept(s, keptKey{in, i}, oc, sb)
 			if err != nil {
 				return addrs, owned, err
 			}
@@ -585,7 +638,7 @@ func (b *deviceBackend) scratch(s int, in *ir.Instr, bufs []gpu.ScratchBuf) (add
 		if sb.Init == nil && sb.Fill == 0 {
 			err = b.dev.Zero(s, a, sb.Bytes)
 		} else {
-			err = b.dev.UploadOn(s, a, sb.Content())
+			err = b.uploadOn(s, a, sb.Content(), false, nil) // the same for every step
 		}
 		if err != nil {
 			return addrs, owned, err
@@ -608,8 +661,10 @@ type keptBuf struct {
 }
 
 // kept is the instruction's kept buffer k, its content made sb's (in
-// stream s's order) if it is not already.
-func (b *deviceBackend) kept(s int, k keptKey, sb gpu.ScratchBuf) (uint64, error) {
+// stream s's order) if it is not already. A captured step uploads a
+// buffer whose content changes with the step (PerStep) whatever it
+// holds, its graph refilling it for each step from oc's plan.
+func (b *deviceBackend) kept(s int, k keptKey, oc *gpu.OpCall, sb gpu.ScratchBuf) (uint64, error) {
 	b.mu.Lock()
 	kb, ok := b.keep[k]
 	b.mu.Unlock()
@@ -617,7 +672,8 @@ func (b *deviceBackend) kept(s int, k keptKey, sb gpu.ScratchBuf) (uint64, error
 	if ok && kb.bytes != sb.Bytes {
 		return 0, fmt.Errorf("%v: kept scratch %d of %d bytes, now %d", k.in.Kern, k.i, kb.bytes, sb.Bytes)
 	}
-	if ok && bytes.Equal(kb.content, content) {
+	capturing := b.capturing.Load() != nil
+	if ok && bytes.Equal(kb.content, content) && !(capturing && sb.PerStep) {
 		return kb.addr, nil
 	}
 	if !ok {
@@ -630,7 +686,11 @@ func (b *deviceBackend) kept(s int, k keptKey, sb gpu.ScratchBuf) (uint64, error
 		b.keep[k] = kb
 		b.mu.Unlock()
 	}
-	if err := b.dev.UploadOn(s, kb.addr, content); err != nil {
+	var refill func(int) ([]byte, error)
+	if sb.PerStep {
+		refill = scratchRefill(oc, k)
+	}
+	if err := b.uploadOn(s, kb.addr, content, false, refill); err != nil {
 		return 0, err
 	}
 	kb.content = content
@@ -679,7 +739,7 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
 			return err
 		}
 	}
-	scratch, owned, err := b.scratch(s, c.Instr, p.Scratch)
+	scratch, owned, err := b.scratch(s, c.Instr, oc, p.Scratch)
 	defer b.releaseAll(s, owned)
 	if err != nil {
 		return err
@@ -687,8 +747,18 @@ func (b *deviceBackend) runPlan(s int, c *KernelCall, stored []ir.DType) error {
 	return b.launchChecked(s, c, p, scratch, nil)
 }
 
-// maxChecks is how many results' checks can be in flight.
-const maxChecks = 4096
+// checkSlots are a device backend's checks in flight, each in a slot.
+type checkSlots struct {
+	sync.Mutex
+	chunks  []uint64 // checkChunk flags each, gpu.NoneNonFinite until flagged
+	pending []pendingCheck
+}
+
+// slot is the address of the i-th pending check's slot.
+func (c *checkSlots) slot(i int) uint64 { return c.chunks[i/checkChunk] + 8*uint64(i%checkChunk) }
+
+// checkChunk is how many check slots a chunk holds.
+const checkChunk = 4096
 
 // A pendingCheck is a check in flight, in slot i of the flags if it is
 // the i-th pending, of instruction in on stream s: a result of n
@@ -748,8 +818,10 @@ func (b *deviceBackend) flushChecks() error {
 	}
 	b.checks.pending = b.checks.pending[:0]
 	raw := make([]byte, 8*len(p))
-	if err := b.dev.Download(raw, b.checks.slots); err != nil {
-		return err
+	for c := 0; c*checkChunk < len(p); c++ {
+		if err := b.dev.Download(raw[8*c*checkChunk:min(8*(c+1)*checkChunk, len(raw))], b.checks.chunks[c]); err != nil {
+			return err
+		}
 	}
 	var bad error
 	fail := func(c pendingCheck, err error) {
@@ -776,8 +848,10 @@ func (b *deviceBackend) flushChecks() error {
 			}
 		}
 	}
-	if err := b.dev.Upload(b.checks.slots, noneFlags(len(p))); err != nil {
-		return err
+	for c := 0; c*checkChunk < len(p); c++ {
+		if err := b.dev.Upload(b.checks.chunks[c], noneFlags(min(checkChunk, len(p)-c*checkChunk))); err != nil {
+			return err
+		}
 	}
 	return bad
 }

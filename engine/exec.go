@@ -79,6 +79,7 @@ type rank struct {
 	gate chan struct{}
 
 	step   int   // 1-based optimizer step
+	ran    int   // steps this rank has run in this process
 	data   *Data // shared by all ranks
 	losses []float64
 	events []chan struct{}
@@ -439,8 +440,81 @@ func (k *rank) wrote(id int32) {
 var ErrStopped = errors.New("stopped because another rank failed")
 
 // runStep runs one step of this rank's program: three goroutines, one per
-// stream. A failure aborts the Comm, so every rank stops.
+// stream. A failure aborts the Comm, so every rank stops. A backend that
+// replays steps as graphs (graph.go) captures the second step this rank
+// runs and replays it for the steps after.
 func (k *rank) runStep(abort <-chan struct{}) error {
+	g, graphs := k.be.(stepGrapher)
+	graphs = graphs && g.graphs() && k.graphable()
+	if graphs && g.replaying() {
+		if err := g.replay(k.step); err != nil {
+			err = k.fail(ir.Compute, nil, err)
+			k.abort(err)
+			return err
+		}
+		return k.endStep()
+	}
+	capture := graphs && k.ran > 0
+	if capture {
+		if err := g.beginCapture(); err != nil {
+			err = k.fail(ir.Compute, nil, err)
+			k.abort(err)
+			return err
+		}
+	}
+	if err := k.enqueueStep(abort); err != nil {
+		if capture {
+			g.abortCapture()
+		}
+		return err
+	}
+	if capture {
+		if err := g.endCapture(); err != nil {
+			err = k.fail(ir.Compute, nil, err)
+			k.abort(err)
+			return err
+		}
+	}
+	return k.endStep()
+}
+
+// graphable says whether every step of the rank's program can be a
+// replay of one: its collectives (if any) run on the device, and no
+// trace records the steps' instructions.
+func (k *rank) graphable() bool {
+	if k.trace != nil {
+		return false
+	}
+	if k.dc != nil {
+		return true
+	}
+	for s := range k.p.Streams {
+		for _, in := range k.p.Streams[s] {
+			if in.Op == ir.Collective {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// endStep waits for the step's work and reports the checks it made.
+func (k *rank) endStep() error {
+	// A backend that checks results in batches reports the step's last
+	// ones now. (Its collectives read through the host, which reports
+	// the ones before: no NaN leaves a rank unreported.)
+	if err := k.be.Sync(); err != nil {
+		err = k.fail(ir.Compute, nil, err)
+		k.abort(err)
+		return err
+	}
+	k.ran++
+	return nil
+}
+
+// enqueueStep runs (on a device backend, enqueues) the instructions of
+// one step: three goroutines, one per stream.
+func (k *rank) enqueueStep(abort <-chan struct{}) error {
 	k.rec = k.trace.begin()
 	k.events = make([]chan struct{}, k.p.Events)
 	for i := range k.events {
@@ -465,14 +539,6 @@ func (k *rank) runStep(abort <-chan struct{}) error {
 		if e != nil {
 			return e
 		}
-	}
-	// A backend that checks results in batches reports the step's last
-	// ones now. (Its collectives read through the host, which reports
-	// the ones before: no NaN leaves a rank unreported.)
-	if err := k.be.Sync(); err != nil {
-		err = k.fail(ir.Compute, nil, err)
-		k.abort(err)
-		return err
 	}
 	return nil
 }

@@ -40,3 +40,12 @@ func NoReplicaChecks() (restore func()) {
 // StoredLaunches is how many instructions a device backend ran through
 // their stored plans (gpu.Plan.Stored).
 func StoredLaunches(be Backend) int64 { return be.(*deviceBackend).storedRuns.Load() }
+
+// GraphReplays is how many steps a device backend replayed as a graph.
+func GraphReplays(be Backend) int64 { return be.(*deviceBackend).replays.Load() }
+
+// StaleGraphInputs keeps a device backend's replays from refilling the
+// token windows (tokens) or the per-step scratch (!tokens): a mutation.
+func StaleGraphInputs(be Backend, tokens bool) {
+	be.(*deviceBackend).staleInputs = func(t bool) bool { return t == tokens }
+}

@@ -51,9 +51,11 @@ func (d *Data) fill(dst []int32, t, m, dp, r, shift int) {
 }
 
 // streamLoader is a backend that writes a step's input in a stream's
-// order without waiting for the streams (the device backend).
+// order without waiting for the streams (the device backend): fill
+// writes step's input into dst; a backend that replays the step as a
+// graph calls it again for each later step.
 type streamLoader interface {
-	LoadInts(s int, m Mem, src []int32) error
+	LoadInput(s int, m Mem, step int, fill func(step int, dst []int32)) error
 }
 
 func (k *rank) load(s int, in *ir.Instr) error {
@@ -67,11 +69,13 @@ func (k *rank) load(s int, in *ir.Instr) error {
 				k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
 				return nil
 			}
-			dst := make([]int32, m.N)
-			k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
+			micro, ranks, r, shift := int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift)
+			fill := func(step int, dst []int32) { k.data.fill(dst, step-1, micro, ranks, r, shift) }
 			if l, ok := k.be.(streamLoader); ok {
-				return l.LoadInts(s, m, dst)
+				return l.LoadInput(s, m, k.step, fill)
 			}
+			dst := make([]int32, m.N)
+			fill(k.step, dst)
 			return k.be.WriteInts(m, dst)
 		}
 	}

@@ -263,6 +263,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"run", "--device", "tpu", tiny}, `-device`},
 		{[]string{"run", "--tensor-cores", tiny}, `-tensor-cores`},
 		{[]string{"run", "--tensor-cores=x", tiny}, `-tensor-cores`},
+		{[]string{"run", "--graphs=false", tiny}, `-graphs`},
+		{[]string{"run", "--graphs=x", "--device", "sim", tiny}, `-graphs`},
 		{[]string{"run", "--collectives", "nccl", "--device", "sim", tiny}, `-collectives`},
 		{[]string{"run", "--collectives", "device", tiny}, `-collectives`},
 		{[]string{"run", "--progress", "dots", tiny}, `-progress`},

@@ -66,13 +66,14 @@ type runOptions struct {
 	cpuProfile, device, progress string
 	trace, collectives           string
 	overwrite, tensorCores       bool
+	graphs                       bool
 	set                          map[string]bool // the flags given
 	bar                          bool            // a live progress bar, not lines
 	devices                      *engine.Devices
 }
 
 func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE] [--graphs=false]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	o := &runOptions{set: map[string]bool{}}
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -88,6 +89,7 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	fs.IntVar(&o.traceSteps, "trace-steps", 1, "with --trace, trace `N` steps")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	fs.StringVar(&o.device, "device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
+	fs.BoolVar(&o.graphs, "graphs", true, "with --device cuda or sim, capture the second step as a graph (CUDA graphs) and replay it for every step after: one launch a step, the same bits as enqueueing every step (=false does that); with --collectives ordered, only one-rank plans (the host's part of a collective cannot be captured)")
 	fs.StringVar(&o.collectives, "collectives", engine.CollectivesOrdered, "with --device cuda or sim, where collectives run: `MODE` ordered (staged through the host, sums a left fold in group order: the same bits for every plan) or device (on the device, enqueued on the plan's comm streams: NCCL on GPUs, one rank per GPU, not yet run on a GPU; the simulated GPU's own with every rank in one process, the same bits as ordered)")
 	fs.StringVar(&o.progress, "progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
 	return fs, o
@@ -187,12 +189,16 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 		fmt.Fprintln(stderr, "amspc run: --tensor-cores needs --device cuda or sim")
 		return false
 	}
+	if o.set["graphs"] && o.device == "cpu" {
+		fmt.Fprintln(stderr, "amspc run: --graphs needs --device cuda or sim (CPU ranks run each kernel when they reach it)")
+		return false
+	}
 	return o.checkSteps(stderr)
 }
 
 // deviceOptions are the device options the flags ask for.
 func (o *runOptions) deviceOptions() engine.DeviceOptions {
-	return engine.DeviceOptions{TensorCoreAttention: o.tensorCores, Collectives: o.collectives}
+	return engine.DeviceOptions{TensorCoreAttention: o.tensorCores, Collectives: o.collectives, Eager: !o.graphs}
 }
 
 // checkSteps checks --steps and the checkpoint flags, and that --save's

@@ -52,6 +52,13 @@ type GPU struct {
 	closed bool
 
 	staged staging // UploadOn's
+
+	// The capture under way (graph.go), nil if none, under cmu; the
+	// events captures fork and join with.
+	cmu     sync.Mutex
+	capture *gpuCapture
+	gevents *graphEvents
+	graphs  []*Graph // destroyed by Close
 }
 
 // numStreams is the stream indices a GPU has: the plan's and the
@@ -217,6 +224,9 @@ func (g *GPU) Close() error {
 	g.closed = true
 	err := g.ctx.Sync()
 	if e := g.staged.free(g.ctx); err == nil {
+		err = e
+	}
+	if e := g.closeGraphs(); err == nil {
 		err = e
 	}
 	// NCCL's communicators go before the streams they ran on.

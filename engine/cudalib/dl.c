@@ -42,6 +42,12 @@ static CUresult (*p_cuStreamWaitEvent)(CUstream, CUevent, unsigned);
 static CUresult (*p_cuEventSynchronize)(CUevent);
 static CUresult (*p_cuEventDestroy)(CUevent);
 static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
+static CUresult (*p_cuStreamBeginCapture)(CUstream, int);
+static CUresult (*p_cuStreamEndCapture)(CUstream, CUgraph *);
+static CUresult (*p_cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+static CUresult (*p_cuGraphLaunch)(CUgraphExec, CUstream);
+static CUresult (*p_cuGraphExecDestroy)(CUgraphExec);
+static CUresult (*p_cuGraphDestroy)(CUgraph);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
 
 static nvrtcResult (*p_nvrtcVersion)(int *, int *);
@@ -144,6 +150,12 @@ static const struct sym syms[] = {
 	{AMSP_LIB_CUDA, "cuEventSynchronize", (void **)&p_cuEventSynchronize},
 	{AMSP_LIB_CUDA, "cuEventDestroy_v2", (void **)&p_cuEventDestroy},
 	{AMSP_LIB_CUDA, "cuEventElapsedTime", (void **)&p_cuEventElapsedTime},
+	{AMSP_LIB_CUDA, "cuStreamBeginCapture_v2", (void **)&p_cuStreamBeginCapture},
+	{AMSP_LIB_CUDA, "cuStreamEndCapture", (void **)&p_cuStreamEndCapture},
+	{AMSP_LIB_CUDA, "cuGraphInstantiateWithFlags", (void **)&p_cuGraphInstantiate},
+	{AMSP_LIB_CUDA, "cuGraphLaunch", (void **)&p_cuGraphLaunch},
+	{AMSP_LIB_CUDA, "cuGraphExecDestroy", (void **)&p_cuGraphExecDestroy},
+	{AMSP_LIB_CUDA, "cuGraphDestroy", (void **)&p_cuGraphDestroy},
 	{AMSP_LIB_CUDA, "cuGetErrorString", (void **)&p_cuGetErrorString},
 	{AMSP_LIB_NVRTC, "nvrtcVersion", (void **)&p_nvrtcVersion},
 	{AMSP_LIB_NVRTC, "nvrtcCreateProgram", (void **)&p_nvrtcCreateProgram},
@@ -263,6 +275,14 @@ CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { return 
 CUresult amsp_cuEventSynchronize(CUevent e) { return p_cuEventSynchronize(e); }
 CUresult amsp_cuEventDestroy(CUevent e) { return p_cuEventDestroy(e); }
 CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end) { return p_cuEventElapsedTime(ms, start, end); }
+CUresult amsp_cuStreamBeginCapture(CUstream s, int mode) { return p_cuStreamBeginCapture(s, mode); }
+CUresult amsp_cuStreamEndCapture(CUstream s, CUgraph *g) { return p_cuStreamEndCapture(s, g); }
+CUresult amsp_cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+	return p_cuGraphInstantiate(e, g, flags);
+}
+CUresult amsp_cuGraphLaunch(CUgraphExec e, CUstream s) { return p_cuGraphLaunch(e, s); }
+CUresult amsp_cuGraphExecDestroy(CUgraphExec e) { return p_cuGraphExecDestroy(e); }
+CUresult amsp_cuGraphDestroy(CUgraph g) { return p_cuGraphDestroy(g); }
 
 const char *amsp_cuErrorString(CUresult r) {
 	const char *s = NULL;

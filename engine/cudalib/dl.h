@@ -14,6 +14,8 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 typedef void *CUevent;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
 typedef unsigned long long CUdeviceptr;
 typedef int nvrtcResult;    // NVRTC_SUCCESS is 0
 typedef void *nvrtcProgram;
@@ -71,6 +73,14 @@ CUresult amsp_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags);
 CUresult amsp_cuEventSynchronize(CUevent e);
 CUresult amsp_cuEventDestroy(CUevent e);
 CUresult amsp_cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+// Graphs: stream capture (mode: CU_STREAM_CAPTURE_MODE_*), instantiation
+// (cuGraphInstantiateWithFlags), launch.
+CUresult amsp_cuStreamBeginCapture(CUstream s, int mode);
+CUresult amsp_cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult amsp_cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult amsp_cuGraphLaunch(CUgraphExec e, CUstream s);
+CUresult amsp_cuGraphExecDestroy(CUgraphExec e);
+CUresult amsp_cuGraphDestroy(CUgraph g);
 const char *amsp_cuErrorString(CUresult r);
 
 // NVRTC.

@@ -99,7 +99,10 @@ func (g *GPU) UploadOn(s int, addr uint64, src []byte) error {
 	if err != nil {
 		return err
 	}
-	p, err := g.staged.take(g.ctx, src)
+	p, err := g.captured(s, src)
+	if err == nil && p == nil {
+		p, err = g.staged.take(g.ctx, src)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@
 package cudalib
 
 import (
+	"time"
+
 	"fmt"
 	"math"
 	"os"
@@ -172,24 +174,7 @@ func TestGPUStoredKernels(t *testing.T) {
 	for _, extra := range [][]string{nil, {bf16}} {
 		var losses [2][]float64
 		for i, o := range []engine.DeviceOptions{{}, {MultiPass: true}} {
-			b := compileModel(t, "tiny", 1, 1, one, extra...)
-			r := &engine.Run{Bundle: b, Seed: 1, Data: tinyData(b), NewBackend: func(int) (engine.Backend, error) {
-				g, err := l.NewGPU(0)
-				if err != nil {
-					return nil, err
-				}
-				return engine.NewDeviceBackendWith(g, o), nil
-			}}
-			if err := r.Start(); err != nil {
-				t.Fatal(err)
-			}
-			for range 3 {
-				loss, err := r.Step()
-				if err != nil {
-					t.Fatal(err)
-				}
-				losses[i] = append(losses[i], loss)
-			}
+			losses[i], _ = gpuSteps(t, l, compileModel(t, "tiny", 1, 1, one, extra...), o, 3)
 		}
 		for i := range losses[0] {
 			if losses[0][i] != losses[1][i] {
@@ -198,6 +183,34 @@ func TestGPUStoredKernels(t *testing.T) {
 		}
 		t.Logf("%v: losses %.9g, stored and multi-pass", extra, losses[0])
 	}
+}
+
+// gpuSteps trains b for n steps on one rank on GPU 0 with options o and
+// returns the losses and each step's time.
+func gpuSteps(t *testing.T, l *Libs, b *codegen.Bundle, o engine.DeviceOptions, n int) ([]float64, []time.Duration) {
+	t.Helper()
+	r := &engine.Run{Bundle: b, Seed: 1, Data: tinyData(b), NewBackend: func(int) (engine.Backend, error) {
+		g, err := l.NewGPU(0)
+		if err != nil {
+			return nil, err
+		}
+		return engine.NewDeviceBackendWith(g, o), nil
+	}}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	var took []time.Duration
+	for range n {
+		t0 := time.Now()
+		loss, err := r.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(t0))
+		losses = append(losses, loss)
+	}
+	return losses, took
 }
 
 // tinyData is a data window over bytes of a fixed pseudo-random stream.

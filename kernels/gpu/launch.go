@@ -91,6 +91,10 @@ type ScratchBuf struct {
 	// (AdamW's decayed ranges never do, its step's factors once a step),
 	// so a step after the first moves only what the step changes.
 	Keep bool
+	// PerStep says the content depends on OpCall.Step (AdamW's bias
+	// corrections): a backend that replays a captured step uploads it
+	// again for each step. No other scratch content depends on the step.
+	PerStep bool
 }
 
 // GemmKind is a cuBLASLt product.
@@ -491,7 +495,7 @@ func planAdamWStored(c *OpCall, p *Plan, _ bool) error {
 func adamwFactors(c *OpCall) ScratchBuf {
 	fa := c.fa
 	k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
-	return ScratchBuf{Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:]), Keep: true}
+	return ScratchBuf{Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:]), Keep: true, PerStep: true}
 }
 
 // adamwDecay is the scratch holding the decayed ranges, flat.

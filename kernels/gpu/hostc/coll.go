@@ -305,6 +305,10 @@ func (d *Device) Collective(s int, c *engine.DeviceColl) error {
 	if s < 0 {
 		return fmt.Errorf("hostc: stream %d", s)
 	}
+	cc := *c
+	if d.capturing(capOp{s: s, kind: capColl, coll: &cc}) {
+		return nil
+	}
 	w := dc.w
 	if d.sequential {
 		w.mu.Lock()

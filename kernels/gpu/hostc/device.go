@@ -92,6 +92,10 @@ type Device struct {
 	// coll is the device's part in a world of devices that run
 	// collectives among themselves (coll.go); nil: none.
 	coll *devColl
+
+	// capture records the enqueued work instead of running it, while a
+	// graph is captured (graph.go); under q.
+	capture *capture
 }
 
 // A stream is a FIFO of items: items[0] runs (or waits) first, and stays
@@ -216,7 +220,9 @@ func (d *Device) Free(addr uint64) {
 	}
 	// Work enqueued before may still use it (its error, if any, comes
 	// back from the next transfer or Sync).
-	d.transfer(func() { C.free(ptr(addr)) })
+	if err := d.transfer(func() { C.free(ptr(addr)) }); err == errCapturing {
+		panic("hostc: Free while capturing a graph") // the graph may use the memory
+	}
 }
 
 // ptr is the C pointer at addr (C memory: the collector never sees it).
@@ -238,10 +244,14 @@ func (d *Device) UploadOn(s int, addr uint64, src []byte) error {
 	}
 	d.onStream.Add(1)
 	b := append([]byte(nil), src...)
-	return d.enqueue(s, func() error {
+	work := func() error {
 		C.memcpy(ptr(addr), unsafe.Pointer(&b[0]), C.size_t(len(b)))
 		return nil
-	})
+	}
+	if d.capturing(capOp{s: s, kind: capUpload, work: work, up: &b}) {
+		return nil
+	}
+	return d.enqueue(s, work)
 }
 
 func (d *Device) Download(dst []byte, addr uint64) error {
@@ -358,11 +368,11 @@ func (d *Device) Launch(s int, l *gpu.Launch, addrs []uint64) error {
 }
 
 func (d *Device) Record(s, ev int) error {
-	if d.sequential {
-		return nil
-	}
 	d.q.Lock()
 	defer d.q.Unlock()
+	if d.captured(capOp{s: s, kind: capRecord, ev: ev}) || d.sequential {
+		return nil
+	}
 	st, err := d.stream(s)
 	if err != nil {
 		return err
@@ -378,11 +388,11 @@ func (d *Device) Record(s, ev int) error {
 }
 
 func (d *Device) Wait(s, ev int) error {
-	if d.sequential {
-		return nil
-	}
 	d.q.Lock()
 	defer d.q.Unlock()
+	if d.captured(capOp{s: s, kind: capWait, ev: ev}) || d.sequential {
+		return nil
+	}
 	st, err := d.stream(s)
 	if err != nil {
 		return err
@@ -411,12 +421,20 @@ func (d *Device) Reordered() int {
 // error any enqueued work has had.
 func (d *Device) Sync() error {
 	if d.sequential {
+		d.q.Lock()
+		defer d.q.Unlock()
+		if d.capture != nil {
+			return errCapturing
+		}
 		return nil
 	}
 	d.barrier.Lock()
 	defer d.barrier.Unlock()
 	d.q.Lock()
 	defer d.q.Unlock()
+	if d.capture != nil {
+		return errCapturing
+	}
 	d.drainAll(d.next, true)
 	return d.err
 }
@@ -425,6 +443,12 @@ func (d *Device) Sync() error {
 // CUDA's legacy stream would: once all work enqueued before is done, and
 // before any work enqueued after starts.
 func (d *Device) transfer(f func()) error {
+	d.q.Lock()
+	capturing := d.capture != nil
+	d.q.Unlock()
+	if capturing {
+		return errCapturing
+	}
 	if d.sequential {
 		d.seqMu.Lock()
 		defer d.seqMu.Unlock()
@@ -467,6 +491,9 @@ func (d *Device) stream(s int) (*stream, error) {
 
 // enqueue puts work on stream s (Sequential: runs it now).
 func (d *Device) enqueue(s int, work func() error) error {
+	if d.capturing(capOp{s: s, work: work}) {
+		return nil
+	}
 	if d.sequential {
 		if s < 0 {
 			return fmt.Errorf("hostc: stream %d", s)
