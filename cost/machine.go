@@ -25,6 +25,9 @@ type Machine struct {
 	// SharedCores: kernels and the copies of collectives share the
 	// rank's processor (ir.GPU.SharedCores), so they slow each other.
 	SharedCores bool
+	// NoComm makes every collective take no time: the step's compute
+	// alone, against which a step's exposed communication is measured.
+	NoComm bool
 }
 
 // NewMachine reads a cluster's GPU; topo is its network (NewTopology, with

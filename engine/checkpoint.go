@@ -229,6 +229,9 @@ func CheckWritable(dir string) error {
 // the same step; each writes its ranks' shards, and every process returns
 // the same error, naming the rank that failed.
 func (r *Run) Save(dir string) error {
+	if r.StandIn != nil {
+		return errors.New("a stand-in run saves no checkpoint: it holds one rank's shards, trained on stand-ins")
+	}
 	b := r.Bundle
 	nonce, err := r.agreeWord(rand.Uint32())
 	if err != nil {

@@ -78,12 +78,15 @@ type rank struct {
 	// collective, so holding one cannot deadlock).
 	gate chan struct{}
 
-	step   int   // 1-based optimizer step
-	ran    int   // steps this rank has run in this process
-	data   *Data // shared by all ranks
-	losses []float64
-	events []chan struct{}
-	calls  [ir.NumStreams]KernelCall // each stream's scratch
+	step int // 1-based optimizer step
+	ran  int // steps this rank has run in this process
+
+	// standIn replaces the rank's collectives by stand-ins (standin.go).
+	standIn *StandIn
+	data    *Data // shared by all ranks
+	losses  []float64
+	events  []chan struct{}
+	calls   [ir.NumStreams]KernelCall // each stream's scratch
 
 	timeMu sync.Mutex
 	timing map[string]*Timing // per instruction kind, summed over steps
@@ -485,7 +488,7 @@ func (k *rank) graphable() bool {
 	if k.trace != nil {
 		return false
 	}
-	if k.dc != nil {
+	if k.dc != nil || k.standIn != nil {
 		return true
 	}
 	for s := range k.p.Streams {
@@ -635,6 +638,15 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			runtime.Gosched()
 		case ir.Collective:
 			t0 = time.Now()
+			if k.standIn != nil {
+				if err := k.standInColl(s, i); err != nil {
+					return k.fail(s, in, err)
+				}
+				if tr != nil {
+					tr.add(s, i, t0, time.Now())
+				}
+				continue
+			}
 			if err := k.collective(s, in); err != nil {
 				if failed.Load() || errors.Is(err, ErrCommAborted) {
 					return ErrStopped

@@ -171,8 +171,11 @@ type Run struct {
 	// Trace, if set, records the instructions of the steps it is armed
 	// for (trace.go); CPU ranks only.
 	Trace *Trace
-	ranks []*rank // this process's ranks, in World.Local order
-	step  int
+	// StandIn, if set, runs one rank alone with stand-in collectives
+	// (standin.go); World must be nil.
+	StandIn *StandIn
+	ranks   []*rank // this process's ranks, in World.Local order
+	step    int
 }
 
 // Start prepares every rank: buffers, initial params.
@@ -181,6 +184,12 @@ func (r *Run) Start() error {
 		return err
 	}
 	n := r.Bundle.Topo.Ranks()
+	if r.StandIn != nil {
+		if err := r.checkStandIn(); err != nil {
+			return err
+		}
+		r.World = newStandInWorld(n, r.StandIn.Rank)
+	}
 	if r.World == nil {
 		r.World = NewLocalWorld(n)
 	}
@@ -209,6 +218,7 @@ func (r *Run) Start() error {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
+		k.standIn = r.StandIn
 		if k.host {
 			// A device's work runs on the device: the gate shares the
 			// cores among CPU ranks' kernels, and a device rank holding
@@ -245,6 +255,10 @@ func shareCores(n int) chan struct{} {
 // it runs one, and agrees with the other processes over the control
 // stream).
 func (r *Run) spansAll() bool { return len(r.ranks) == r.World.Size() }
+
+// alone says whether this process has no other process to agree with:
+// it runs every rank, or it is a stand-in run.
+func (r *Run) alone() bool { return r.spansAll() || r.StandIn != nil }
 
 // Check finds what would make Start fail, without allocating anything:
 // a malformed bundle, a dtype or input the CPU backend does not support,
@@ -310,7 +324,8 @@ func (r *Run) Step() (float64, error) {
 	// first (their bits, over the world's control stream), so the sum is
 	// the same as on local ranks.
 	var all [][]float64
-	if r.spansAll() {
+	if r.alone() {
+		// (A stand-in run's one rank: its losses mean nothing.)
 		for _, k := range r.ranks {
 			all = append(all, k.losses)
 		}
@@ -336,7 +351,7 @@ func (r *Run) Step() (float64, error) {
 // process's stop, agreed over the control stream, so that every process
 // stops at the same step boundary.
 func (r *Run) AgreeStop(stop bool) (bool, error) {
-	if r.spansAll() {
+	if r.alone() {
 		return stop, nil
 	}
 	flag := float32(0)
@@ -394,7 +409,7 @@ func (r *Run) controlWords(w []uint32) ([]uint32, error) {
 
 // agreeWord returns rank 0's w on every process.
 func (r *Run) agreeWord(w uint32) (uint32, error) {
-	if r.spansAll() {
+	if r.alone() {
 		return w, nil
 	}
 	all, err := r.controlWords([]uint32{w})
@@ -412,7 +427,7 @@ const agreeMessage = 240
 // agreeMessage bytes). A process that runs every rank has nobody to agree
 // with and returns err.
 func (r *Run) agree(err error) error {
-	if r.spansAll() {
+	if r.alone() {
 		return err
 	}
 	const words = 1 + agreeMessage/4

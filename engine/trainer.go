@@ -59,6 +59,9 @@ type Trainer struct {
 	// steps from the first after its Start (amspc run --trace calls it in
 	// SteadyState).
 	Trace *Trace
+	// StandIn, if set, makes the run a stand-in run of one rank
+	// (Run.StandIn; World nil, no Save or Resume).
+	StandIn *StandIn
 }
 
 // Progress hears a training run's events, in order, on the goroutine
@@ -167,7 +170,7 @@ func (t *Trainer) Start() (*Run, error) {
 // started.
 func (t *Trainer) newRun() *Run {
 	tr := t.Bundle.Train
-	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World, Trace: t.Trace,
+	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World, Trace: t.Trace, StandIn: t.StandIn,
 		Data: &Data{Tokens: t.Tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if t.Devices != nil {
 		r.NewBackend = t.Devices.Backend
@@ -232,6 +235,9 @@ func (t *Trainer) Train(ctx context.Context) (*TrainResult, error) {
 
 // localRanks is the number of ranks this process runs.
 func (t *Trainer) localRanks() int {
+	if t.StandIn != nil {
+		return 1
+	}
 	if t.World == nil {
 		return t.Bundle.Topo.Ranks()
 	}

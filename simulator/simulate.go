@@ -172,7 +172,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					}
 				case ir.Collective:
 					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
-					if cc.Time > 0 {
+					if cc.Time > 0 && !m.NoComm {
 						// The span is filled in when the collective ends.
 						fl[s] = &flight{start: clock[s], solo: cc.Time, lat: cc.Latency, work: cc.Time - cc.Latency, nvl: cc.NVLinkLoad, nic: cc.NICLoad, span: len(tl.Spans)}
 						if m.SharedCores {

@@ -203,6 +203,12 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 // profile at profilePath when it is not empty: the prediction compile
 // printed, when it was compiled with that profile.
 func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*simulator.Timeline, error) {
+	return simulateBundleWith(b, r, profilePath, false)
+}
+
+// simulateBundleWith is simulateBundle, with every collective taking no
+// time when noComm (cost.Machine.NoComm).
+func simulateBundleWith(b *codegen.Bundle, r int, profilePath string, noComm bool) (*simulator.Timeline, error) {
 	mc := b.Machine
 	topo := &cost.Topology{GPUsPerNode: b.Topo.GPUsPerNode, Nodes: b.Topo.Nodes, IntraBW: mc.IntraBW, InterBW: mc.InterBW,
 		IntraLatency: mc.IntraLatency, InterLat: mc.InterLatency}
@@ -210,7 +216,7 @@ func simulateBundle(b *codegen.Bundle, r int, profilePath string) (*simulator.Ti
 	if eff == 0 {
 		eff = 0.5 // as cost.NewMachine
 	}
-	m := &cost.Machine{Topo: topo, PeakFLOPS: mc.PeakFLOPS, Efficiency: eff, MemBW: mc.MemBW, MatMulHalf: mc.MatMulHalf, SharedCores: mc.SharedCores}
+	m := &cost.Machine{Topo: topo, PeakFLOPS: mc.PeakFLOPS, Efficiency: eff, MemBW: mc.MemBW, MatMulHalf: mc.MatMulHalf, SharedCores: mc.SharedCores, NoComm: noComm}
 	if profilePath != "" {
 		p, err := cost.ReadProfile(profilePath)
 		if err != nil {

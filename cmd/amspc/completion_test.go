@@ -49,7 +49,8 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{"amspc", "pl"}, "plan"},
 		{[]string{"amspc", "comp"}, "compile completion"},
-		{[]string{"amspc", "run", "--st"}, "--steps"},
+		{[]string{"amspc", "run", "--ste"}, "--steps"},
+		{[]string{"amspc", "run", "--st"}, "--standin-scale --steps"},
 		{[]string{"amspc", "plan", "--shard", "zero"}, "zero1 zero2 zero3"},
 		{[]string{"amspc", "check", "ti"}, "tied.amsp tiny.amsp"},
 	} {

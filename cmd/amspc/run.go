@@ -67,13 +67,14 @@ type runOptions struct {
 	trace, collectives           string
 	overwrite, tensorCores       bool
 	graphs                       bool
+	standInScale                 float64
 	set                          map[string]bool // the flags given
 	bar                          bool            // a live progress bar, not lines
 	devices                      *engine.Devices
 }
 
 func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE] [--graphs=false]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE [--standin-scale F]] [--graphs=false]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	o := &runOptions{set: map[string]bool{}}
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
@@ -90,7 +91,8 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda or sim, run bf16 attention and its gradient on tensor cores (mma.cu: head dims a multiple of 16 up to 128; probabilities rounded to bf16 as PyTorch's bf16 attention does; checked on the simulated GPU, not yet on a GPU)")
 	fs.StringVar(&o.device, "device", "cpu", "run the ranks' kernels on `DEVICE`: cpu, cuda (NVIDIA GPUs: rank r on GPU r mod the GPUs), or sim (the CUDA backend on a GPU simulated on the CPU, to check the GPU path without one; slow)")
 	fs.BoolVar(&o.graphs, "graphs", true, "with --device cuda or sim, capture the second step as a graph (CUDA graphs) and replay it for every step after: one launch a step, the same bits as enqueueing every step (=false does that); with --collectives ordered, only one-rank plans (the host's part of a collective cannot be captured)")
-	fs.StringVar(&o.collectives, "collectives", engine.CollectivesOrdered, "with --device cuda or sim, where collectives run: `MODE` ordered (staged through the host, sums a left fold in group order: the same bits for every plan) or device (on the device, enqueued on the plan's comm streams: NCCL on GPUs, one rank per GPU, not yet run on a GPU; the simulated GPU's own with every rank in one process, the same bits as ordered)")
+	fs.StringVar(&o.collectives, "collectives", engine.CollectivesOrdered, "with --device cuda or sim, where collectives run: `MODE` ordered (staged through the host, sums a left fold in group order: the same bits for every plan), device (on the device, enqueued on the plan's comm streams: NCCL on GPUs, one rank per GPU, not yet run on a GPU; the simulated GPU's own with every rank in one process, the same bits as ordered) or standin (rank 0 alone, each collective a kernel holding its stream for the plan's simulated time of it, moving no data; run once so and once with none: the exposed communication, measured against the simulation's; the losses mean nothing)")
+	fs.Float64Var(&o.standInScale, "standin-scale", 1, "with --collectives standin, hold each stream `F` times the simulated time of its collective")
 	fs.StringVar(&o.progress, "progress", "auto", "`MODE` of the progress: bar (a live bar rewritten in place), lines (a line a step), or auto: a bar when standard output is a terminal and no launcher (mpirun, srun) started the process")
 	return fs, o
 }
@@ -174,11 +176,17 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 		return false
 	}
 	switch {
-	case o.collectives != engine.CollectivesOrdered && o.collectives != engine.CollectivesDevice:
-		fmt.Fprintf(stderr, "amspc run: --collectives must be %s or %s, not %q\n", engine.CollectivesOrdered, engine.CollectivesDevice, o.collectives)
+	case o.collectives != engine.CollectivesOrdered && o.collectives != engine.CollectivesDevice && o.collectives != collectivesStandIn:
+		fmt.Fprintf(stderr, "amspc run: --collectives must be %s, %s or %s, not %q\n", engine.CollectivesOrdered, engine.CollectivesDevice, collectivesStandIn, o.collectives)
 		return false
-	case o.collectives == engine.CollectivesDevice && o.device == "cpu":
-		fmt.Fprintln(stderr, "amspc run: --collectives device needs --device cuda or sim (CPU ranks run their collectives on the host)")
+	case o.collectives != engine.CollectivesOrdered && o.device == "cpu":
+		fmt.Fprintf(stderr, "amspc run: --collectives %s needs --device cuda or sim (CPU ranks run their collectives on the host)\n", o.collectives)
+		return false
+	case o.set["standin-scale"] && o.collectives != collectivesStandIn:
+		fmt.Fprintln(stderr, "amspc run: --standin-scale needs --collectives standin")
+		return false
+	case o.collectives == collectivesStandIn && (o.save != "" || o.resume != "" || o.trace != ""):
+		fmt.Fprintln(stderr, "amspc run: --collectives standin times one rank on stand-ins: no --save, --resume or --trace")
 		return false
 	}
 	var ok bool
@@ -198,7 +206,11 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 
 // deviceOptions are the device options the flags ask for.
 func (o *runOptions) deviceOptions() engine.DeviceOptions {
-	return engine.DeviceOptions{TensorCoreAttention: o.tensorCores, Collectives: o.collectives, Eager: !o.graphs}
+	coll := o.collectives
+	if coll == collectivesStandIn {
+		coll = engine.CollectivesOrdered // the devices run no collective
+	}
+	return engine.DeviceOptions{TensorCoreAttention: o.tensorCores, Collectives: coll, Eager: !o.graphs}
 }
 
 // checkSteps checks --steps and the checkpoint flags, and that --save's
@@ -314,6 +326,9 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 	defer func() { status = max(status, progress.close(stderr)) }()
 	var prof cpuProfile
 	defer func() { status = max(status, prof.stop(stderr)) }()
+	if o.collectives == collectivesStandIn {
+		return o.standIn(ctx, plan, tokens, pw, n, progress, &prof, stdout, stderr)
+	}
 	t := o.trainer(plan, tokens, pw, n, progress, &prof, stderr)
 	defer func() {
 		if err := o.devices.Close(); err != nil {
@@ -401,8 +416,12 @@ func (o *runOptions) header(file string, b *codegen.Bundle, pw *procWorld, n int
 	case o.device == "sim":
 		where = "ranks on simulated GPUs"
 	}
-	return fmt.Sprintf("%s: training %s on %d %s (%d x %d), plan %s, M = %d, %d steps on %s",
-		file, b.Model, b.Topo.Ranks(), where, b.Topo.Nodes, b.Topo.GPUsPerNode, b.Plan, b.Micro, n, what)
+	ranks := fmt.Sprintf("%d %s", b.Topo.Ranks(), where)
+	if o.collectives == collectivesStandIn {
+		ranks = fmt.Sprintf("rank 0 of %d %s, its collectives stand-ins", b.Topo.Ranks(), where)
+	}
+	return fmt.Sprintf("%s: training %s on %s (%d x %d), plan %s, M = %d, %d steps on %s",
+		file, b.Model, ranks, b.Topo.Nodes, b.Topo.GPUsPerNode, b.Plan, b.Micro, n, what)
 }
 
 // summary compares what the run measured with what the plan predicted.

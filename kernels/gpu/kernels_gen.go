@@ -77,6 +77,7 @@ var Kernels = []Kernel{
 	{"bf16_round", []Param("pl"), Elementwise},
 	{"bf16_pack", []Param("ppl"), Elementwise},
 	{"bf16_finish", []Param("pplp"), Elementwise},
+	{"spin_ns", []Param("l"), Row},
 }
 
 // MMAKernels lists mma.cu's kernels in source order, as Kernels does ops.cu's.

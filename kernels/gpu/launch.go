@@ -176,6 +176,12 @@ func CheckFinite(n int64) Launch {
 	return elementwise("first_nonfinite_f32", n, opnd(0), i64(n), scr(0))
 }
 
+// Spin is spin_ns: one thread that holds its stream for ns nanoseconds
+// (a stand-in collective).
+func Spin(ns int64) Launch {
+	return Launch{Kernel: "spin_ns", Grid: [3]int{1, 1, 1}, Block: 1, Args: []Arg{i64(ns)}}
+}
+
 // IDCheck is what a plan's ids are: "embed: id" or "cross_entropy:
 // target", each below Vocab.
 type IDCheck struct {

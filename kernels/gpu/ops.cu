@@ -32,6 +32,12 @@
 
 #ifdef __CUDACC__
 #define AMSP_EXTERN_C extern "C"
+// amsp_globaltimer is the GPU's global nanosecond timer.
+__device__ __forceinline__ unsigned long long amsp_globaltimer(void) {
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
 #endif
 
 #define AMSP_BLOCK 256
@@ -1556,5 +1562,17 @@ AMSP_EXTERN_C __global__ void bf16_finish(unsigned short *out, const float *x, l
 			atomicMin(first, (unsigned long long)i << 2 | (v != v ? 0u : v > 0 ? 1u : 2u));
 		}
 		out[i] = (unsigned short)(b >> 16);
+	}
+}
+
+// spin_ns holds its stream for ns nanoseconds of the GPU's global timer
+// and does nothing else: issue 29's stand-in collective, which occupies
+// a comm stream for as long as the cost model says the collective it
+// stands for takes, moving no data (one thread on one SM: it does not
+// take the SMs a real NCCL call's channels would).
+// amspc:launch row
+AMSP_EXTERN_C __global__ void spin_ns(long long ns) {
+	unsigned long long t0 = amsp_globaltimer();
+	while ((long long)(amsp_globaltimer() - t0) < ns) {
 	}
 }

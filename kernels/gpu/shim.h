@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #define AMSP_EXTERN_C
 #define __global__
@@ -78,6 +79,14 @@ static unsigned long long atomicMin(unsigned long long *p, unsigned long long v)
 static double __dmul_rn(double a, double b) { return a * b; }
 static double __dadd_rn(double a, double b) { return a + b; }
 static double __dsub_rn(double a, double b) { return a - b; }
+
+// The GPU's global nanosecond timer: the host's clock (C11's
+// timespec_get).
+static unsigned long long amsp_globaltimer(void) {
+	struct timespec ts;
+	timespec_get(&ts, TIME_UTC);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
 
 // CUDA's bit casts.
 static unsigned __float_as_uint(float f) {

@@ -82,6 +82,7 @@ var launchKernels = [...]gpu.Kernel{
 	{Name: "bf16_round", Params: []gpu.Param("pl"), Shape: gpu.Elementwise},
 	{Name: "bf16_pack", Params: []gpu.Param("ppl"), Shape: gpu.Elementwise},
 	{Name: "bf16_finish", Params: []gpu.Param("pplp"), Shape: gpu.Elementwise},
+	{Name: "spin_ns", Params: []gpu.Param("l"), Shape: gpu.Row},
 	{Name: "mma_probe", Params: []gpu.Param("pppp"), Shape: gpu.Attention},
 	{Name: "attention_mma_fwd", Params: []gpu.Param("pppppllllll"), Shape: gpu.Attention},
 	{Name: "attention_mma_dkv", Params: []gpu.Param("ppppppppllllll"), Shape: gpu.Attention},

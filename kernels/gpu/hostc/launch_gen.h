@@ -528,6 +528,12 @@ static void h_bf16_finish(const void *p) {
 		(unsigned long long *)(uintptr_t)w[3]);
 }
 
+// spin_ns (ops.cu, row).
+static void h_spin_ns(const void *p) {
+	const unsigned long long *w = p;
+	spin_ns((long long)w[0]);
+}
+
 // mma_probe (mma.cu, attention).
 static void h_mma_probe(const void *p) {
 	const unsigned long long *w = p;
@@ -782,15 +788,18 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 69: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 70: // mma_probe
+	case 70: // spin_ns
+		LAUNCH(gx, h_spin_ns(w));
+		return 0;
+	case 71: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 71: // attention_mma_fwd
+	case 72: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 72: // attention_mma_dkv
+	case 73: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 73: // attention_mma_dq
+	case 74: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 74: // attention_dsum_bf16
+	case 75: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
