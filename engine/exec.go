@@ -501,12 +501,17 @@ func (k *rank) graphable() bool {
 	return true
 }
 
-// endStep waits for the step's work and reports the checks it made.
+// endStep waits for the step's work and reports the checks it made (and
+// a device rank's traced times).
 func (k *rank) endStep() error {
 	// A backend that checks results in batches reports the step's last
 	// ones now. (Its collectives read through the host, which reports
 	// the ones before: no NaN leaves a rank unreported.)
-	if err := k.be.Sync(); err != nil {
+	err := k.be.Sync()
+	if err == nil && k.rec != nil {
+		err = k.rec.resolve()
+	}
+	if err != nil {
 		err = k.fail(ir.Compute, nil, err)
 		k.abort(err)
 		return err
@@ -554,6 +559,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 	// k.time always does.
 	tr := k.rec
 	var t0 time.Time
+	var st traceStamp
 	// With a gate, a stream holds its place through a run of kernels (the
 	// next one finds its inputs in this core's caches) and gives it up
 	// before anything that may block.
@@ -588,18 +594,18 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			k.free(in.Buf, s)
 		case ir.Record:
 			if tr != nil {
-				t0 = time.Now()
+				st = tr.stamp(s)
 			}
 			if err := k.be.Record(s, int(in.Event)); err != nil {
 				return k.fail(s, in, err)
 			}
 			close(k.events[in.Event])
 			if tr != nil {
-				tr.add(s, i, t0, time.Now())
+				tr.add(s, i, st, tr.stamp(s))
 			}
 		case ir.Wait:
 			if tr != nil {
-				t0 = time.Now()
+				st = tr.stamp(s)
 			}
 			select {
 			case <-k.events[in.Event]:
@@ -610,20 +616,23 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				return k.fail(s, in, err)
 			}
 			if tr != nil {
-				tr.add(s, i, t0, time.Now())
+				tr.add(s, i, st, tr.stamp(s))
 			}
 		case ir.Load:
 			if tr != nil {
-				t0 = time.Now()
+				st = tr.stamp(s)
 			}
 			k.wrote(in.Buf)
 			if err := k.load(s, in); err != nil {
 				return k.fail(s, in, err)
 			}
 			if tr != nil {
-				tr.add(s, i, t0, time.Now())
+				tr.add(s, i, st, tr.stamp(s))
 			}
 		case ir.Kernel:
+			if tr != nil {
+				st = tr.stamp(s)
+			}
 			t0 = time.Now()
 			if err := k.kernel(s, in); err != nil {
 				return k.fail(s, in, err)
@@ -631,19 +640,22 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			t1 := time.Now()
 			k.time(in.Kern.String(), t1.Sub(t0))
 			if tr != nil {
-				tr.add(s, i, t0, t1)
+				tr.add(s, i, st, tr.stamp(s))
 			}
 			// A collective woken while both cores compute would wait for
 			// the scheduler's 10 ms preemption: let it run now.
 			runtime.Gosched()
 		case ir.Collective:
+			if tr != nil {
+				st = tr.stamp(s)
+			}
 			t0 = time.Now()
 			if k.standIn != nil {
 				if err := k.standInColl(s, i); err != nil {
 					return k.fail(s, in, err)
 				}
 				if tr != nil {
-					tr.add(s, i, t0, time.Now())
+					tr.add(s, i, st, tr.stamp(s))
 				}
 				continue
 			}
@@ -656,7 +668,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			t1 := time.Now()
 			k.time(in.Coll.String()+" "+in.Group.String(), t1.Sub(t0))
 			if tr != nil {
-				tr.add(s, i, t0, t1)
+				tr.add(s, i, st, tr.stamp(s))
 			}
 		}
 	}

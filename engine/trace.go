@@ -14,6 +14,15 @@ package engine
 // first use does not overwrite): they, and a stream's wait for a core
 // when ranks outnumber cores (the gate), fall in the gaps between
 // events.
+//
+// On a device, the host's clock says when work was issued, not when it
+// ran: a device rank's trace (on a TimingDevice) marks its streams
+// instead, a timestamp enqueued before and after each instruction's work
+// (CUDA events with timing), read once the step's Sync has waited for
+// them. A step's times are the device's, since the step's first mark (on
+// the compute stream, enqueued as the step begins), placed at the host
+// time the step began. A traced step is never a graph's replay: the
+// marks are the instructions'.
 
 import (
 	"fmt"
@@ -27,8 +36,9 @@ import (
 // A Trace records the instructions that a run's ranks in this process
 // execute during the steps it records: from the first step after Start
 // on, Steps of them (at least one). Set it as Run.Trace before the run
-// starts. It records host wall time, so a rank on a device backend (whose
-// kernels run after the host issues them) refuses it at Start.
+// starts. It records host wall time on CPU ranks and the device's
+// timestamps on a device backend that marks its streams (TimingDevice);
+// another device backend refuses it at Start.
 type Trace struct {
 	Steps int // how many steps to record (less than 1: one)
 
@@ -48,6 +58,47 @@ type rankTrace struct {
 	step   int32
 	origin time.Time
 	spans  [ir.NumStreams][]traceRec
+
+	// A device rank's: its device marks, the host time the step began
+	// (since the origin), where the step's records start in spans, and
+	// the first error a mark had.
+	dev   TimingDevice
+	began time.Duration
+	from  [ir.NumStreams]int
+	merr  error
+}
+
+// A TimingDevice timestamps points of its streams' work (CUDA events
+// with timing).
+type TimingDevice interface {
+	Device
+	// Mark enqueues a timestamp on stream s, taken when s's work reaches
+	// it, and returns its number: 0, 1, ... since the last ResetMarks.
+	Mark(s int) (int, error)
+	// MarkTimes is each mark's time since mark 0, in seconds, once a
+	// Sync has waited for them all.
+	MarkTimes() ([]float64, error)
+	// ResetMarks numbers the marks from 0 again.
+	ResetMarks()
+}
+
+// A traceStamp is when an instruction began or ended: the host's clock,
+// or a device mark's number.
+type traceStamp struct {
+	t    time.Time
+	mark int
+}
+
+// stamp is now on stream s: the host's clock, or a device mark.
+func (rt *rankTrace) stamp(s int) traceStamp {
+	if rt.dev == nil {
+		return traceStamp{t: time.Now()}
+	}
+	m, err := rt.dev.Mark(s)
+	if err != nil && rt.merr == nil {
+		rt.merr = err
+	}
+	return traceStamp{mark: m}
 }
 
 // traceRec is one instruction executed: its index in its stream, the
@@ -77,12 +128,19 @@ func (t *Trace) Recorded() (first, n int) {
 
 // attach makes k record into t.
 func (t *Trace) attach(k *rank) error {
+	var dev TimingDevice
 	if !k.host {
-		return fmt.Errorf("a measured trace is not supported yet on the %s backend: it needs the device's own timestamps per instruction (CUDA events), which it does not record, and host times are not the device's", k.be.Name())
+		db, ok := k.be.(*deviceBackend)
+		if ok {
+			dev, ok = db.dev.(TimingDevice)
+		}
+		if !ok {
+			return fmt.Errorf("a measured trace is not supported on the %s backend: it needs the device's own timestamps per instruction, and host times are not the device's", k.be.Name())
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k.trace = &rankTrace{t: t, k: k}
+	k.trace = &rankTrace{t: t, k: k, dev: dev}
 	t.ranks = append(t.ranks, k.trace)
 	return nil
 }
@@ -111,8 +169,47 @@ func (rt *rankTrace) begin() *rankTrace {
 	rt.step, rt.origin = int32(k.step), t.origin
 	for s := range rt.spans {
 		rt.spans[s] = growSpans(rt.spans[s], len(k.p.Streams[s]))
+		rt.from[s] = len(rt.spans[s])
+	}
+	if rt.dev != nil {
+		rt.dev.ResetMarks()
+		rt.began = time.Since(t.origin)
+		rt.stamp(ir.Compute) // mark 0: the step's start on the device
 	}
 	return rt
+}
+
+// resolve turns the marks of a device rank's step into times, once the
+// step's Sync has waited for them.
+func (rt *rankTrace) resolve() error {
+	if rt.dev == nil {
+		return nil
+	}
+	if rt.merr != nil {
+		return fmt.Errorf("trace: %w", rt.merr)
+	}
+	times, err := rt.dev.MarkTimes()
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	at := func(m time.Duration) (time.Duration, error) {
+		if m < 0 || int(m) >= len(times) {
+			return 0, fmt.Errorf("trace: mark %d of %d", m, len(times))
+		}
+		return rt.began + time.Duration(times[m]*1e9), nil
+	}
+	for s := range rt.spans {
+		for i := rt.from[s]; i < len(rt.spans[s]); i++ {
+			x := &rt.spans[s][i]
+			if x.start, err = at(x.start); err != nil {
+				return err
+			}
+			if x.end, err = at(x.end); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // growSpans gives s room for n more without a copy while a step runs.
@@ -125,9 +222,14 @@ func growSpans(s []traceRec, n int) []traceRec {
 	return out
 }
 
-// add records instruction i of stream s, which ran from t0 to t1.
-func (rt *rankTrace) add(s, i int, t0, t1 time.Time) {
-	rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, t0.Sub(rt.origin), t1.Sub(rt.origin)})
+// add records instruction i of stream s, which ran from a to b (a
+// device rank's marks, their numbers until resolve).
+func (rt *rankTrace) add(s, i int, a, b traceStamp) {
+	if rt.dev != nil {
+		rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, time.Duration(a.mark), time.Duration(b.mark)})
+		return
+	}
+	rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, a.t.Sub(rt.origin), b.t.Sub(rt.origin)})
 }
 
 // A TraceSpan is one instruction a rank executed.

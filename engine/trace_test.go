@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"amspc/codegen"
 	"amspc/cost"
 	"amspc/engine"
 	"amspc/ir"
@@ -33,6 +34,15 @@ func TestTraceRecordsWhatRan(t *testing.T) {
 	if first, n := trace.Recorded(); first != 2 || n != 2 {
 		t.Fatalf("recorded %d steps from step %d, want 2 from step 2", n, first)
 	}
+	checkTrace(t, b, trace, 2, 3)
+}
+
+// checkTrace checks that trace holds steps first to last of b's ranks
+// and nothing else: in each stream, every instruction but allocs and
+// frees, in order, none overlapping the one before, and each wait
+// ending after its event's record began.
+func checkTrace(t *testing.T, b *codegen.Bundle, trace *engine.Trace, first, last int) {
+	t.Helper()
 	type key struct{ rank, stream, step int }
 	got := map[key][]engine.TraceSpan{}
 	for _, sp := range trace.Spans() {
@@ -41,7 +51,7 @@ func TestTraceRecordsWhatRan(t *testing.T) {
 	}
 	for rk := 0; rk < b.Topo.Ranks(); rk++ {
 		p := b.Template(rk)
-		for step := 2; step <= 3; step++ {
+		for step := first; step <= last; step++ {
 			// When each event was recorded, for the waits.
 			recorded := map[int32]engine.TraceSpan{}
 			for s := range p.Streams {
@@ -82,7 +92,7 @@ func TestTraceRecordsWhatRan(t *testing.T) {
 		}
 	}
 	for k := range got {
-		if k.step < 2 || k.step > 3 {
+		if k.step < first || k.step > last {
 			t.Errorf("rank %d %s: step %d recorded", k.rank, ir.StreamName(k.stream), k.step)
 		}
 	}

@@ -169,11 +169,6 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 	case o.traceSteps < 1:
 		fmt.Fprintf(stderr, "amspc run: --trace-steps %d: want 1 or more\n", o.traceSteps)
 		return false
-	case o.trace != "" && o.device != "cpu":
-		// Host times on a device are when work was issued, not when it
-		// ran: no trace rather than a misleading one.
-		fmt.Fprintf(stderr, "amspc run: --trace is not supported yet with --device %s: it needs the GPU's own timestamps per instruction (CUDA events), which the device backends do not record yet\n", o.device)
-		return false
 	}
 	switch {
 	case o.collectives != engine.CollectivesOrdered && o.collectives != engine.CollectivesDevice && o.collectives != collectivesStandIn:
@@ -185,8 +180,8 @@ func (o *runOptions) check(stdout, stderr io.Writer) bool {
 	case o.set["standin-scale"] && o.collectives != collectivesStandIn:
 		fmt.Fprintln(stderr, "amspc run: --standin-scale needs --collectives standin")
 		return false
-	case o.collectives == collectivesStandIn && (o.save != "" || o.resume != "" || o.trace != ""):
-		fmt.Fprintln(stderr, "amspc run: --collectives standin times one rank on stand-ins: no --save, --resume or --trace")
+	case o.collectives == collectivesStandIn && (o.save != "" || o.resume != ""):
+		fmt.Fprintln(stderr, "amspc run: --collectives standin times one rank on stand-ins: no --save or --resume")
 		return false
 	}
 	var ok bool
@@ -653,6 +648,9 @@ func (o *runOptions) writeTrace(b *codegen.Bundle, tr *engine.Trace, pw *procWor
 	for r := range ranks {
 		ranks[r] = r
 	}
+	if o.collectives == collectivesStandIn {
+		ranks = []int{0}
+	}
 	if pw != nil {
 		path = fmt.Sprintf("%s.rank%d", path, pw.rank)
 		ranks = []int{pw.rank}
@@ -669,8 +667,12 @@ func (o *runOptions) writeTrace(b *codegen.Bundle, tr *engine.Trace, pw *procWor
 	}
 	spans := tr.Spans()
 	err := outfile.Write(path, nil, func(w io.Writer) error {
+		clock := "wall time of the host (CPU ranks), from the start of the first step traced"
+		if o.device != "cpu" {
+			clock = "the device's timestamps around each instruction's work (CUDA events), each step's from its start on the device, placed at the host time the step began"
+		}
 		tw := simulator.NewTraceWriter(w, "trace", "measured by amspc run --trace", "model", b.Model, "plan", b.Plan,
-			"steps", steps, "clock", "wall time of the host (CPU ranks), from the start of the first step traced")
+			"steps", steps, "clock", clock)
 		stages := map[*ir.Program][]string{}
 		for _, r := range ranks {
 			tw.Rank(r)

@@ -13,7 +13,8 @@ import (
 // check of issue 29 (engine.StandIn).
 const collectivesStandIn = "standin"
 
-// standIn runs rank 0 of the plan alone twice: with every collective a
+// standIn runs rank 0 of the plan alone twice (with --trace, both
+// traced and the second's trace written): with every collective a
 // stand-in that holds its stream for --standin-scale times the plan's
 // simulated time of it, and with none (the compute alone, quietly,
 // first). The difference of their median steps is the exposed
@@ -54,9 +55,13 @@ func (o *runOptions) standIn(ctx context.Context, plan *trainPlan, tokens []int3
 		}
 		secs[sp.Stream][sp.Index] = sp.Dur
 	}
+	var traced *engine.Trace
 	step := func(scale float64, progress engine.Progress) (float64, int) {
 		t := o.trainer(plan, tokens, nil, n, progress, prof, stderr)
 		t.StandIn = &engine.StandIn{Rank: 0, Seconds: secs, Scale: scale}
+		// Both runs traced alike (a traced step is enqueued, not
+		// replayed), the stand-ins' trace written.
+		traced = t.Trace
 		res, err := t.Train(ctx)
 		switch {
 		case err != nil:
@@ -95,6 +100,9 @@ func (o *runOptions) standIn(ctx context.Context, plan *trainPlan, tokens []int3
 	fmt.Fprintln(stdout)
 	if plan.profilePath == "" {
 		fmt.Fprintln(stdout, "(the simulation uses the cluster's nominal figures; with a device profile, amspc profile --device, it uses the kernels' measured times)")
+	}
+	if traced != nil {
+		return o.writeTrace(plan.bundle, traced, nil, stdout, stderr)
 	}
 	return exitOK
 }

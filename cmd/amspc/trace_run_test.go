@@ -189,7 +189,6 @@ func TestRunTraceFlags(t *testing.T) {
 		{[]string{"--trace", tinyModel}, `^amspc run: --trace .*tiny.amsp is the input`},
 		{[]string{"--trace", out, "--log", out}, `^amspc run: --trace and --log both name `},
 		{[]string{"--trace", out, "--cpuprofile", out}, `^amspc run: --trace and --cpuprofile both name `},
-		{[]string{"--trace", out, "--device", "sim"}, `^amspc run: --trace is not supported yet with --device sim: it needs the GPU's own timestamps`},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"run", "--steps", "1", tinyModel}, c.args...)
@@ -198,6 +197,42 @@ func TestRunTraceFlags(t *testing.T) {
 		}
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%v: wrote %s", c.args, out)
+		}
+	}
+}
+
+// TestRunTraceStandIn: run --collectives standin --trace on the
+// simulated GPU writes the stand-in run's trace in the device's own
+// times: rank 0 alone, its kernels on the compute stream and its
+// gathers and reductions (the stand-ins) on the comm streams, and it
+// prints the exposed communication measured and simulated.
+func TestRunTraceStandIn(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "trace.json")
+	var stdout, stderr bytes.Buffer
+	args := []string{"run", "--device", "sim", "--collectives", "standin", "--steps", "3", "--shard", "zero3", "--trace", out, tinyModel}
+	if st := run(args, &stdout, &stderr); st != exitOK {
+		t.Fatalf("%v: status %d\n%s%s", args, st, stdout.String(), stderr.String())
+	}
+	if !regexp.MustCompile(`(?m)^exposed communication: .* measured, .* simulated`).MatchString(stdout.String()) {
+		t.Errorf("no exposed communication in:\n%s", stdout.String())
+	}
+	tf := readTrace(t, out)
+	if !regexp.MustCompile(`device's timestamps`).MatchString(tf.OtherData["clock"]) {
+		t.Errorf("clock %q", tf.OtherData["clock"])
+	}
+	per := map[string]int{}
+	for _, e := range tf.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		if e.Pid != 0 {
+			t.Fatalf("an event of rank %d", e.Pid)
+		}
+		per[e.Cat]++
+	}
+	for _, cat := range []string{"compute", "comm.gather", "comm.reduce"} {
+		if per[cat] == 0 {
+			t.Errorf("no %s events: %v", cat, per)
 		}
 	}
 }

@@ -59,6 +59,8 @@ type GPU struct {
 	capture *gpuCapture
 	gevents *graphEvents
 	graphs  []*Graph // destroyed by Close
+
+	marks marks // timing events (marks.go)
 }
 
 // numStreams is the stream indices a GPU has: the plan's and the
@@ -227,6 +229,9 @@ func (g *GPU) Close() error {
 		err = e
 	}
 	if e := g.closeGraphs(); err == nil {
+		err = e
+	}
+	if e := g.closeMarks(); err == nil {
 		err = e
 	}
 	// NCCL's communicators go before the streams they ran on.

@@ -96,6 +96,8 @@ type Device struct {
 	// capture records the enqueued work instead of running it, while a
 	// graph is captured (graph.go); under q.
 	capture *capture
+
+	marks marks // timestamps (marks.go)
 }
 
 // A stream is a FIFO of items: items[0] runs (or waits) first, and stays
