@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager's side of issue 12's GPU comparison: a LLaMA-style model
+"""PyTorch eager's side of issues 12's and 28's GPU comparisons: a LLaMA-style model
 (embedding, RMSNorm, RoPE, grouped-query causal attention through
 scaled_dot_product_attention, SwiGLU, untied head, cross-entropy, AdamW
 with fp32 master weights under bf16 autocast) trained on one GPU on the
@@ -8,10 +8,32 @@ the same shapes. Prints the median step, tokens/s, MFU and the peak GPU
 memory. With --write-tokens N it first writes N random tokens (seeded)
 to --data for both runs.
 
+Step t (from 0) trains on windows t*batch ... t*batch + batch - 1 of
+seq + 1 tokens (stride seq), wrapping at the end of the file: amspc's
+order (NUMERICS.md, engine/train.go's Data.fill) when --batch is the
+job's global batch. RoPE turns the pairs (x[i], x[i + hd/2]) of each head
+("rotate half", NUMERICS.md: amspc's kernels and Hugging Face LLaMA's).
+AdamW (betas 0.9, 0.95, eps 1e-8, weight decay 0.1, --lr, no schedule:
+what `amspc import hf` writes for LLaMA) decays only the parameters of 2
+or more dims, as amspc does.
+
+--init FILE starts from the weights in a safetensors file of amspc's
+names and layouts (`amspc run --steps 0 --save DIR JOB`, then `amspc ckpt
+export DIR -o FILE`): tok_emb [vocab, d], norm [d], lm_head [d, vocab]
+(absent with --tied), and per layer N layers.N.attn_norm, ffn_norm [d],
+wq [d, d], wk, wv [d, kv], wo [d, d], w1, w3 [d, ffn], w2 [ffn, d];
+matrices are [in, out], the transpose of nn.Linear's weight. A tensor
+missing, extra or of another shape is refused by name. --log FILE writes
+one JSON line per step ("step" from 1, "loss", "step_time_s",
+"tokens_per_s"), as `amspc run --log` does, so the two runs' losses can be
+compared step by step. --compile wraps the model in torch.compile where
+torch has it.
+
     python3 bench/torch_llama.py --data tok.bin --write-tokens 1000000   # TinyLlama-1.1B shapes, seq 2048
     python3 bench/torch_llama.py --data tok.bin --d 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 \
         --vocab 128256 --theta 500000 --rope-scaling 32 1 4 8192 --tied       # Llama-3.2-1B shapes
-    python3 bench/torch_llama.py --device cpu --dtype fp32 --d 64 --layers 2 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --batch 2 --steps 3
+    python3 bench/torch_llama.py --device cpu --dtype fp32 --data tok.bin --d 64 --layers 2 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --batch 2 --steps 3
+    python3 bench/torch_llama.py --data tok.bin --batch 4 --steps 50 --init init.safetensors --log torch.jsonl   # from amspc's weights
 
 MFU counts 6 x (parameters without the embedding) x tokens plus
 attention's 12 x layers x d x seq x tokens x 1/2 (causal) per step,
@@ -21,6 +43,7 @@ Without scaled_dot_product_attention (Debian's torch 1.13, for trying
 the script on a CPU) attention is written out.
 """
 import argparse
+import json
 import math
 import statistics
 import time
@@ -52,19 +75,20 @@ def rope_freqs(hd, theta, scaling, device):
         smooth = (orig / wavelen - low) / (high - low)
         blended = (1 - smooth) * freq / factor + smooth * freq
         freq = torch.where(wavelen > orig / low, freq / factor, torch.where(wavelen < orig / high, freq, blended))
-    return freq.float()
+    return freq
 
 
 def rope(x, theta, scaling=None):
-    # x: [b, heads, s, hd], pairs (2i, 2i+1) turned by pos * freq[i]
+    # x: [b, heads, s, hd]; for i < hd/2 the pair (x[i], x[i + hd/2]) is
+    # turned by pos * freq[i] ("rotate half", as amspc's kernels and Hugging
+    # Face LLaMA turn it). Angles, sines and cosines in float64, rounded once.
     b, h, s, hd = x.shape
-    pos = torch.arange(s, device=x.device, dtype=torch.float32)
+    pos = torch.arange(s, device=x.device, dtype=torch.float64)
     freq = rope_freqs(hd, theta, scaling, x.device)
     ang = pos[:, None] * freq[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    xr = x.view(b, h, s, hd // 2, 2)
-    a, c = xr[..., 0], xr[..., 1]
-    return torch.stack((a * cos - c * sin, a * sin + c * cos), -1).view(b, h, s, hd)
+    a, c = x[..., : hd // 2], x[..., hd // 2:]
+    return torch.cat((a * cos - c * sin, c * cos + a * sin), -1)
 
 
 def attention(q, k, v):
@@ -121,6 +145,77 @@ class Model(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def read_safetensors(path):
+    """The tensors of a safetensors file as float32 CPU tensors by name:
+    an 8-byte little-endian header length, a JSON header (each tensor's
+    dtype, shape and data_offsets into the data after it), the data. F32,
+    BF16 and F16."""
+    import numpy as np
+    out = {}
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise SystemExit(f"{path}: not a safetensors file (shorter than 8 bytes)")
+        n = int.from_bytes(head, "little")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise SystemExit(f"{path}: not a safetensors file ({n}-byte header is not JSON: {e})")
+        header.pop("__metadata__", None)
+        base = 8 + n
+        for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            dt, shape, (lo, hi) = t["dtype"], t["shape"], t["data_offsets"]
+            size = {"F32": 4, "BF16": 2, "F16": 2}.get(dt)
+            if size is None:
+                raise SystemExit(f"{path}: tensor {name} is {dt}; this reader takes F32, BF16 and F16")
+            count = math.prod(shape)
+            if hi - lo != count * size:
+                raise SystemExit(f"{path}: tensor {name} of shape {shape} ({dt}) has {hi - lo} bytes, not {count * size}")
+            f.seek(base + lo)
+            raw = np.fromfile(f, dtype={"F32": "<f4", "BF16": "<u2", "F16": "<f2"}[dt], count=count)
+            if raw.size != count:
+                raise SystemExit(f"{path}: tensor {name} runs past the end of the file")
+            if dt == "BF16":  # a bf16 is the top half of a float32
+                raw = (raw.astype(np.uint32) << 16).view(np.float32)
+            out[name] = torch.from_numpy(raw.astype(np.float32, copy=False)).reshape(shape)
+    return out
+
+
+def amspc_names(model, tied):
+    """amspc's name of each of model's parameters, with whether amspc's
+    tensor is the transpose of it (a matrix stored [in, out], the
+    transpose of nn.Linear's [out, in] weight)."""
+    names = {"tok_emb": (model.emb.weight, False), "norm": (model.norm.w, False)}
+    if not tied:
+        names["lm_head"] = (model.head.weight, True)
+    for i, blk in enumerate(model.blocks):
+        for n in ("attn_norm", "ffn_norm"):
+            names[f"layers.{i}.{n}"] = (getattr(blk, n).w, False)
+        for n in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
+            names[f"layers.{i}.{n}"] = (getattr(blk, n).weight, True)
+    return names
+
+
+def load_init(model, path, tied):
+    """Sets model's parameters to the weights of path (amspc's names and
+    layouts); refuses a tensor missing, extra or of another shape, by
+    name."""
+    got = read_safetensors(path)
+    names = amspc_names(model, tied)
+    bad = [f"tensor {n} is not a parameter of this model" for n in sorted(set(got) - set(names))]
+    bad += [f"no tensor {n} (shape {list(p.shape[::-1] if t else p.shape)})" for n, (p, t) in sorted(names.items()) if n not in got]
+    for n, (p, t) in sorted(names.items()):
+        want = list(p.shape[::-1] if t else p.shape)
+        if n in got and list(got[n].shape) != want:
+            bad.append(f"tensor {n} has shape {list(got[n].shape)}, this model's is {want}")
+    if bad:
+        raise SystemExit(f"{path}: " + "; ".join(bad))
+    with torch.no_grad():
+        for n, (p, t) in names.items():
+            p.copy_(got[n].t() if t else got[n])
+    return len(names)
+
+
 def peak_tflops(name):
     n = name.upper()
     if "H100" in n and "PCIE" in n:
@@ -147,6 +242,10 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--data", required=True, help="uint16 little-endian tokens")
     p.add_argument("--peak-tflops", type=float, default=0.0)
+    p.add_argument("--lr", type=float, default=3e-4, help="AdamW's learning rate (what amspc import hf writes for LLaMA)")
+    p.add_argument("--init", metavar="FILE", help="start from the weights of FILE (safetensors, amspc's names and layouts)")
+    p.add_argument("--log", metavar="FILE", help="write one JSON line per step: step (from 1), loss, step_time_s, tokens_per_s")
+    p.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
     a = p.parse_args()
     if a.write_tokens:
         g = torch.Generator().manual_seed(1)
@@ -158,28 +257,59 @@ def main():
     raw = torch.from_numpy(__import__("numpy").fromfile(a.data, dtype="<u2").astype("int64"))
     dev = torch.device(a.device)
     torch.manual_seed(1)
-    model = Model(a).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-    n_params = sum(q.numel() for q in model.parameters())
+    model = Model(a)
+    if a.init:
+        t0 = time.perf_counter()
+        n = load_init(model, a.init, a.tied)
+        print(f"initial weights: {n} tensors from {a.init} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    model = model.to(dev)
+    # AdamW as amspc runs it (NUMERICS.md): parameters of 2 or more dims
+    # decayed, the norms' weights not.
+    params = list(model.parameters())  # a tied table once
+    groups = [{"params": [q for q in params if q.dim() >= 2], "weight_decay": 0.1},
+              {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    n_params = sum(q.numel() for q in params)
     n_dense = n_params - (0 if a.tied else model.emb.weight.numel())  # a tied table is the head: dense
+    run = model
+    mode = "eager"
+    if a.compile:
+        if hasattr(torch, "compile"):
+            run = torch.compile(model)
+            mode = "torch.compile"
+            print(f"torch.compile: the model is compiled (torch {torch.__version__})", flush=True)
+        else:
+            print(f"torch.compile: not available in torch {torch.__version__}; running eager", flush=True)
     tokens = a.batch * a.seq
     flops = 6 * n_dense * tokens + 6 * a.layers * a.d * a.seq * tokens  # attention: 12 L d s T, causal half
     windows = (len(raw) - 1) // a.seq
+    if windows < 1:
+        raise SystemExit(f"{a.data}: {len(raw)} tokens, fewer than one window of {a.seq + 1}")
+    log = open(a.log, "w") if a.log else None
     times = []
     for step in range(a.steps):
+        # amspc's order: step t's windows t*B ... t*B + B - 1, wrapping.
         idx = [(step * a.batch + i) % windows for i in range(a.batch)]
         win = torch.stack([raw[w * a.seq: w * a.seq + a.seq + 1] for w in idx]).to(dev)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            loss = model(win[:, :-1], win[:, 1:])
+            loss = run(win[:, :-1], win[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if dev.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if log:
+            log.write(json.dumps({"step": step + 1, "loss": loss.item(), "step_time_s": times[-1],
+                                  "tokens_per_s": tokens / times[-1]}) + "\n")
+            log.flush()
+    if log:
+        log.close()
+    if not times:
+        return
     med = statistics.median(times[1:] if len(times) > 1 else times)
     peak = a.peak_tflops
     name = "cpu"
@@ -189,7 +319,7 @@ def main():
         peak = peak or peak_tflops(name)
         mem = f", peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.2f} GiB"
     mfu = f", MFU {flops / med / (peak * 1e12) * 100:.1f} % of {peak:.0f} TFLOP/s" if peak else ""
-    print(f"torch {torch.__version__} eager on {name}, {a.dtype}: {n_params / 1e9:.3f} B parameters, "
+    print(f"torch {torch.__version__} {mode} on {name}, {a.dtype}: {n_params / 1e9:.3f} B parameters, "
           f"{tokens} tokens/step: median step {med * 1e3:.1f} ms, {tokens / med:.0f} tokens/s{mfu}{mem} "
           f"(loss {loss.item():.4f})")
 
