@@ -43,31 +43,17 @@ func (g Group) Size() int { return g.Outer.Size() / g.Inner.Size() }
 // without moving data: an all-gather across the nodes (ranks of one GPU
 // position) fills a contiguous block of the result, and an all-gather
 // inside the node concatenates the blocks (reduce-scatter in reverse).
-func (g Group) Ranks(t Topology, r int) []int {
-	node, local := r/t.GPUsPerNode, r%t.GPUsPerNode
-	n0 := node / g.Outer.S1 * g.Outer.S1
-	l0 := local / g.Outer.S0 * g.Outer.S0
-	var out []int
-	for l := l0 + local%g.Inner.S0; l < l0+g.Outer.S0; l += g.Inner.S0 {
-		for n := n0 + node%g.Inner.S1; n < n0+g.Outer.S1; n += g.Inner.S1 {
-			out = append(out, n*t.GPUsPerNode+l)
-		}
-	}
-	return out
-}
+// (The arithmetic is the mesh's, Block.Ranks on MeshOf(t).)
+func (g Group) Ranks(t Topology, r int) []int { return g.Block().Ranks(MeshOf(t), r) }
 
 // Index is rank r's position in its group.
-func (g Group) Index(t Topology, r int) int {
-	node, local := r/t.GPUsPerNode, r%t.GPUsPerNode
-	i0 := (local % g.Outer.S0) / g.Inner.S0
-	i1 := (node % g.Outer.S1) / g.Inner.S1
-	return i0*(g.Outer.S1/g.Inner.S1) + i1
-}
+func (g Group) Index(t Topology, r int) int { return g.Block().Index(MeshOf(t), r) }
 
 // Intra and Inter split a group spanning nodes into its part inside the
 // node (the GPUs of one node) and across nodes (one GPU position in each
 // node). In group order a rank's Inter group holds a contiguous block of
-// the group, the Intra group's Index-th.
+// the group, the Intra group's Index-th. (Block.Split on the Topology's
+// mesh, in Factor form.)
 func (g Group) Intra() Group {
 	return Group{Outer: Factor{S0: g.Outer.S0, S1: g.Inner.S1}, Inner: g.Inner}
 }
