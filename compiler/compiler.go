@@ -102,7 +102,7 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	}
 	c := job.Cluster
 	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
-	M, err := job.Train.MicroBatches(topo.Ranks())
+	M, err := job.Train.MicroBatches(job.DataParallel())
 	if err != nil {
 		return nil, err
 	}

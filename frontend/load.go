@@ -268,7 +268,7 @@ func load(opts Options, main Source, extra []Source, microBatch int64) (*ir.Job,
 		job.Shard = lowerShard(d, s.shard, job.Cluster, s.cluster != nil)
 	}
 	if job.Train != nil && job.Cluster != nil {
-		if _, err := job.Train.MicroBatches(job.Cluster.GPUs()); err != nil {
+		if _, err := job.Train.MicroBatches(job.DataParallel()); err != nil {
 			d.errorf(job.Train.GlobalBatchPos, "%v", err)
 		}
 	}

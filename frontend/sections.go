@@ -572,6 +572,8 @@ func constNumber(e *Expr) (float64, bool) {
 	return sign * v, true
 }
 
+// shardKeys are the settings a shard section needs; it may also set
+// tensor = T and sequence = true|false.
 var shardKeys = []string{"params", "grads", "optim"}
 
 // lowerShard resolves a shard section against the cluster: c is nil when
@@ -584,7 +586,7 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.
 		return lowerPreset(d, sh, c, haveCluster)
 	}
 	out.Mode = ir.ShardFixed
-	s := newSettings(d, "shard", sh.Settings, shardKeys)
+	s := newSettings(d, "shard", sh.Settings, append(append([]string(nil), shardKeys...), "tensor", "sequence"))
 	ok := true
 	for _, k := range shardKeys {
 		if _, set := s.byKey[k]; !set {
@@ -600,6 +602,29 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.
 			d.errorf(p, "shard factors need a cluster section to check against")
 		}
 		return nil
+	}
+	// Tensor parallelism takes tensor GPUs of a node; params, grads and
+	// optim shard over the rest: gpn of each node.
+	gpn := c.GPUsPerNode
+	tensor, _, goodT := s.integer("tensor", maxGPUsPerNode)
+	seq, goodSeq := s.word("sequence", "true", "false")
+	if !goodT || !goodSeq {
+		return nil
+	}
+	if tensor > 1 {
+		if int(tensor) > gpn || gpn%int(tensor) != 0 {
+			d.errorf(pos(s.byKey["tensor"].Value.Pos), "shard.tensor = %d must divide the %d GPUs of a node (tensor parallelism stays inside a node)", tensor, gpn)
+			return nil
+		}
+		gpn /= int(tensor)
+		out.Tensor = int(tensor)
+	}
+	if seq == "true" {
+		if tensor <= 1 {
+			d.errorf(pos(s.byKey["sequence"].Value.Pos), "shard.sequence = true needs shard.tensor = 2 or more (sequence parallelism splits what tensor parallelism replicates)")
+			return nil
+		}
+		out.Sequence = true
 	}
 	factor := func(key string) (ir.Factor, bool) {
 		st := s.byKey[key]
@@ -623,7 +648,7 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.
 			d.errorf(vp, "shard.%s = %s must be a positive whole number of GPUs", key, q.Number)
 			return ir.Factor{}, false
 		}
-		f, ferr := ir.GPUsToFactor(int(v), c.GPUsPerNode, c.Nodes)
+		f, ferr := ir.GPUsToFactor(int(v), gpn, c.Nodes)
 		if ferr != nil {
 			d.errorf(vp, "shard.%s: %v", key, ferr)
 			return ir.Factor{}, false
@@ -637,7 +662,7 @@ func lowerShard(d *diag, sh *ShardSection, c *ir.Cluster, haveCluster bool) *ir.
 	if !good[0] || !good[1] || !good[2] {
 		return nil
 	}
-	dp := ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}
+	dp := ir.Factor{S0: gpn, S1: c.Nodes}
 	if err := ir.ValidateFactors(dp, out.P, out.G, out.OS); err != nil {
 		// ValidateFactors names the factor at fault first ("grads
 		// factor 2x1 must ..."); point at that setting.

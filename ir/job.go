@@ -85,6 +85,17 @@ const (
 // GPUs is the cluster's total GPU count.
 func (c *Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
 
+// DataParallel is the number of ranks that train different sequences:
+// the cluster's GPUs over the shard section's tensor-parallel degree (a
+// tensor-parallel group trains one sequence together).
+func (j *Job) DataParallel() int {
+	n := j.Cluster.GPUs()
+	if j.Shard != nil && j.Shard.Tensor > 1 {
+		n /= j.Shard.Tensor
+	}
+	return n
+}
+
 // Precision is the training precision of P and G (OS is always fp32).
 type Precision uint8
 
@@ -235,7 +246,12 @@ type ShardSpec struct {
 	K         int    // the preset's argument, 0 if none
 	P, G, OS  Factor // ShardFixed and ShardPreset
 	Secondary Factor // ZeRO++ hpZ: secondary parameter shard for backward; zero if none
-	Pos       Pos
+	// Tensor is the tensor-parallel degree (0 or 1: none), over the
+	// GPUs of a node; Sequence adds sequence parallelism over the same
+	// group. P, G and OS then shard over the other ranks.
+	Tensor   int
+	Sequence bool
+	Pos      Pos
 }
 
 // Label is a short human name: "auto", "zero3", "mics(8)", "2x1/2x1/4x2".

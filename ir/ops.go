@@ -60,6 +60,12 @@ const (
 	AddRMSNormGrad         // (y, w, dh, dy) -> dx = dy + rmsnorm's dx, dw
 	RoPEQK                 // rope_qk(xq, xk, heads=H, kv_heads=KV, theta=T) -> rope of each, made by the fuse pass
 	RoPEQKGrad             // (dq, dk) -> dxq, dxk: rope_grad of each
+	// The tensor-parallel group's collectives and slice, made by the
+	// tensor pass (spec.go): x's global shape and type, its spec changed.
+	TPAllReduce     // tp_all_reduce(x): partial -> whole
+	TPAllGather     // tp_all_gather(x, dim=D): split(D) -> whole
+	TPReduceScatter // tp_reduce_scatter(x, dim=D): partial -> split(D)
+	TPSlice         // tp_slice(x, dim=D): whole -> split(D), no communication
 	numOps
 )
 
@@ -293,6 +299,7 @@ func init() {
 		Transpose: {Name: "transpose", Arity: 1, Fusion: FuseNone, Infer: one(inferTranspose), Flops: func(*Op) float64 { return 0 }},
 	}
 	initGradOps()
+	initTPOps()
 }
 
 // OpKinds lists every op kind in table order.

@@ -97,6 +97,9 @@ func lcm(a, c int64) int64 {
 // are read here before anything writes them: the collectives pass adds
 // their writers.
 func lower(s *State) error {
+	if s.Specs != nil {
+		return &UserError{Pos: s.Job.Shard.Pos, Msg: fmt.Sprintf("tensor parallelism (tensor = %d) is not supported yet past the sharded graph: the step program does not hold per-rank parts of a value yet; amspc compile -dump-after=tensor shows the graph's specs and collectives", s.Job.Shard.Tensor)}
+	}
 	d := s.Dist
 	if d.Depth < 1 {
 		d.Depth = 2

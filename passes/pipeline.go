@@ -44,6 +44,7 @@ var Pipeline = []Pass{
 	{"autodiff", "needs the whole forward graph; everything after works on forward + backward", autodiff, false, false, nil},
 	{"optimizer", "needs every param's gradient from autodiff; adds AdamW and the optimizer states", optimizer, false, false, nil},
 	{"recompute", "needs the backward graph, which it makes read copies; before partition, which places the copies in their blocks' backward", recompute, false, false, nil},
+	{"tensor", "needs the whole step (forward, backward, optimizer, recompute's copies), whose every op it gives specs and its collectives by the op table's rules; before partition, which places the collectives in their blocks", tensor, false, false, dumpTensor},
 	{"partition", "needs the backward graph and each backward value's origin; splits the step into stages by the rule the cost model uses on the forward graph", partition, false, false, dumpPartition},
 	{"lower", "needs the stages; micro-batching and sharding: flat per-stage P, G and OS buffers with shard views, the sequence of M micro-batches and the optimizer", lower, true, false, nil},
 	{"collectives", "needs the sharded buffers; inserts every component's communication in its naive form", collectives, true, false, nil},
@@ -65,6 +66,9 @@ var passOrder = [...][2]string{
 	{"autodiff", "optimizer"},         // AdamW reads every param's gradient
 	{"autodiff", "recompute"},         // recompute copies what backward reads
 	{"recompute", "partition"},        // the copies are placed in their blocks' backward
+	{"recompute", "tensor"},           // the copies are sharded too
+	{"optimizer", "tensor"},           // the states are held as their weights
+	{"tensor", "partition"},           // its collectives are placed in their blocks
 	{"partition", "lower"},            // flat buffers are per stage
 	{"optimizer", "lower"},            // lower reads the adamw ops' attributes
 	{"lower", "collectives"},          // collectives fill the sharded buffers
@@ -94,6 +98,9 @@ type State struct {
 	// Origin maps each value a pass made to the forward value or param
 	// it was made for.
 	Origin map[*ir.Value]*ir.Value
+	// Specs holds how the tensor-parallel group holds each value
+	// (tensor); nil without tensor parallelism.
+	Specs map[*ir.Value]ir.Spec
 	// Partition splits the step into stages (partition).
 	Partition *ir.Partition
 	// Fused says the fuse pass ran: the lower pass then fuses what it
@@ -229,7 +236,7 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 	}
 	dp := opts.DP
 	if dp == 0 && job.Cluster != nil {
-		dp = job.Cluster.GPUs()
+		dp = job.DataParallel()
 	}
 	if dp == 0 {
 		dp = 1

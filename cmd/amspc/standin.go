@@ -7,6 +7,7 @@ import (
 
 	"amspc/engine"
 	"amspc/ir"
+	"amspc/simulator"
 )
 
 // collectivesStandIn is amspc run's --collectives standin: the overlap
@@ -34,26 +35,10 @@ func (o *runOptions) standIn(ctx context.Context, plan *trainPlan, tokens []int3
 		fmt.Fprintf(stderr, "amspc run: --standin-scale %g: want 0 or more\n", o.standInScale)
 		return exitUser
 	}
-	with, err := simulateBundleWith(plan.bundle, 0, plan.profilePath, false)
+	with, without, secs, err := standInTimes(plan)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
-	}
-	without, err := simulateBundleWith(plan.bundle, 0, plan.profilePath, true)
-	if err != nil {
-		fmt.Fprintf(stderr, "amspc run: %v\n", err)
-		return exitUser
-	}
-	var secs [ir.NumStreams][]float64
-	p := plan.bundle.Template(0)
-	for _, sp := range with.Spans {
-		if p.Streams[sp.Stream][sp.Index].Op != ir.Collective {
-			continue
-		}
-		if secs[sp.Stream] == nil {
-			secs[sp.Stream] = make([]float64, len(p.Streams[sp.Stream]))
-		}
-		secs[sp.Stream][sp.Index] = sp.Dur
 	}
 	var traced *engine.Trace
 	step := func(scale float64, progress engine.Progress) (float64, int) {
@@ -84,6 +69,38 @@ func (o *runOptions) standIn(ctx context.Context, plan *trainPlan, tokens []int3
 	if st != exitOK {
 		return st
 	}
+	o.standInReport(stdout, plan, with, without, alone, stood, n)
+	if traced != nil {
+		return o.writeTrace(plan.bundle, traced, nil, stdout, stderr)
+	}
+	return exitOK
+}
+
+// standInTimes simulates rank 0's program with its collectives and with
+// none, and gives each collective's simulated span (its stand-in's time).
+func standInTimes(plan *trainPlan) (with, without *simulator.Timeline, secs [ir.NumStreams][]float64, err error) {
+	if with, err = simulateBundleWith(plan.bundle, 0, plan.profilePath, false); err != nil {
+		return nil, nil, secs, err
+	}
+	if without, err = simulateBundleWith(plan.bundle, 0, plan.profilePath, true); err != nil {
+		return nil, nil, secs, err
+	}
+	p := plan.bundle.Template(0)
+	for _, sp := range with.Spans {
+		if p.Streams[sp.Stream][sp.Index].Op != ir.Collective {
+			continue
+		}
+		if secs[sp.Stream] == nil {
+			secs[sp.Stream] = make([]float64, len(p.Streams[sp.Stream]))
+		}
+		secs[sp.Stream][sp.Index] = sp.Dur
+	}
+	return with, without, secs, nil
+}
+
+// standInReport prints the two runs' steps and the exposed
+// communication, measured and simulated.
+func (o *runOptions) standInReport(stdout io.Writer, plan *trainPlan, with, without *simulator.Timeline, alone, stood float64, n int) {
 	simExposed := o.standInScale * (with.Step - without.Step)
 	if o.standInScale != 1 {
 		// A scaled check: the simulation at that scale is not the
@@ -101,8 +118,4 @@ func (o *runOptions) standIn(ctx context.Context, plan *trainPlan, tokens []int3
 	if plan.profilePath == "" {
 		fmt.Fprintln(stdout, "(the simulation uses the cluster's nominal figures; with a device profile, amspc profile --device, it uses the kernels' measured times)")
 	}
-	if traced != nil {
-		return o.writeTrace(plan.bundle, traced, nil, stdout, stderr)
-	}
-	return exitOK
 }
