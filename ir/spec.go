@@ -387,19 +387,41 @@ func FormatSpecs(g *Graph, specs map[*Value]Spec) string {
 	return b.String()
 }
 
-// initTPOps makes the tensor pass's ops: internal, of their operand's
-// global type, no arithmetic.
+// initTPOps makes the tensor pass's ops: internal, no arithmetic; on a
+// rank's part of the value (the graph after the tensor pass), parts the
+// group's size: an all-reduce keeps the shape, an all-gather multiplies
+// dimension dim by parts, a reduce-scatter and a slice divide it.
 func initTPOps() {
-	dim := []AttrSpec{{Name: "dim", Type: AttrInt, Required: true}}
+	parts := AttrSpec{Name: "parts", Type: AttrInt, Required: true}
+	dim := []AttrSpec{{Name: "dim", Type: AttrInt, Required: true}, parts}
 	none := func(*Op) float64 { return 0 }
+	scaled := func(mul bool) func([]*Value, []Attr) (Shape, DType, *OpError) {
+		return func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+			d, _ := attrByName(attrs, "dim")
+			k, _ := attrByName(attrs, "parts")
+			x := args[0]
+			if d.Int < 0 || int(d.Int) >= len(x.Shape) || k.Int < 1 {
+				return nil, 0, argErr(0, "dim %d of %s (rank %d), parts %d", d.Int, x.Name, len(x.Shape), k.Int)
+			}
+			s := append(Shape{}, x.Shape...)
+			switch {
+			case mul:
+				s[d.Int] *= k.Int
+			case s[d.Int]%k.Int != 0:
+				return nil, 0, argErr(0, "%d parts do not divide dimension %d (%d) of %s", k.Int, d.Int, s[d.Int], x.Name)
+			default:
+				s[d.Int] /= k.Int
+			}
+			return s, x.DType, nil
+		}
+	}
 	for k, info := range map[OpKind]OpInfo{
-		TPAllReduce:     {Name: "tp_all_reduce", Arity: 1},
-		TPAllGather:     {Name: "tp_all_gather", Arity: 1, Attrs: dim},
-		TPReduceScatter: {Name: "tp_reduce_scatter", Arity: 1, Attrs: dim},
-		TPSlice:         {Name: "tp_slice", Arity: 1, Attrs: dim},
+		TPAllReduce:     {Name: "tp_all_reduce", Arity: 1, Attrs: []AttrSpec{parts}, Infer: results(like(0))},
+		TPAllGather:     {Name: "tp_all_gather", Arity: 1, Attrs: dim, Infer: results(scaled(true))},
+		TPReduceScatter: {Name: "tp_reduce_scatter", Arity: 1, Attrs: dim, Infer: results(scaled(false))},
+		TPSlice:         {Name: "tp_slice", Arity: 1, Attrs: dim, Infer: results(scaled(false))},
 	} {
 		info.Internal, info.Fusion, info.Flops = true, FuseNone, none
-		info.Infer = results(like(0))
 		opTable[k] = info
 	}
 }

@@ -18,20 +18,36 @@ import (
 //
 // The one choice the rules leave is each weight's: the first matmul to
 // read a weight splits it by columns when its input is whole along the
-// contracted dimension, by rows when that input is split along it; the
-// first embed splits its table by rows (the vocabulary). A weight that
-// does not split into T equal parts stays whole. Every other value that
+// contracted dimension, by rows when that input is split along it. The
+// embedding's table and the head (a matmul a loss reads) stay whole for
+// now: their vocabulary-parallel forms (ir.SplitAt(0) of the table, the
+// rules embedRule and crossEntropyRule give them) need kernels that know
+// the rank's rows, not written yet (vocabParallel). Every other value that
 // comes into the step takes the spec of its weight (an optimizer state)
 // or the one its first reader wants (norm weights, token ids).
 //
-// The step program does not take tensor-parallel graphs yet: the lower
-// pass refuses them, and -dump-after=tensor shows the sharded graph.
+// At the end the graph is made the one a rank runs (localize): split
+// dimensions cut to the rank's part, heads to the rank's heads. The step
+// program does not take tensor-parallel graphs yet: the lower pass
+// refuses them, and -dump-after=tensor shows the sharded graph.
 func tensor(s *State) error {
 	sh := s.Job.Shard
 	if sh == nil || sh.Tensor <= 1 {
 		return nil
 	}
 	c := ir.ShardCtx{Degree: sh.Tensor, Sequence: sh.Sequence}
+	specs, err := shard(s, c)
+	if err != nil {
+		return err
+	}
+	localize(s.Graph, specs, c.Degree)
+	s.Specs = specs
+	return nil
+}
+
+// shard gives every value of s's graph its spec and inserts the
+// converting ops, the shapes left global.
+func shard(s *State, c ir.ShardCtx) (map[*ir.Value]ir.Spec, error) {
 	g := s.Graph
 	specs := map[*ir.Value]ir.Spec{}
 	convs := map[convKey]*ir.Value{}
@@ -45,6 +61,7 @@ func tensor(s *State) error {
 			}
 		}
 	}
+	logits := logitsOf(g)
 	old := g.Values
 	g.Values = make([]*ir.Value, 0, len(old)+len(old)/4)
 	for _, v := range old {
@@ -54,14 +71,14 @@ func tensor(s *State) error {
 			continue
 		}
 		if err := divides(c, op); err != nil {
-			return err
+			return nil, err
 		}
 		in := make([]ir.Spec, len(op.Args))
 		for i, a := range op.Args {
 			if _, ok := specs[a]; !ok && a.Def == nil {
-				sp, err := weightSpec(c, op, i, specs)
+				sp, err := weightSpec(c, op, i, specs, logits)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				if p, ok := specs[owner[a]]; ok && owner[a] != nil {
 					sp = &p
@@ -87,14 +104,14 @@ func tensor(s *State) error {
 			// A split along another dimension is gathered first.
 			if from.Split >= 0 && want[i].Split >= 0 {
 				var err error
-				if cur, err = convert(g, s.Origin, specs, convs, cur, from, ir.Whole, v); err != nil {
-					return err
+				if cur, err = convert(g, s.Origin, specs, convs, c.Degree, cur, from, ir.Whole, v); err != nil {
+					return nil, err
 				}
 				from = ir.Whole
 			}
-			conv, err := convert(g, s.Origin, specs, convs, cur, from, want[i], v)
+			conv, err := convert(g, s.Origin, specs, convs, c.Degree, cur, from, want[i], v)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			op.Args[i] = conv
 		}
@@ -104,10 +121,45 @@ func tensor(s *State) error {
 		g.Values = append(g.Values, v)
 	}
 	if err := ir.VerifySpecs(g, specs, c); err != nil {
-		return &ir.InternalError{Pass: "tensor", Err: err}
+		return nil, &ir.InternalError{Pass: "tensor", Err: err}
 	}
-	s.Specs = specs
-	return nil
+	return specs, nil
+}
+
+// localize makes g the graph one rank of the group runs: each split
+// value's split dimension its part's size, and the heads of an attention
+// or RoPE op on split heads the rank's heads. (Its specs stay, and the
+// ops keep their meaning: each computes its part.)
+func localize(g *ir.Graph, specs map[*ir.Value]ir.Spec, degree int) {
+	for _, v := range g.Values {
+		if s := specs[v]; s.Split >= 0 {
+			sh := append(ir.Shape{}, v.Shape...)
+			sh[s.Split] /= int64(degree)
+			v.Shape = sh
+		}
+	}
+	for _, v := range g.Values {
+		op := v.Def
+		if op == nil || op.Out() != v {
+			continue
+		}
+		switch op.Kind {
+		case ir.Attention, ir.AttentionGrad, ir.RoPE, ir.RoPEGrad, ir.RoPEQK, ir.RoPEQKGrad:
+		default:
+			continue
+		}
+		a := op.Args[0]
+		if s := specs[a]; s.Split != len(a.Shape)-1 {
+			continue
+		}
+		attrs := append([]ir.Attr(nil), op.Attrs...)
+		for i, at := range attrs {
+			if (at.Name == "heads" || at.Name == "kv_heads") && at.Val.Int > 0 {
+				attrs[i] = ir.IntAttr(at.Name, at.Val.Int/int64(degree))
+			}
+		}
+		op.Attrs = attrs
+	}
 }
 
 // convKey names a conversion made once and shared by its readers: the
@@ -120,8 +172,8 @@ type convKey struct {
 // convert is v, made in spec from, in spec to: a new value made by the
 // converting op, appended to g.Values before reader (the first result of
 // the op that needs it), or the one made before for the same v and spec.
-// The conversion of a value a pass made has that value's origin.
-func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir.Spec, convs map[convKey]*ir.Value, v *ir.Value, from, to ir.Spec, reader *ir.Value) (*ir.Value, error) {
+// The conversion has its reader's origin, or its value's.
+func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir.Spec, convs map[convKey]*ir.Value, degree int, v *ir.Value, from, to ir.Spec, reader *ir.Value) (*ir.Value, error) {
 	key := convKey{v, to}
 	if cv, ok := convs[key]; ok {
 		return cv, nil
@@ -130,9 +182,9 @@ func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir
 	if !ok {
 		return nil, &ir.InternalError{Pass: "tensor", Err: fmt.Errorf("no op turns %s from %v into %v", v.Name, from, to)}
 	}
-	var attrs []ir.Attr
+	attrs := []ir.Attr{ir.IntAttr("parts", int64(degree))}
 	if dim >= 0 {
-		attrs = []ir.Attr{ir.IntAttr("dim", int64(dim))}
+		attrs = []ir.Attr{ir.IntAttr("dim", int64(dim)), attrs[0]}
 	}
 	role := v.Role
 	if !role.Defined() {
@@ -146,8 +198,12 @@ func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir
 	cv := &ir.Value{Name: name, Shape: append(ir.Shape{}, v.Shape...), DType: v.DType, Role: role, Layer: reader.Layer, Pos: reader.Pos}
 	cv.Def = &ir.Op{Kind: k, Args: []*ir.Value{v}, Attrs: attrs, Results: []*ir.Value{cv}, Pos: reader.Pos}
 	g.Values = append(g.Values, cv)
-	if o, ok := origin[v]; ok {
-		origin[cv] = o // a backward value's conversion is backward too
+	// Placed with its reader: a conversion a backward value reads is
+	// backward (of the reader's origin), else of its value's.
+	if o, ok := origin[reader]; ok {
+		origin[cv] = o
+	} else if o, ok := origin[v]; ok {
+		origin[cv] = o
 	}
 	specs[cv] = to
 	convs[key] = cv
@@ -162,7 +218,7 @@ var convSuffix = map[ir.OpKind]string{ir.TPAllReduce: "ar", ir.TPAllGather: "ag"
 // right operand by columns or rows, an embed's table by rows. A weight
 // that does not split into equal parts is refused at its declaration:
 // the degree must divide the dimension (ffn, vocab, heads x head dim).
-func weightSpec(c ir.ShardCtx, op *ir.Op, i int, specs map[*ir.Value]ir.Spec) (*ir.Spec, error) {
+func weightSpec(c ir.ShardCtx, op *ir.Op, i int, specs map[*ir.Value]ir.Spec, logits map[*ir.Value]bool) (*ir.Spec, error) {
 	w := op.Args[i]
 	if w.Role != ir.Param {
 		return nil, nil
@@ -170,12 +226,20 @@ func weightSpec(c ir.ShardCtx, op *ir.Op, i int, specs map[*ir.Value]ir.Spec) (*
 	var d int
 	switch {
 	case op.Kind == ir.MatMul && i == 1 && len(w.Shape) == 2:
+		if !vocabParallel && logits[op.Out()] {
+			sp := ir.Whole
+			return &sp, nil
+		}
 		x := op.Args[0]
 		d = 1 // by columns: x whole along the contracted dimension
 		if sx := c.Resolve(specOf(specs, x), x); sx.Split == len(x.Shape)-1 {
 			d = 0 // by rows: x split along it
 		}
 	case op.Kind == ir.Embed && i == 1:
+		if !vocabParallel {
+			sp := ir.Whole
+			return &sp, nil
+		}
 		d = 0
 	default:
 		return nil, nil
@@ -186,6 +250,24 @@ func weightSpec(c ir.ShardCtx, op *ir.Op, i int, specs map[*ir.Value]ir.Spec) (*
 	}
 	sp := ir.SplitAt(d)
 	return &sp, nil
+}
+
+// vocabParallel splits the embedding's table and the head by the
+// vocabulary (Megatron's VocabParallelEmbedding and parallel
+// cross-entropy); off until kernels that take the rank's rows exist.
+const vocabParallel = false
+
+// logitsOf is every value a loss op reads: the head's matmul makes one.
+func logitsOf(g *ir.Graph) map[*ir.Value]bool {
+	out := map[*ir.Value]bool{}
+	for _, v := range g.Values {
+		if op := v.Def; op != nil && op.Out() == v && op.Kind.Info().IsLoss() {
+			for _, a := range op.Args {
+				out[a] = true
+			}
+		}
+	}
+	return out
 }
 
 // divides refuses an attention or RoPE op whose heads the degree does
