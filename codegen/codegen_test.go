@@ -212,7 +212,7 @@ func TestFloatAttrsBitExact(t *testing.T) {
 // already written).
 func TestEncodeCoversEveryField(t *testing.T) {
 	known := map[reflect.Type]string{
-		reflect.TypeFor[Bundle]():       "Model Topo Plan Micro Machine Train Templates RankTemplate",
+		reflect.TypeFor[Bundle]():       "Model Topo Plan Micro Tensor Machine Train Templates RankTemplate",
 		reflect.TypeFor[ir.Topology]():  "GPUsPerNode Nodes",
 		reflect.TypeFor[Machine]():      "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
 		reflect.TypeFor[ir.Program]():   "Buffers Streams Events Layouts Inputs",
@@ -224,7 +224,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		reflect.TypeFor[ir.AttrVal]():   "Type Int Float Bool",
 		reflect.TypeFor[ir.Pos]():       "File Line Col",
 		reflect.TypeFor[ir.Layout]():    "Stage Padded Params PShard OSShard P Master M V",
-		reflect.TypeFor[ir.Slot]():      "Name Offset Elems Decay Init",
+		reflect.TypeFor[ir.Slot]():      "Name Offset Elems Decay Init Split Shape",
 		reflect.TypeFor[ir.Init]():      "Kind Std Of",
 		reflect.TypeFor[ir.DataInput](): "Buf Shift",
 		reflect.TypeFor[Train]():        "SeqLen MicroBatch GlobalBatch Steps Seed",
@@ -308,7 +308,7 @@ func TestDecodeRefuses(t *testing.T) {
 	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
 	v1 := bytes.Clone(data)
 	binary.LittleEndian.PutUint32(v1[len(magic):], 1)
-	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 3"})
+	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 4"})
 
 	// Payloads that pass the checksum but do not decode consistently.
 	var e encoder
@@ -317,6 +317,7 @@ func TestDecodeRefuses(t *testing.T) {
 	e.i(2)
 	e.str("p")
 	e.i(1)
+	e.i(0) // no tensor parallelism
 	for range 8 {
 		e.f64(1)
 	}

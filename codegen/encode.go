@@ -43,7 +43,9 @@ import (
 // Out follows its In.
 // Version 3: the machine records the kernels' roofline (HBM bandwidth,
 // the GEMM efficiency curve) and whether a rank's streams share cores.
-const FormatVersion = 3
+// Version 4: the tensor-parallel degree, and each param slot's whole
+// shape and the dimension a rank holds a part of.
+const FormatVersion = 4
 
 const (
 	magic      = "AMSPPLAN"
@@ -168,6 +170,7 @@ func (e *encoder) bundle(b *Bundle) {
 	e.i(int64(b.Topo.Nodes))
 	e.str(b.Plan)
 	e.i(int64(b.Micro))
+	e.i(int64(b.Tensor))
 	m := &b.Machine
 	for _, f := range [...]float64{m.PeakFLOPS, m.Efficiency, m.IntraBW, m.InterBW, m.IntraLatency, m.InterLatency, m.MemBW, m.MatMulHalf} {
 		e.f64(f)
@@ -222,6 +225,11 @@ func (e *encoder) program(p *ir.Program) {
 			e.byte(uint8(sl.Init.Kind))
 			e.f64(sl.Init.Std)
 			e.str(sl.Init.Of)
+			e.i(int64(sl.Split))
+			e.u(uint64(len(sl.Shape)))
+			for _, n := range sl.Shape {
+				e.i(n)
+			}
 		}
 		e.group(l.PShard)
 		e.group(l.OSShard)
@@ -425,7 +433,7 @@ const (
 	minInstr   = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 3 + 1
 	minAttr    = 1 + 1 + 1 + 8 + 1
 	minLayout  = 1 + 1 + 1 + 4 + 4 + 4
-	minSlot    = 1 + 1 + 1 + 1 + 1 + 8 + 1
+	minSlot    = 1 + 1 + 1 + 1 + 1 + 8 + 1 + 1 + 1
 	minInput   = 1 + 1
 )
 
@@ -436,6 +444,7 @@ func (d *decoder) bundle() *Bundle {
 	b.Topo.Nodes = d.int("node count")
 	b.Plan = d.str()
 	b.Micro = d.int("micro-batch count")
+	b.Tensor = d.int("tensor-parallel degree")
 	m := &b.Machine
 	for _, f := range [...]*float64{&m.PeakFLOPS, &m.Efficiency, &m.IntraBW, &m.InterBW, &m.IntraLatency, &m.InterLatency, &m.MemBW, &m.MatMulHalf} {
 		*f = d.f64()
@@ -506,6 +515,13 @@ func (d *decoder) program(p *ir.Program) {
 					sl.Init.Kind = ir.InitKind(d.byte())
 					sl.Init.Std = d.f64()
 					sl.Init.Of = d.str()
+					sl.Split = int(d.i())
+					if n := d.count("dimension", 1); n > 0 {
+						sl.Shape = make([]int64, n)
+						for k := range sl.Shape {
+							sl.Shape[k] = d.i()
+						}
+					}
 				}
 			}
 			l.PShard = d.group()

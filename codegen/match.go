@@ -396,5 +396,26 @@ func validateBundle(b *Bundle) error {
 			return fmt.Errorf("rank %d runs template %d, there are %d", r, ti, len(b.Templates))
 		}
 	}
+	tp := max(b.Tensor, 1)
+	if b.Tensor < 0 || t.GPUsPerNode%tp != 0 {
+		return fmt.Errorf("tensor-parallel degree %d on nodes of %d GPUs", b.Tensor, t.GPUsPerNode)
+	}
+	for ti := range b.Templates {
+		for _, l := range b.Templates[ti].Layouts {
+			for _, sl := range l.Params {
+				n := int64(1)
+				for _, d := range sl.Shape {
+					n *= d
+				}
+				if len(sl.Shape) == 0 {
+					continue // a slot that records no shape holds all of its param
+				}
+				part := sl.Split >= 0 && sl.Split < len(sl.Shape) && sl.Shape[sl.Split]%int64(tp) == 0
+				if sl.Split < -1 || sl.Split >= 0 && !part || sl.Split >= 0 && n != sl.Elems*int64(tp) || sl.Split < 0 && n != sl.Elems {
+					return fmt.Errorf("template %d: param %s of %d elements: shape %v, split %d, tensor %d", ti, sl.Name, sl.Elems, sl.Shape, sl.Split, b.Tensor)
+				}
+			}
+		}
+	}
 	return nil
 }

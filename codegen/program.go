@@ -38,10 +38,13 @@ type Train struct {
 // Bundle is a compiled plan: the job's shape, its templates, and the
 // template of every rank.
 type Bundle struct {
-	Model     string
-	Topo      ir.Topology
-	Plan      string // the plan's label: factors per component
-	Micro     int    // micro-batches per step
+	Model string
+	Topo  ir.Topology
+	Plan  string // the plan's label: factors per component
+	Micro int    // micro-batches per step
+	// Tensor is the tensor-parallel degree (0 or 1: none): groups of
+	// Tensor consecutive ranks of a node hold the parts of one replica.
+	Tensor    int
 	Machine   Machine
 	Train     Train
 	Templates []ir.Program

@@ -74,6 +74,14 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	t := r.Job.Train
 	b := r.State.Bundle
 	b.Plan, b.Machine = Label(plan), machineOf(r.Job.Cluster)
+	if sh := r.Job.Shard; sh != nil && sh.Tensor > 1 {
+		b.Tensor = sh.Tensor
+		tp := fmt.Sprintf("tp%d", sh.Tensor)
+		if sh.Sequence {
+			tp += "+sp"
+		}
+		b.Plan = tp + " " + b.Plan
+	}
 	b.Train = codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}
 	r.Bundle = b
 	return r, nil

@@ -37,7 +37,7 @@ type cpuKernel func(c *KernelCall) error
 // cpuUnsupported lists the ops the CPU backend has no kernel for, each
 // with the reason: an op is in cpuKernels or here, never both, never
 // neither (TestEveryOpHasAKernel).
-var cpuUnsupported = map[ir.OpKind]string{}
+var cpuUnsupported = ir.CollectiveOps()
 
 // cpuKernels is the CPU backend's kernel of every op a bundle can name,
 // by op kind: the backend's one table of them.

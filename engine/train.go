@@ -270,6 +270,9 @@ func (r *Run) Check() error {
 	if err := codegen.Validate(b); err != nil {
 		return err
 	}
+	if b.Tensor > 1 {
+		return fmt.Errorf("the plan has tensor parallelism (tensor = %d): running it is not supported yet (amspc compile and plan simulate it; the runtime does not yet initialise a rank's parts of a param, feed the data-parallel replicas or checkpoint them)", b.Tensor)
+	}
 	for _, p := range b.Templates {
 		for _, buf := range p.Buffers {
 			if buf.DType == ir.F16 {

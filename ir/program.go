@@ -185,6 +185,12 @@ type Slot struct {
 	Offset, Elems int64
 	Decay         bool
 	Init          Init
+	// Split is the dimension along which the rank holds a part of the
+	// param under tensor parallelism (its tensor-parallel index-th of
+	// Bundle.Tensor), -1 when it holds all of it; Shape is the whole
+	// param's shape. A slot with no Shape holds all of its param.
+	Split int
+	Shape []int64
 }
 
 // Program is one rank template: buffers and one instruction list per

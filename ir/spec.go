@@ -426,6 +426,14 @@ func initTPOps() {
 	}
 }
 
+// CollectiveOps are the tensor pass's ops, each with why no backend has
+// a kernel for it: the lower pass makes it a collective instruction (or
+// a copy of a view), never a kernel.
+func CollectiveOps() map[OpKind]string {
+	const why = "a tensor-parallel collective: the lower pass makes it a collective instruction on the tensor-parallel group, never a kernel"
+	return map[OpKind]string{TPAllReduce: why, TPAllGather: why, TPReduceScatter: why, TPSlice: why}
+}
+
 // Converter is the op that turns spec from into spec to (ok false when
 // none does: a split along one dimension into another, which the tensor
 // pass gathers first), with its dim attribute (-1: none).

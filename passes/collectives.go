@@ -51,11 +51,11 @@ func collectives(s *State) error {
 		take(m, ir.Forward, -1)
 		for i, st := range ds.stages {
 			if st.params > 0 && m == 0 && st.f.OS.Size() > st.f.P.Size() {
-				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pOS, st.pShard, group(st.f.OS, st.f.P), i, -1, "spread updated params")
+				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pOS, st.pShard, ds.group(st.f.OS, st.f.P), i, -1, "spread updated params")
 			}
 			if st.params > 0 && st.f.P.Size() > 1 {
 				emit(ir.Forward, ir.CommGather, ir.Instr{Op: ir.Alloc, Buf: st.pFull}, i, m)
-				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pShard, st.pFull, group(st.f.P, one), i, m, "")
+				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pShard, st.pFull, ds.group(st.f.P, one), i, m, "")
 			}
 			take(m, ir.Forward, i)
 			// Release this stage's params and those of earlier stages
@@ -66,7 +66,7 @@ func collectives(s *State) error {
 					continue
 				}
 				if sk.pSec >= 0 {
-					sec := ds.view(p, p.Buffers[sk.pFull].Name+"[sec]", sk.pFull, p.Buffers[sk.pSec].Elems, 0, group(sk.f.Secondary, one))
+					sec := ds.view(p, p.Buffers[sk.pFull].Name+"[sec]", sk.pFull, p.Buffers[sk.pSec].Elems, 0, ds.group(sk.f.Secondary, one))
 					keep := castInstr(p, sec, sk.pSec)
 					keep.Comment = "keep the secondary shard (hpZ)"
 					emit(ir.Forward, ir.Compute, keep, k, m)
@@ -83,9 +83,9 @@ func collectives(s *State) error {
 				if sk.lastUser != j || sk.params == 0 || sk.f.P.Size() <= 1 {
 					continue
 				}
-				from, g := sk.pShard, group(sk.f.P, one)
+				from, g := sk.pShard, ds.group(sk.f.P, one)
 				if sk.pSec >= 0 {
-					from, g = sk.pSec, group(sk.f.Secondary, one)
+					from, g = sk.pSec, ds.group(sk.f.Secondary, one)
 				}
 				emit(ir.Backward, ir.CommGather, ir.Instr{Op: ir.Alloc, Buf: sk.pFull}, k, m)
 				coll(ir.Backward, ir.CommGather, ir.AllGather, from, sk.pFull, g, k, m, "")
@@ -101,16 +101,16 @@ func collectives(s *State) error {
 			if f.P.Size() > 1 {
 				emit(ir.Sync, ir.Compute, ir.Instr{Op: ir.Free, Buf: st.pFull}, j, m)
 				emit(ir.Sync, ir.CommReduce, ir.Instr{Op: ir.Alloc, Buf: st.gPC}, j, m)
-				coll(ir.Sync, ir.CommReduce, ir.ReduceScatter, st.gFull, st.gPC, group(f.P, one), j, m, "")
+				coll(ir.Sync, ir.CommReduce, ir.ReduceScatter, st.gFull, st.gPC, ds.group(f.P, one), j, m, "")
 				emit(ir.Sync, ir.CommReduce, ir.Instr{Op: ir.Free, Buf: st.gFull}, j, m)
 			}
 			if !last && f.G.Size() > f.P.Size() {
-				coll(ir.Sync, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, group(f.G, f.P), j, m, "select and drop")
+				coll(ir.Sync, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, ds.group(f.G, f.P), j, m, "select and drop")
 			}
 			take(m, ir.Finish, j)
 			switch {
 			case last && ds.dp.Size() > f.P.Size():
-				coll(ir.Finish, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, group(ds.dp, f.P), j, m, "data-parallel replicas")
+				coll(ir.Finish, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, ds.group(ds.dp, f.P), j, m, "data-parallel replicas")
 			case !last:
 				emit(ir.Finish, ir.Compute, ir.Instr{Op: ir.Free, Buf: st.gPC}, j, m)
 			}

@@ -27,7 +27,13 @@ type Distribution struct {
 
 // dist is what the distribution passes share: each stage's buffers.
 type dist struct {
-	d      *Distribution
+	d *Distribution
+	// tp is the tensor-parallel degree: the group of tp consecutive
+	// ranks of a node that hold the parts of one replica (1: none); dp
+	// is the mesh of the data-parallel ranks of one tensor-parallel
+	// position (GPUs per node / tp x nodes), which the plan's factors
+	// shard (ds.group).
+	tp     int
 	dp     ir.Factor
 	stages []*distStage
 	views  map[viewKey]int32
@@ -60,6 +66,18 @@ var one = ir.Factor{S0: 1, S1: 1}
 
 func group(outer, inner ir.Factor) ir.Group { return ir.Group{Outer: outer, Inner: inner} }
 
+// group is the group of a plan's factors, outer and inner blocks of the
+// data-parallel mesh: the ranks of the block at this rank's
+// tensor-parallel position (the tensor-parallel group is innermost in a
+// node, so a block of the data-parallel mesh is tp times as wide in the
+// node's ranks, and its replicas are tp apart).
+func (ds *dist) group(outer, inner ir.Factor) ir.Group {
+	return ir.Group{Outer: ir.Factor{S0: outer.S0 * ds.tp, S1: outer.S1}, Inner: ir.Factor{S0: inner.S0 * ds.tp, S1: inner.S1}}
+}
+
+// tpGroup is the tensor-parallel group: tp consecutive ranks of a node.
+func (ds *dist) tpGroup() ir.Group { return group(ir.Factor{S0: ds.tp, S1: 1}, one) }
+
 // view declares a view of parent once (the same view asked for again,
 // a hierarchical collective's node block every micro-batch, is reused).
 func (ds *dist) view(p *ir.Program, name string, parent int32, elems, offset int64, part ir.Group) int32 {
@@ -87,7 +105,9 @@ func lcm(a, c int64) int64 {
 	return a / x * c
 }
 
-// lower is micro-batching and sharding: every stage's params, gradients
+// lower is micro-batching and sharding (under tensor parallelism, of
+// each rank's parts: the graph is the rank's, and the plan's factors
+// shard over the ranks of one tensor-parallel position): every stage's params, gradients
 // and optimizer states become flat buffers, padded so that every shard
 // and every data-parallel replica gets an equal part (FSDP's flat
 // parameter), with views naming this rank's shards; then the sequence of
@@ -97,9 +117,6 @@ func lcm(a, c int64) int64 {
 // are read here before anything writes them: the collectives pass adds
 // their writers.
 func lower(s *State) error {
-	if s.Specs != nil {
-		return &UserError{Pos: s.Job.Shard.Pos, Msg: fmt.Sprintf("tensor parallelism (tensor = %d) is not supported yet past the sharded graph: the step program does not hold per-rank parts of a value yet; amspc compile -dump-after=tensor shows the graph's specs and collectives", s.Job.Shard.Tensor)}
-	}
 	d := s.Dist
 	if d.Depth < 1 {
 		d.Depth = 2
@@ -111,7 +128,14 @@ func lower(s *State) error {
 	// A buffer per value, about twenty per stage and the views the later
 	// passes add: room enough that the list is rarely copied.
 	p := &ir.Program{Buffers: make([]ir.Buffer, 0, len(g.Values)+32*len(s.Partition.Stages))}
-	ds := &dist{d: d, dp: ir.Factor{S0: d.Topo.GPUsPerNode, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
+	tp := 1
+	if s.Specs != nil {
+		tp = s.Job.Shard.Tensor
+	}
+	if d.Topo.GPUsPerNode%tp != 0 {
+		return fmt.Errorf("tensor parallelism of %d on nodes of %d GPUs", tp, d.Topo.GPUsPerNode)
+	}
+	ds := &dist{d: d, tp: tp, dp: ir.Factor{S0: d.Topo.GPUsPerNode / tp, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
 	s.Prog, s.dist = p, ds
 	stageOf := map[*ir.Value]int{}
 	var layouts []ir.Layout
@@ -127,7 +151,12 @@ func lower(s *State) error {
 		var off int64
 		for _, a := range ps.Params {
 			n := a.Shape.NumElements()
-			l.Params = append(l.Params, ir.Slot{Name: a.Name, Offset: off, Elems: n, Decay: len(a.Shape) >= 2, Init: a.Init})
+			slot := ir.Slot{Name: a.Name, Offset: off, Elems: n, Decay: len(a.Shape) >= 2, Init: a.Init, Split: -1, Shape: append([]int64(nil), a.Shape...)}
+			if sp, ok := s.Specs[a]; ok && sp.Split >= 0 {
+				slot.Split = sp.Split
+				slot.Shape[sp.Split] *= int64(tp) // the whole param's
+			}
+			l.Params = append(l.Params, slot)
 			off += n
 		}
 		// Padded to split evenly into the shards of every component and
@@ -184,9 +213,9 @@ func lower(s *State) error {
 		if sp > 1 {
 			st.gPC = newBuf(p, "G.pchunk."+st.name, pdt, n/sp)
 		}
-		st.gSel = ds.view(p, "G.pchunk."+st.name+"[g]", st.gPC, n/sg, 0, group(f.G, f.P))
-		st.osSel = ds.view(p, "G.pchunk."+st.name+"[os]", st.gPC, n/sos, 0, group(f.OS, f.P))
-		st.pOS = ds.view(p, "P."+st.name+"[os]", st.pShard, n/sos, 0, group(f.OS, f.P))
+		st.gSel = ds.view(p, "G.pchunk."+st.name+"[g]", st.gPC, n/sg, 0, ds.group(f.G, f.P))
+		st.osSel = ds.view(p, "G.pchunk."+st.name+"[os]", st.gPC, n/sos, 0, ds.group(f.OS, f.P))
+		st.pOS = ds.view(p, "P."+st.name+"[os]", st.pShard, n/sos, 0, ds.group(f.OS, f.P))
 		st.master = -1
 		if prec != ir.FP32 {
 			st.master = newBuf(p, "OS.master."+st.name, ir.F32, n/sos)
@@ -200,7 +229,7 @@ func lower(s *State) error {
 				slot  ir.Slot
 			}{i, slot}
 		}
-		l.PShard, l.OSShard = group(f.P, one), group(f.OS, f.P)
+		l.PShard, l.OSShard = ds.group(f.P, one), ds.group(f.OS, f.P)
 		l.P, l.Master, l.M, l.V = st.pShard, st.master, st.m, st.v
 	}
 	p.Layouts = layouts
@@ -245,7 +274,13 @@ func lower(s *State) error {
 	bwd := make([][]ir.Instr, len(ds.stages))
 	perMicro := len(inputs) + 2*len(ds.stages)
 	for i, ps := range s.Partition.Stages {
-		fwd[i], bwd[i] = kernels(ps.Fwd, buf, i), kernels(ps.Bwd, buf, i)
+		var err error
+		if fwd[i], err = ds.kernels(p, ps.Fwd, buf, i); err != nil {
+			return err
+		}
+		if bwd[i], err = ds.kernels(p, ps.Bwd, buf, i); err != nil {
+			return err
+		}
 		perMicro += len(fwd[i]) + len(bwd[i])
 	}
 	M := d.Micro
@@ -317,10 +352,11 @@ func lower(s *State) error {
 }
 
 // kernels lists the kernels of stage computing values vs, in order, each
-// op once (an op with several results is one kernel), for micro-batch 0.
-// The micro-batches' copies share their Args and Outs: the passes after
-// copy before changing them.
-func kernels(vs []*ir.Value, buf map[*ir.Value]int32, stage int) []ir.Instr {
+// op once (an op with several results is one kernel), for micro-batch 0;
+// the tensor pass's ops become collectives over the tensor-parallel
+// group on the compute stream (tpInstr). The micro-batches' copies share
+// their Args and Outs: the passes after copy before changing them.
+func (ds *dist) kernels(p *ir.Program, vs []*ir.Value, buf map[*ir.Value]int32, stage int) ([]ir.Instr, error) {
 	out := make([]ir.Instr, 0, len(vs))
 	seen := make(map[*ir.Op]bool, len(vs))
 	for _, v := range vs {
@@ -329,6 +365,16 @@ func kernels(vs []*ir.Value, buf map[*ir.Value]int32, stage int) []ir.Instr {
 			continue
 		}
 		seen[op] = true
+		switch op.Kind {
+		case ir.TPAllReduce, ir.TPAllGather, ir.TPReduceScatter, ir.TPSlice:
+			in, err := ds.tpInstr(p, op, buf)
+			if err != nil {
+				return nil, err
+			}
+			in.Stage = int32(stage)
+			out = append(out, in)
+			continue
+		}
 		in := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs, Stage: int32(stage), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)}
 		for _, a := range op.Args {
 			in.Args = append(in.Args, buf[a])
@@ -338,7 +384,35 @@ func kernels(vs []*ir.Value, buf map[*ir.Value]int32, stage int) []ir.Instr {
 		}
 		out = append(out, in)
 	}
-	return out
+	return out, nil
+}
+
+// tpInstr is a tensor-parallel op as the rank runs it: a collective over
+// the tensor-parallel group (an all-reduce; an all-gather or a
+// reduce-scatter along the first dimension, where a rank's part is a
+// contiguous run), or for a slice the copy of the rank's part, a view.
+// Along another dimension a rank's part is strided, which the
+// collectives do not take yet (sequence parallelism splits the second).
+func (ds *dist) tpInstr(p *ir.Program, op *ir.Op, buf map[*ir.Value]int32) (ir.Instr, error) {
+	from, to := buf[op.Args[0]], buf[op.Out()]
+	if d, ok := op.Attr("dim"); ok && d.Int != 0 {
+		return ir.Instr{}, &UserError{Pos: op.Pos, Msg: fmt.Sprintf("%v along dimension %d of %s is not supported yet in the step program (a rank's part is strided there; sequence parallelism splits the sequence, dimension 1)", op.Kind, d.Int, op.Args[0].Name)}
+	}
+	var in ir.Instr
+	switch op.Kind {
+	case ir.TPAllReduce:
+		in = collInstr(p, ir.AllReduce, from, to, ds.tpGroup(), "tensor-parallel partial sums")
+	case ir.TPAllGather:
+		in = collInstr(p, ir.AllGather, from, to, ds.tpGroup(), "tensor-parallel parts")
+	case ir.TPReduceScatter:
+		in = collInstr(p, ir.ReduceScatter, from, to, ds.tpGroup(), "tensor-parallel partial sums, to parts")
+	case ir.TPSlice:
+		part := ds.view(p, p.Buffers[from].Name+"[tp]", from, p.Buffers[to].Elems, 0, ds.tpGroup())
+		in = castInstr(p, part, to)
+		in.Comment = "this rank's tensor-parallel part"
+	}
+	in.Pos = op.Pos
+	return in, nil
 }
 
 // adamwAttrs takes each stage's AdamW attributes from the adamw ops the

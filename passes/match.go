@@ -17,6 +17,9 @@ import (
 // the caller's to fill in.
 func match(s *State) error {
 	b := &codegen.Bundle{Model: s.Graph.Name, Topo: s.Dist.Topo, Micro: s.Dist.Micro, Templates: []ir.Program{*s.Prog}}
+	if s.dist.tp > 1 {
+		b.Tensor = s.dist.tp
+	}
 	if err := codegen.Match(b); err != nil {
 		return err
 	}

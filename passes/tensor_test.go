@@ -2,10 +2,14 @@ package passes_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"amspc/compiler"
+	"amspc/cost"
 	"amspc/frontend"
 	"amspc/ir"
 	"amspc/passes"
@@ -226,6 +230,78 @@ func TestTensorDivides(t *testing.T) {
 		var ue *passes.UserError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v, want a UserError %q", err, c.want)
+		}
+	}
+}
+
+// TestTensorProgram: tiny compiles under tensor parallelism of 2 and 4
+// combined with DDP, ZeRO-1, ZeRO-3 and a 2/2/8-like plan over the other
+// ranks (2 nodes x 4 GPUs): the program verifies, schedules, simulates
+// and matches; every tensor-parallel collective runs on the compute
+// stream over a node's tp consecutive ranks; every other collective's
+// group holds only ranks at the rank's tensor-parallel position; and
+// the params' slots record their whole shapes and the split dimension.
+func TestTensorProgram(t *testing.T) {
+	for _, c := range []struct {
+		tp     int
+		shards []string
+	}{
+		{2, []string{"1, grads = 1, optim = 1", "1, grads = 1, optim = 2x2", "2x2, grads = 2x2, optim = 2x2", "2, grads = 2, optim = 2x2"}},
+		{4, []string{"1, grads = 1, optim = 1", "1x2, grads = 1x2, optim = 1x2"}},
+	} {
+		for _, f := range c.shards {
+			shard := fmt.Sprintf("shard { tensor = %d, params = %s }", c.tp, f)
+			job := loadTiny(t, shard)
+			plan, _, err := compiler.Choose(job, cost.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := compiler.Compile(job, plan, compiler.Options{Passes: passes.Options{Check: true}})
+			if err != nil {
+				t.Fatalf("%s: %v", shard, err)
+			}
+			b := r.Bundle
+			if b.Tensor != c.tp || !strings.HasPrefix(b.Plan, fmt.Sprintf("tp%d ", c.tp)) {
+				t.Errorf("%s: bundle tensor %d, plan %q", shard, b.Tensor, b.Plan)
+			}
+			topo := b.Topo
+			p := b.Template(0)
+			tpColls := 0
+			for s, ins := range p.Streams {
+				for _, in := range ins {
+					if in.Op != ir.Collective {
+						continue
+					}
+					for r := range topo.Ranks() {
+						for _, m := range in.Group.Ranks(topo, r) {
+							if in.Comment == "tensor-parallel partial sums" {
+								if m/c.tp != r/c.tp {
+									t.Fatalf("%s: rank %d's tensor-parallel all-reduce reaches rank %d", shard, r, m)
+								}
+							} else if m%c.tp != r%c.tp {
+								t.Fatalf("%s: rank %d's %v over %v reaches rank %d, at another tensor-parallel position", shard, r, in.Coll, in.Group, m)
+							}
+						}
+					}
+					if in.Comment == "tensor-parallel partial sums" {
+						tpColls++
+						if s != ir.Compute {
+							t.Errorf("%s: a tensor-parallel all-reduce on %s", shard, ir.StreamName(s))
+						}
+					}
+				}
+			}
+			// Two all-reduces a layer each way, every micro-batch.
+			if want := 4 * 2 * b.Micro; tpColls != want {
+				t.Errorf("%s: %d tensor-parallel all-reduces, want %d", shard, tpColls, want)
+			}
+			for _, l := range p.Layouts {
+				for _, sl := range l.Params {
+					if sl.Name == "layers.0.w1" && (sl.Split != 1 || !slices.Equal(sl.Shape, []int64{64, 172}) || sl.Elems != 64*172/int64(c.tp)) {
+						t.Errorf("%s: w1's slot %+v", shard, sl)
+					}
+				}
+			}
 		}
 	}
 }

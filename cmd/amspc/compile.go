@@ -83,7 +83,11 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		path, shortBytes(float64(size)), len(bundle.Templates), topo.Ranks(), len(prog.Buffers), n[0], n[1], n[2])
 	fmt.Fprintf(stdout, "  predicted step %s (compute %s, exposed communication %s); peak memory per rank %s\n",
 		dur(tl.Step), dur(tl.Compute), dur(tl.Exposed), cost.GiB(tl.PeakBytes))
-	if est != nil {
+	switch {
+	case bundle.Tensor > 1:
+		// The analytic model prices the whole model on every rank.
+		fmt.Fprintln(stdout, "  (the planner's analytic model has no tensor parallelism yet: the prediction above is the compiled program's)")
+	case est != nil:
 		fmt.Fprintf(stdout, "  planner's analytic estimate: step %s, memory %s\n", dur(est.Step), cost.GiB(est.Mem.Total))
 	}
 	return exitOK

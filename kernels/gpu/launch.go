@@ -360,7 +360,7 @@ type opPlan func(c *OpCall, p *Plan, raw bool) error
 // Unsupported lists the ops that have no launch plan, each with the
 // reason (TestEveryOpHasAKernel in package engine reads it with
 // HasPlan): an op must be in one of opPlans and Unsupported.
-var Unsupported = map[ir.OpKind]string{}
+var Unsupported = ir.CollectiveOps()
 
 // HasPlan says whether op has a launch plan on the GPU.
 func HasPlan(op ir.OpKind) bool { return opPlans[op] != nil }
