@@ -232,6 +232,9 @@ func (r *Run) Save(dir string) error {
 	if r.StandIn != nil {
 		return errors.New("a stand-in run saves no checkpoint: it holds one rank's shards, trained on stand-ins")
 	}
+	if r.Bundle.Tensor > 1 {
+		return errTPCheckpoint
+	}
 	b := r.Bundle
 	nonce, err := r.agreeWord(rand.Uint32())
 	if err != nil {
@@ -571,7 +574,13 @@ func (pr *pieceReader) read(t *ManifestTensor, from int64, dst []float32) error 
 // checkpoint was saved under, and the step count (so the data position
 // and Adam's bias correction) continues. Every process of the run calls
 // it; every process returns the same error.
+// errTPCheckpoint refuses checkpoints of tensor-parallel plans.
+var errTPCheckpoint = errors.New("checkpoints of a tensor-parallel plan are not supported yet: its ranks hold parts of params, which the checkpoint's files do not describe")
+
 func (r *Run) Resume(dir string) error {
+	if r.Bundle.Tensor > 1 {
+		return errTPCheckpoint
+	}
 	return r.agree(r.resume(dir))
 }
 

@@ -47,7 +47,9 @@ type replicaMemo struct {
 
 // replicaGroupKey names the sharers of a stage's parameters.
 type replicaGroupKey struct {
-	template, stage, pIndex int
+	// tp is the ranks' tensor-parallel position: ranks at different
+	// positions hold different parts under the same shard index.
+	template, stage, pIndex, tp int
 }
 
 type replicaGroup struct {
@@ -130,7 +132,7 @@ func newReplicaState(memo *replicaMemo, k *rank) *replicaState {
 		if l.P < 0 || p.Buffers[l.P].IsView() || p.Buffers[l.P].DType == ir.I32 {
 			continue
 		}
-		gk := replicaGroupKey{template, i, l.PShard.Index(k.topo, k.r)}
+		gk := replicaGroupKey{template, i, l.PShard.Index(k.topo, k.r), tpPosition(k.b, k.r)}
 		st.group[l.P] = gk
 		if memo.groups == nil {
 			memo.groups = map[replicaGroupKey]*replicaGroup{}

@@ -65,12 +65,15 @@ func (k *rank) load(s int, in *ir.Instr) error {
 			if m.N != int64(k.data.MicroBatch*k.data.SeqLen) {
 				return fmt.Errorf("input %s holds %d tokens, the data gives %d x %d", k.p.Buffers[in.Buf].Name, m.N, k.data.MicroBatch, k.data.SeqLen)
 			}
+			// The ranks of a tensor-parallel group train the same
+			// sequences: windows go by data-parallel replica.
+			r, ranks := replicaOf(k.b, k.r)
+			micro, shift := int(in.Micro), int(inp.Shift)
+			fill := func(step int, dst []int32) { k.data.fill(dst, step-1, micro, ranks, r, shift) }
 			if dst := m.HostInts(); dst != nil {
-				k.data.fill(dst, k.step-1, int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift))
+				fill(k.step, dst)
 				return nil
 			}
-			micro, ranks, r, shift := int(in.Micro), k.topo.Ranks(), k.r, int(inp.Shift)
-			fill := func(step int, dst []int32) { k.data.fill(dst, step-1, micro, ranks, r, shift) }
 			if l, ok := k.be.(streamLoader); ok {
 				return l.LoadInput(s, m, k.step, fill)
 			}
@@ -113,22 +116,67 @@ func InitParam(dst []float32, init ir.Init, seed uint64, name string) {
 }
 
 // layoutFlat is a layout's full initial flat buffer (padding zero).
-func layoutFlat(lay *ir.Layout, seed uint64) []float32 {
+func layoutFlat(lay *ir.Layout, seed uint64) []float32 { return layoutPart(lay, seed, 0, 1) }
+
+// layoutPart is layoutFlat for the ranks at tensor-parallel position tp
+// of tensor parallelism of degree parts: a param a rank holds a part of
+// (Slot.Split) is drawn whole, as on one rank, and the part cut from it,
+// so every plan starts from the same weights.
+func layoutPart(lay *ir.Layout, seed uint64, tp, parts int) []float32 {
 	flat := make([]float32, lay.Padded)
 	for _, s := range lay.Params {
-		InitParam(flat[s.Offset:s.Offset+s.Elems], s.Init, seed, s.Name)
+		dst := flat[s.Offset : s.Offset+s.Elems]
+		if s.Split < 0 || len(s.Shape) == 0 || parts <= 1 {
+			InitParam(dst, s.Init, seed, s.Name)
+			continue
+		}
+		whole := make([]float32, s.Elems*int64(parts))
+		InitParam(whole, s.Init, seed, s.Name)
+		CutPart(dst, whole, s.Shape, s.Split, tp, parts)
 	}
 	return flat
 }
 
-// initialFlats computes every layout's full initial flat buffer, once for
-// all the ranks of this process.
-func initialFlats(p *ir.Program, seed uint64) [][]float32 {
+// CutPart copies into dst part i of parts of whole, a tensor of shape
+// split along dimension d.
+func CutPart(dst, whole []float32, shape []int64, d, i, parts int) {
+	outer, inner := int64(1), int64(1)
+	for _, n := range shape[:d] {
+		outer *= n
+	}
+	for _, n := range shape[d+1:] {
+		inner *= n
+	}
+	run := shape[d] / int64(parts) * inner // a part's elements per outer index
+	for o := range outer {
+		from := o*shape[d]*inner + int64(i)*run
+		copy(dst[o*run:(o+1)*run], whole[from:from+run])
+	}
+}
+
+// initialFlats computes every layout's full initial flat buffer for the
+// ranks at tensor-parallel position tp of b, once for all the ranks of
+// this process that share it.
+func initialFlats(b *codegen.Bundle, p *ir.Program, seed uint64, tp int) [][]float32 {
 	flats := make([][]float32, len(p.Layouts))
 	for li := range p.Layouts {
-		flats[li] = layoutFlat(&p.Layouts[li], seed)
+		flats[li] = layoutPart(&p.Layouts[li], seed, tp, max(b.Tensor, 1))
 	}
 	return flats
+}
+
+// tpPosition is rank r's position in its tensor-parallel group (the
+// group is a node's consecutive ranks), 0 without tensor parallelism.
+func tpPosition(b *codegen.Bundle, r int) int {
+	return r % b.Topo.GPUsPerNode % max(b.Tensor, 1)
+}
+
+// replicaOf is the data-parallel replica rank r belongs to and how many
+// there are: the ranks of a tensor-parallel group train the same
+// sequences.
+func replicaOf(b *codegen.Bundle, r int) (index, count int) {
+	t, gpn := max(b.Tensor, 1), b.Topo.GPUsPerNode
+	return r/gpn*(gpn/t) + r%gpn/t, b.Topo.Ranks() / t
 }
 
 // initShards fills a rank's persistent shards from the full initial
@@ -205,7 +253,7 @@ func (r *Run) Start() error {
 	gate := shareCores(len(local))
 	// Every template has the same layouts (params, offsets, padding), as
 	// checkpoints also rely on.
-	flats := initialFlats(r.Bundle.Template(local[0]), r.Seed)
+	flats := map[int][][]float32{} // by tensor-parallel position
 	for _, i := range local {
 		var be Backend
 		if r.NewBackend != nil {
@@ -230,7 +278,11 @@ func (r *Run) Start() error {
 				return fmt.Errorf("rank %d: %w", i, err)
 			}
 		}
-		if err := k.initShards(flats); err != nil {
+		tp := tpPosition(r.Bundle, i)
+		if flats[tp] == nil {
+			flats[tp] = initialFlats(r.Bundle, r.Bundle.Template(local[0]), r.Seed, tp)
+		}
+		if err := k.initShards(flats[tp]); err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
 		r.ranks = append(r.ranks, k)
@@ -270,9 +322,7 @@ func (r *Run) Check() error {
 	if err := codegen.Validate(b); err != nil {
 		return err
 	}
-	if b.Tensor > 1 {
-		return fmt.Errorf("the plan has tensor parallelism (tensor = %d): running it is not supported yet (amspc compile and plan simulate it; the runtime does not yet initialise a rank's parts of a param, feed the data-parallel replicas or checkpoint them)", b.Tensor)
-	}
+
 	for _, p := range b.Templates {
 		for _, buf := range p.Buffers {
 			if buf.DType == ir.F16 {

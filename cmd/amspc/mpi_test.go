@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,6 +187,53 @@ func TestMPITrainsLikeLocal(t *testing.T) {
 	}
 	if len(seen) < 20 {
 		t.Errorf("only %d distinct plans", len(seen))
+	}
+}
+
+// TestMPITensorParallel: tiny's tensor-parallel plans (tp 2 with ZeRO-3
+// over the other ranks, tp 4 with DDP), compiled to bundles, train on 8
+// MPI processes to the bits of 8 local ranks, and within 1e-5 of one
+// rank.
+func TestMPITensorParallel(t *testing.T) {
+	bin := mpiBinary(t)
+	const steps = 3
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	one := filepath.Join(dir, "one.jsonl")
+	oneCluster := filepath.Join(dir, "one.amsp")
+	if err := os.WriteFile(oneCluster, []byte("cluster one { nodes = 1 gpus_per_node = 1 gpu = \"cpu\" }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := run([]string{"run", "--steps", fmt.Sprint(steps), "--cluster", oneCluster, "--shard", "ddp", "--log", one, "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("one rank: %s", stderr.String())
+	}
+	want := lossLines(t, one)
+	for i, shard := range []string{"{ tensor = 2, params = 2x2, grads = 2x2, optim = 2x2 }", "{ tensor = 4, params = 1, grads = 1, optim = 1 }"} {
+		bundle := filepath.Join(dir, fmt.Sprintf("tp%d", i))
+		stdout.Reset()
+		stderr.Reset()
+		if st := run([]string{"compile", "--shard", shard, "-o", bundle, "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+			t.Fatalf("%s: compile: %s", shard, stderr.String())
+		}
+		mlog, llog := bundle+".mpi.jsonl", bundle+".local.jsonl"
+		if out, err := mpirun(t, 8, bin, "run", "--steps", fmt.Sprint(steps), "--log", mlog, bundle); err != nil {
+			t.Fatalf("%s: mpirun: %v\n%s", shard, err, out)
+		}
+		if st := run([]string{"run", "--steps", fmt.Sprint(steps), "--log", llog, bundle}, &stdout, &stderr); st != exitOK {
+			t.Fatalf("%s: local: %s", shard, stderr.String())
+		}
+		m, l := lossLines(t, mlog), lossLines(t, llog)
+		if len(m) != steps || strings.Join(m, "\n") != strings.Join(l, "\n") {
+			t.Errorf("%s: losses on MPI processes:\n%s\non local ranks:\n%s", shard, strings.Join(m, "\n"), strings.Join(l, "\n"))
+		}
+		for j := range want {
+			var a, b float64
+			fmt.Sscan(m[j], &a)
+			fmt.Sscan(want[j], &b)
+			if math.Abs(a-b)/b > 1e-5 {
+				t.Errorf("%s step %d: loss %s on MPI processes, %s on one rank", shard, j+1, m[j], want[j])
+			}
+		}
 	}
 }
 
