@@ -140,6 +140,14 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 		kernels.AttentionGrad(c.out(0), c.out(1), c.out(2), q, kk, v, o, lse, dout, b, s, heads, kvh, hd, causal)
 		return nil
 	},
+	ir.ToParts: func(c *KernelCall) error {
+		parts(c.out(0), c.arg(0), c.ArgShapes[0], int(c.attr("dim").Int), int(c.attr("parts").Int), true)
+		return nil
+	},
+	ir.FromParts: func(c *KernelCall) error {
+		parts(c.arg(0), c.out(0), c.OutShapes[0], int(c.attr("dim").Int), int(c.attr("parts").Int), false)
+		return nil
+	},
 	ir.Transpose: func(c *KernelCall) error {
 		s := c.ArgShapes[0]
 		kernels.Transpose(c.out(0), c.arg(0), int(s[0]), int(s[1]))
@@ -405,4 +413,30 @@ func (k *rank) decayed(in *ir.Instr, n int64) ([]kernels.Range, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lo < out[j].Lo })
 	return out, nil
+}
+
+// parts moves between a tensor x of shape along dimension d and its
+// parts along d laid out one after another (xp): into xp when to, else
+// back into x.
+func parts(xp, x []float32, shape []int64, d, n int, to bool) {
+	outer, inner := int64(1), int64(1)
+	for _, k := range shape[:d] {
+		outer *= k
+	}
+	for _, k := range shape[d+1:] {
+		inner *= k
+	}
+	run := shape[d] / int64(n) * inner // a part's elements per outer index
+	size := outer * run                // a part's elements
+	for p := range int64(n) {
+		for o := range outer {
+			a := xp[p*size+o*run : p*size+(o+1)*run]
+			b := x[o*shape[d]*inner+p*run : o*shape[d]*inner+(p+1)*run]
+			if to {
+				copy(a, b)
+			} else {
+				copy(b, a)
+			}
+		}
+	}
 }

@@ -1,5 +1,7 @@
 package engine
 
+import "fmt"
+
 // SharedGatherBuffers is how many of rank 0's buffers a shared all-gather
 // can fill (for tests in package engine_test).
 func SharedGatherBuffers(r *Run) int {
@@ -48,4 +50,20 @@ func GraphReplays(be Backend) int64 { return be.(*deviceBackend).replays.Load() 
 // token windows (tokens) or the per-step scratch (!tokens): a mutation.
 func StaleGraphInputs(be Backend, tokens bool) {
 	be.(*deviceBackend).staleInputs = func(t bool) bool { return t == tokens }
+}
+
+// RankBuffer is rank r's buffer named name, read back (tests).
+func RankBuffer(run *Run, r int, name string) ([]float32, error) {
+	for _, k := range run.ranks {
+		if k.r != r {
+			continue
+		}
+		for id, b := range k.p.Buffers {
+			if b.Name == name {
+				return k.read(int32(id))
+			}
+		}
+		return nil, fmt.Errorf("rank %d has no buffer %s", r, name)
+	}
+	return nil, fmt.Errorf("no rank %d here", r)
 }

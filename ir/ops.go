@@ -66,6 +66,12 @@ const (
 	TPAllGather     // tp_all_gather(x, dim=D): split(D) -> whole
 	TPReduceScatter // tp_reduce_scatter(x, dim=D): partial -> split(D)
 	TPSlice         // tp_slice(x, dim=D): whole -> split(D), no communication
+	// The layouts around a collective of parts along a dimension other
+	// than the first (sequence parallelism's), made by the lower pass:
+	// to_parts(x, dim=D, parts=T) lays x out as its T parts along D one
+	// after another (each part contiguous), from_parts undoes it.
+	ToParts
+	FromParts
 	numOps
 )
 

@@ -415,7 +415,30 @@ func initTPOps() {
 			return s, x.DType, nil
 		}
 	}
+	parted := func(to bool) func([]*Value, []Attr) (Shape, DType, *OpError) {
+		return func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
+			d, _ := attrByName(attrs, "dim")
+			k, _ := attrByName(attrs, "parts")
+			x := args[0]
+			s := append(Shape{}, x.Shape...)
+			if to {
+				if d.Int < 0 || int(d.Int) >= len(s) || k.Int < 1 || s[d.Int]%k.Int != 0 {
+					return nil, 0, argErr(0, "%d parts along dimension %d of %s %v", k.Int, d.Int, x.Name, x.Shape)
+				}
+				s[d.Int] /= k.Int
+				return append(Shape{k.Int}, s...), x.DType, nil
+			}
+			if len(s) < 2 || d.Int < 0 || int(d.Int) >= len(s)-1 || s[0] != k.Int {
+				return nil, 0, argErr(0, "%s %v is not %d parts along dimension %d", x.Name, x.Shape, k.Int, d.Int)
+			}
+			s = s[1:]
+			s[d.Int] *= k.Int
+			return s, x.DType, nil
+		}
+	}
 	for k, info := range map[OpKind]OpInfo{
+		ToParts:         {Name: "to_parts", Arity: 1, Attrs: dim, Infer: results(parted(true))},
+		FromParts:       {Name: "from_parts", Arity: 1, Attrs: dim, Infer: results(parted(false))},
 		TPAllReduce:     {Name: "tp_all_reduce", Arity: 1, Attrs: []AttrSpec{parts}, Infer: results(like(0))},
 		TPAllGather:     {Name: "tp_all_gather", Arity: 1, Attrs: dim, Infer: results(scaled(true))},
 		TPReduceScatter: {Name: "tp_reduce_scatter", Arity: 1, Attrs: dim, Infer: results(scaled(false))},

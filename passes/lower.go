@@ -367,12 +367,14 @@ func (ds *dist) kernels(p *ir.Program, vs []*ir.Value, buf map[*ir.Value]int32, 
 		seen[op] = true
 		switch op.Kind {
 		case ir.TPAllReduce, ir.TPAllGather, ir.TPReduceScatter, ir.TPSlice:
-			in, err := ds.tpInstr(p, op, buf)
+			ins, err := ds.tpInstrs(p, op, buf)
 			if err != nil {
 				return nil, err
 			}
-			in.Stage = int32(stage)
-			out = append(out, in)
+			for _, in := range ins {
+				in.Stage = int32(stage)
+				out = append(out, in)
+			}
 			continue
 		}
 		in := ir.Instr{Op: ir.Kernel, Kern: op.Kind, Attrs: op.Attrs, Stage: int32(stage), Pos: op.Pos, Flops: op.Kind.Info().Flops(op)}
@@ -387,32 +389,64 @@ func (ds *dist) kernels(p *ir.Program, vs []*ir.Value, buf map[*ir.Value]int32, 
 	return out, nil
 }
 
-// tpInstr is a tensor-parallel op as the rank runs it: a collective over
-// the tensor-parallel group (an all-reduce; an all-gather or a
-// reduce-scatter along the first dimension, where a rank's part is a
-// contiguous run), or for a slice the copy of the rank's part, a view.
-// Along another dimension a rank's part is strided, which the
-// collectives do not take yet (sequence parallelism splits the second).
-func (ds *dist) tpInstr(p *ir.Program, op *ir.Op, buf map[*ir.Value]int32) (ir.Instr, error) {
+// tpInstrs is a tensor-parallel op as the rank runs it: a collective
+// over the tensor-parallel group (an all-reduce, an all-gather, a
+// reduce-scatter), or for a slice the copy of the rank's part, a view.
+// Along the first dimension a rank's part is a contiguous run; along
+// another (sequence parallelism's sequence) the parts are laid out one
+// after another first (to_parts) or after (from_parts), in a buffer of
+// their own.
+func (ds *dist) tpInstrs(p *ir.Program, op *ir.Op, buf map[*ir.Value]int32) ([]ir.Instr, error) {
 	from, to := buf[op.Args[0]], buf[op.Out()]
-	if d, ok := op.Attr("dim"); ok && d.Int != 0 {
-		return ir.Instr{}, &UserError{Pos: op.Pos, Msg: fmt.Sprintf("%v along dimension %d of %s is not supported yet in the step program (a rank's part is strided there; sequence parallelism splits the sequence, dimension 1)", op.Kind, d.Int, op.Args[0].Name)}
+	d, _ := op.Attr("dim")
+	tp := ds.tpGroup()
+	// layout is the layout change between x and its parts: a buffer of
+	// the parts (of shape [tp, x's with d cut]) and the kernel.
+	layout := func(x int32, k ir.OpKind) (int32, ir.Instr) {
+		xb := p.Buffers[x]
+		shape := append([]int64(nil), xb.Shape...)
+		shape[d.Int] /= int64(ds.tp)
+		id := newBuf(p, xb.Name+"[parts]", xb.DType, xb.Elems)
+		p.Buffers[id].Shape = append([]int64{int64(ds.tp)}, shape...)
+		attrs := []ir.Attr{ir.IntAttr("dim", d.Int), ir.IntAttr("parts", int64(ds.tp))}
+		in := ir.Instr{Op: ir.Kernel, Kern: k, Attrs: attrs, Pos: op.Pos, Comment: "sequence parallelism's parts"}
+		if k == ir.ToParts {
+			in.Args, in.Outs = []int32{x}, []int32{id}
+		} else {
+			in.Args, in.Outs = []int32{id}, []int32{x}
+		}
+		return id, in
 	}
-	var in ir.Instr
-	switch op.Kind {
-	case ir.TPAllReduce:
-		in = collInstr(p, ir.AllReduce, from, to, ds.tpGroup(), "tensor-parallel partial sums")
-	case ir.TPAllGather:
-		in = collInstr(p, ir.AllGather, from, to, ds.tpGroup(), "tensor-parallel parts")
-	case ir.TPReduceScatter:
-		in = collInstr(p, ir.ReduceScatter, from, to, ds.tpGroup(), "tensor-parallel partial sums, to parts")
-	case ir.TPSlice:
-		part := ds.view(p, p.Buffers[from].Name+"[tp]", from, p.Buffers[to].Elems, 0, ds.tpGroup())
-		in = castInstr(p, part, to)
+	var out []ir.Instr
+	switch {
+	case op.Kind == ir.TPAllReduce:
+		out = []ir.Instr{collInstr(p, ir.AllReduce, from, to, tp, "tensor-parallel partial sums")}
+	case op.Kind == ir.TPAllGather && d.Int == 0:
+		out = []ir.Instr{collInstr(p, ir.AllGather, from, to, tp, "tensor-parallel parts")}
+	case op.Kind == ir.TPAllGather:
+		parts, back := layout(to, ir.FromParts)
+		out = []ir.Instr{collInstr(p, ir.AllGather, from, parts, tp, "tensor-parallel parts"), back}
+	case op.Kind == ir.TPReduceScatter && d.Int == 0:
+		out = []ir.Instr{collInstr(p, ir.ReduceScatter, from, to, tp, "tensor-parallel partial sums, to parts")}
+	case op.Kind == ir.TPReduceScatter:
+		parts, lay := layout(from, ir.ToParts)
+		out = []ir.Instr{lay, collInstr(p, ir.ReduceScatter, parts, to, tp, "tensor-parallel partial sums, to parts")}
+	case op.Kind == ir.TPSlice:
+		whole := from
+		if d.Int != 0 {
+			var lay ir.Instr
+			whole, lay = layout(from, ir.ToParts)
+			out = append(out, lay)
+		}
+		part := ds.view(p, p.Buffers[whole].Name+"[tp]", whole, p.Buffers[to].Elems, 0, tp)
+		in := castInstr(p, part, to)
 		in.Comment = "this rank's tensor-parallel part"
+		out = append(out, in)
 	}
-	in.Pos = op.Pos
-	return in, nil
+	for i := range out {
+		out[i].Pos = op.Pos
+	}
+	return out, nil
 }
 
 // adamwAttrs takes each stage's AdamW attributes from the adamw ops the

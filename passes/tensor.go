@@ -123,6 +123,21 @@ func shard(s *State, c ir.ShardCtx) (map[*ir.Value]ir.Spec, error) {
 	if err := ir.VerifySpecs(g, specs, c); err != nil {
 		return nil, &ir.InternalError{Pass: "tensor", Err: err}
 	}
+	// A param's gradient is what its optimizer step reads: after a
+	// conversion (the all-reduce of a norm weight's partial sums under
+	// sequence parallelism), the converted value, which the lower pass
+	// then places in the stage's flat gradient.
+	final := map[*ir.Value]*ir.Value{}
+	for _, st := range s.States {
+		if st.Step != nil {
+			final[st.Param] = st.Step.Args[3]
+		}
+	}
+	for i, gp := range s.Grads {
+		if v := final[gp.Param]; v != nil {
+			s.Grads[i].Grad = v
+		}
+	}
 	return specs, nil
 }
 

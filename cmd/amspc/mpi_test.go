@@ -191,7 +191,8 @@ func TestMPITrainsLikeLocal(t *testing.T) {
 }
 
 // TestMPITensorParallel: tiny's tensor-parallel plans (tp 2 with ZeRO-3
-// over the other ranks, tp 4 with DDP), compiled to bundles, train on 8
+// over the other ranks, tp 4 with DDP, tp 2 with sequence parallelism
+// and a 2/2/8-like plan), compiled to bundles, train on 8
 // MPI processes to the bits of 8 local ranks, and within 1e-5 of one
 // rank.
 func TestMPITensorParallel(t *testing.T) {
@@ -208,7 +209,7 @@ func TestMPITensorParallel(t *testing.T) {
 		t.Fatalf("one rank: %s", stderr.String())
 	}
 	want := lossLines(t, one)
-	for i, shard := range []string{"{ tensor = 2, params = 2x2, grads = 2x2, optim = 2x2 }", "{ tensor = 4, params = 1, grads = 1, optim = 1 }"} {
+	for i, shard := range []string{"{ tensor = 2, params = 2x2, grads = 2x2, optim = 2x2 }", "{ tensor = 4, params = 1, grads = 1, optim = 1 }", "{ tensor = 2, sequence = true, params = 2, grads = 2, optim = 2x2 }"} {
 		bundle := filepath.Join(dir, fmt.Sprintf("tp%d", i))
 		stdout.Reset()
 		stderr.Reset()

@@ -360,7 +360,12 @@ type opPlan func(c *OpCall, p *Plan, raw bool) error
 // Unsupported lists the ops that have no launch plan, each with the
 // reason (TestEveryOpHasAKernel in package engine reads it with
 // HasPlan): an op must be in one of opPlans and Unsupported.
-var Unsupported = ir.CollectiveOps()
+var Unsupported = func() map[ir.OpKind]string {
+	m := ir.CollectiveOps()
+	const why = "sequence parallelism's layout change around a collective of parts: not on the GPU yet"
+	m[ir.ToParts], m[ir.FromParts] = why, why
+	return m
+}()
 
 // HasPlan says whether op has a launch plan on the GPU.
 func HasPlan(op ir.OpKind) bool { return opPlans[op] != nil }
