@@ -415,28 +415,12 @@ func (k *rank) decayed(in *ir.Instr, n int64) ([]kernels.Range, error) {
 	return out, nil
 }
 
-// parts moves between a tensor x of shape along dimension d and its
+// parts moves between a tensor x of shape along dimension d and its n
 // parts along d laid out one after another (xp): into xp when to, else
 // back into x.
 func parts(xp, x []float32, shape []int64, d, n int, to bool) {
-	outer, inner := int64(1), int64(1)
-	for _, k := range shape[:d] {
-		outer *= k
-	}
-	for _, k := range shape[d+1:] {
-		inner *= k
-	}
-	run := shape[d] / int64(n) * inner // a part's elements per outer index
-	size := outer * run                // a part's elements
-	for p := range int64(n) {
-		for o := range outer {
-			a := xp[p*size+o*run : p*size+(o+1)*run]
-			b := x[o*shape[d]*inner+p*run : o*shape[d]*inner+(p+1)*run]
-			if to {
-				copy(a, b)
-			} else {
-				copy(b, a)
-			}
-		}
+	size := int64(len(x)) / int64(n)
+	for p := range n {
+		movePart(xp[int64(p)*size:int64(p+1)*size], x, shape, d, p, n, to)
 	}
 }

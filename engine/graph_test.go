@@ -36,14 +36,7 @@ func graphRun(t *testing.T, b *codegen.Bundle, n int, devColl bool, o engine.Dev
 		bes[rank] = be
 		return be, nil
 	})
-	run := simRun{losses: steps(t, r, n)}
-	dir := t.TempDir()
-	if err := r.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range manifest(t, dir).Files {
-		run.sums = append(run.sums, f.SHA256)
-	}
+	run := simRun{losses: steps(t, r, n), sums: savedSums(t, r)}
 	return run, engine.GraphReplays(bes[0])
 }
 

@@ -60,18 +60,25 @@ func trainDevices(t *testing.T, b *codegen.Bundle, n int, devs []*hostc.Device, 
 	r := start(t, b, func(rank int) (engine.Backend, error) {
 		return engine.NewDeviceBackendWith(devs[rank], o), nil
 	})
-	run := simRun{losses: steps(t, r, n)}
-	dir := t.TempDir()
-	if err := r.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range manifest(t, dir).Files {
-		run.sums = append(run.sums, f.SHA256)
-	}
+	run := simRun{losses: steps(t, r, n), sums: savedSums(t, r)}
 	for _, d := range devs {
 		run.reordered += d.Reordered()
 	}
 	return run
+}
+
+// savedSums are the SHA-256 sums of the files of a checkpoint of r.
+func savedSums(t *testing.T, r *engine.Run) []string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := r.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	var sums []string
+	for _, f := range manifest(t, dir).Files {
+		sums = append(sums, f.SHA256)
+	}
+	return sums
 }
 
 // same says whether two runs trained to the same bits.

@@ -140,17 +140,29 @@ func layoutPart(lay *ir.Layout, seed uint64, tp, parts int) []float32 {
 // CutPart copies into dst part i of parts of whole, a tensor of shape
 // split along dimension d.
 func CutPart(dst, whole []float32, shape []int64, d, i, parts int) {
+	movePart(dst, whole, shape, d, i, parts, true)
+}
+
+// movePart moves part i of n of a tensor whole of shape, split along
+// dimension d, between whole and part (the part's elements in order):
+// out of whole when cut, else back into it.
+func movePart(part, whole []float32, shape []int64, d, i, n int, cut bool) {
 	outer, inner := int64(1), int64(1)
-	for _, n := range shape[:d] {
-		outer *= n
+	for _, k := range shape[:d] {
+		outer *= k
 	}
-	for _, n := range shape[d+1:] {
-		inner *= n
+	for _, k := range shape[d+1:] {
+		inner *= k
 	}
-	run := shape[d] / int64(parts) * inner // a part's elements per outer index
+	run := shape[d] / int64(n) * inner // a part's elements per outer index
 	for o := range outer {
-		from := o*shape[d]*inner + int64(i)*run
-		copy(dst[o*run:(o+1)*run], whole[from:from+run])
+		a := part[o*run : (o+1)*run]
+		b := whole[o*shape[d]*inner+int64(i)*run : o*shape[d]*inner+int64(i+1)*run]
+		if cut {
+			copy(a, b)
+		} else {
+			copy(b, a)
+		}
 	}
 }
 

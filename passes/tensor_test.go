@@ -19,26 +19,26 @@ import (
 // on a 2 x 4 cluster.
 func tinyTP(t *testing.T, shard string) (*passes.State, error) {
 	t.Helper()
-	src, err := os.ReadFile("../testdata/models/tiny.amsp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src},
-		frontend.Source{Name: "--shard", Text: []byte(shard)})
+	job, err := tinyJob(t, shard)
 	if err != nil {
 		return nil, err
 	}
 	return passes.Run(job, passes.Options{Check: true, Recompute: job.Train.Recompute})
 }
 
-func loadTiny(t *testing.T, shard string) *ir.Job {
+// tinyJob is tiny with shard section shard.
+func tinyJob(t *testing.T, shard string) (*ir.Job, error) {
 	t.Helper()
 	src, err := os.ReadFile("../testdata/models/tiny.amsp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src},
-		frontend.Source{Name: "--shard", Text: []byte(shard)})
+	return frontend.Load(frontend.Source{Name: "tiny.amsp", Text: src}, frontend.Source{Name: "--shard", Text: []byte(shard)})
+}
+
+func loadTiny(t *testing.T, shard string) *ir.Job {
+	t.Helper()
+	job, err := tinyJob(t, shard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,14 +175,7 @@ func benchLaunches(b *testing.B, c *Context, per, unitScale float64, unit string
 // benchGPU opens GPU 0 for a benchmark, or skips where CUDA does not
 // load, and loads ops.cu compiled for it.
 func benchGPU(b *testing.B) (*Libs, *Context, *Module) {
-	l, err := Load()
-	if err != nil {
-		b.Skip(err)
-	}
-	c, err := l.Open(0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l, c := benchContext(b)
 	cubin, err := l.Compile(gpu.Source, "ops.cu", c.Device.Major, c.Device.Minor)
 	if err != nil {
 		b.Fatal(err)

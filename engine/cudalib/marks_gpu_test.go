@@ -15,16 +15,7 @@ import (
 // while it spins is not held back by it (the streams overlap), and
 // ResetMarks numbers from 0 again.
 func TestGPUSpinMarks(t *testing.T) {
-	l, c := openGPU(t)
-	g, err := l.NewGPU(c.Device.Ordinal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	_, g, _ := openStreamGPU(t)
 	for round := range 2 {
 		g.ResetMarks()
 		const ns = 2e6
