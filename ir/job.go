@@ -256,6 +256,15 @@ type ShardSpec struct {
 
 // Label is a short human name: "auto", "zero3", "mics(8)", "2x1/2x1/4x2".
 func (s *ShardSpec) Label() string {
+	if s.Tensor > 1 {
+		tp := fmt.Sprintf("tp%d", s.Tensor)
+		if s.Sequence {
+			tp += "+sp"
+		}
+		inner := *s
+		inner.Tensor, inner.Sequence = 0, false
+		return tp + " " + inner.Label()
+	}
 	switch s.Mode {
 	case ShardAuto:
 		return "auto"
