@@ -48,9 +48,10 @@ import (
 // ranks or MPI processes. `amspc ckpt export` and `import` convert to and
 // from one safetensors file of full tensors.
 
-// CheckpointVersion is the version of manifest.json: 3 adds model_hash;
-// versions 1 and 2 are still read.
-const CheckpointVersion = 3
+// CheckpointVersion is the version of manifest.json: 3 adds model_hash,
+// 4 pieces of a tensor-parallel part (Piece.Part); versions 1 to 3 are
+// still read.
+const CheckpointVersion = 4
 
 // ManifestName is the file whose presence makes a directory a checkpoint.
 const ManifestName = "manifest.json"
@@ -82,12 +83,50 @@ type ManifestTensor struct {
 }
 
 // Piece is elements [Start, Start+Len) of a flattened tensor, stored as a
-// 1-D tensor named Key (the tensor's name when empty) in file File.
+// 1-D tensor named Key (the tensor's name when empty) in file File; with
+// Part, of the flattened part (a tensor-parallel rank's) that Part names.
 type Piece struct {
-	File  int    `json:"file"`
-	Key   string `json:"key,omitempty"`
-	Start int64  `json:"start"`
-	Len   int64  `json:"len"`
+	File  int        `json:"file"`
+	Key   string     `json:"key,omitempty"`
+	Start int64      `json:"start"`
+	Len   int64      `json:"len"`
+	Part  *PiecePart `json:"part,omitempty"`
+}
+
+// PiecePart is part Index of Of equal parts of a tensor along dimension
+// Dim (a rank's part of a param under tensor parallelism).
+type PiecePart struct {
+	Dim   int `json:"dim"`
+	Index int `json:"index"`
+	Of    int `json:"of"`
+}
+
+// runs calls f for each run of part p of a tensor of shape that lies in
+// elements [from, to) of the whole flattened tensor (of the flattened
+// part, when inPart): the run's start in the whole tensor and in the
+// part, and its length. A part is one run per index of the dimensions
+// before Dim.
+func (p *PiecePart) runs(shape []int64, from, to int64, inPart bool, f func(whole, part, n int64)) {
+	inner := int64(1)
+	for _, k := range shape[p.Dim+1:] {
+		inner *= k
+	}
+	stride := shape[p.Dim] * inner            // a whole run of the outer index
+	run := shape[p.Dim] / int64(p.Of) * inner // the part's share of it
+	step := stride
+	if inPart {
+		step = run
+	}
+	for o := from / step; o*step < to; o++ {
+		w, q := o*stride+int64(p.Index)*run, o*run // the run's start, whole and in the part
+		if inPart {
+			if a, e := max(from, q), min(to, q+run); a < e {
+				f(w+a-q, a, e-a)
+			}
+		} else if a, e := max(from, w), min(to, w+run); a < e {
+			f(a, q+a-w, e-a)
+		}
+	}
 }
 
 // ManifestFile is one data file, by its path relative to the checkpoint.
@@ -115,18 +154,31 @@ func ownSpan(b *codegen.Bundle, li, q int) span {
 	return span{li, int64(l.PShard.Index(b.Topo, q))*chunk + int64(l.OSShard.Index(b.Topo, q))*n, n}
 }
 
+// writesSlot says whether rank q writes its pieces of slot: a param the
+// ranks of a tensor-parallel group hold parts of, each; a whole one, the
+// group's first.
+func writesSlot(b *codegen.Bundle, q int, slot *ir.Slot) bool {
+	return slot.Split >= 0 && len(slot.Shape) > 0 && b.Tensor > 1 || tpPosition(b, q) == 0
+}
+
 // shardWrites is what every rank writes: the spans it holds that no lower
-// rank holds.
+// rank holds (under tensor parallelism, no lower rank at its position).
 func shardWrites(b *codegen.Bundle) [][]span {
 	n := b.Topo.Ranks()
 	out := make([][]span, n)
 	nl := len(b.Template(0).Layouts)
 	for li := 0; li < nl; li++ {
-		taken := map[int64]bool{}
+		// Ranks at different tensor-parallel positions hold different
+		// parts under the same span.
+		type key struct {
+			off int64
+			tp  int
+		}
+		taken := map[key]bool{}
 		for q := 0; q < n; q++ {
 			s := ownSpan(b, li, q)
-			if !taken[s.Off] {
-				taken[s.Off] = true
+			if k := (key{s.Off, tpPosition(b, q)}); !taken[k] {
+				taken[k] = true
 				out[q] = append(out[q], s)
 			}
 		}
@@ -202,7 +254,9 @@ func (k *rank) writeShards(dir, sub string, spans []span, meta map[string]string
 				return 0, "", err
 			}
 			cut(l, s.Off, s.N, func(slot *ir.Slot, _, length, at int64) {
-				tensors = append(tensors, stTensor{Name: slot.Name + c, Shape: []int64{length}, Data: buf[at : at+length]})
+				if writesSlot(k.b, k.r, slot) {
+					tensors = append(tensors, stTensor{Name: slot.Name + c, Shape: []int64{length}, Data: buf[at : at+length]})
+				}
 			})
 		}
 	}
@@ -231,9 +285,6 @@ func CheckWritable(dir string) error {
 func (r *Run) Save(dir string) error {
 	if r.StandIn != nil {
 		return errors.New("a stand-in run saves no checkpoint: it holds one rank's shards, trained on stand-ins")
-	}
-	if r.Bundle.Tensor > 1 {
-		return errTPCheckpoint
 	}
 	b := r.Bundle
 	nonce, err := r.agreeWord(rand.Uint32())
@@ -301,13 +352,20 @@ func (r *Run) Save(dir string) error {
 			for _, s := range w {
 				l := &b.Template(q).Layouts[s.Layout]
 				cut(l, s.Off, s.N, func(slot *ir.Slot, start, length, _ int64) {
+					if !writesSlot(b, q, slot) {
+						return
+					}
 					for _, c := range components {
 						t := tensors[slot.Name+c]
 						if t == nil {
 							t = &ManifestTensor{Name: slot.Name + c, Shape: paramShape(b, slot)}
 							tensors[t.Name] = t
 						}
-						t.Pieces = append(t.Pieces, Piece{File: index[q], Start: start, Len: length})
+						piece := Piece{File: index[q], Start: start, Len: length}
+						if slot.Split >= 0 && len(slot.Shape) > 0 && b.Tensor > 1 {
+							piece.Part = &PiecePart{Dim: slot.Split, Index: tpPosition(b, q), Of: b.Tensor}
+						}
+						t.Pieces = append(t.Pieces, piece)
 					}
 				})
 			}
@@ -330,15 +388,44 @@ func (r *Run) Save(dir string) error {
 func sortedTensors(tensors map[string]*ManifestTensor) []ManifestTensor {
 	out := make([]ManifestTensor, 0, len(tensors))
 	for _, t := range tensors {
-		sort.Slice(t.Pieces, func(i, j int) bool { return t.Pieces[i].Start < t.Pieces[j].Start })
+		sort.Slice(t.Pieces, func(i, j int) bool {
+			if a, b := t.Pieces[i].partIndex(), t.Pieces[j].partIndex(); a != b {
+				return a < b
+			}
+			return t.Pieces[i].Start < t.Pieces[j].Start
+		})
 		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// paramShape finds a param's shape from its view buffer.
+// wholeElems is the elements of a slot's whole param.
+func wholeElems(s *ir.Slot) int64 {
+	if s.Split < 0 || len(s.Shape) == 0 {
+		return s.Elems
+	}
+	n := int64(1)
+	for _, d := range s.Shape {
+		n *= d
+	}
+	return n
+}
+
+// partIndex is the part a piece is of, -1 for a piece of the whole.
+func (p *Piece) partIndex() int {
+	if p.Part == nil {
+		return -1
+	}
+	return p.Part.Index
+}
+
+// paramShape is a param's whole shape: its slot's, else its view
+// buffer's.
 func paramShape(b *codegen.Bundle, s *ir.Slot) []int64 {
+	if len(s.Shape) > 0 {
+		return s.Shape
+	}
 	for _, buf := range b.Template(0).Buffers {
 		if buf.Name == s.Name && buf.Shape != nil {
 			return buf.Shape
@@ -390,7 +477,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%s/%s: %v", dir, ManifestName, err)
 	}
-	if m.Version != 2 && m.Version != CheckpointVersion {
+	if m.Version < 2 || m.Version > CheckpointVersion {
 		return nil, fmt.Errorf("%s: checkpoint version %d, this build reads versions 1 to %d", dir, m.Version, CheckpointVersion)
 	}
 	if err := m.check(); err != nil {
@@ -425,10 +512,23 @@ func (m *Manifest) check() error {
 		if !ok {
 			return fmt.Errorf("tensor %s: bad shape %v", t.Name, t.Shape)
 		}
-		end := int64(0)
+		end, part := int64(0), -1
 		for _, p := range t.Pieces {
-			if p.File < 0 || p.File >= len(m.Files) || p.Len <= 0 || p.Start < end || p.Start+p.Len > n {
-				return fmt.Errorf("tensor %s: piece [%d, +%d) in file %d is outside the tensor's %d elements, out of order or overlapping, or in no listed file", t.Name, p.Start, p.Len, p.File, n)
+			size := n
+			if pp := p.Part; pp != nil {
+				if m.Version < 4 || pp.Dim < 0 || pp.Dim >= len(t.Shape) || pp.Of < 2 || t.Shape[pp.Dim]%int64(pp.Of) != 0 || pp.Index < 0 || pp.Index >= pp.Of {
+					return fmt.Errorf("tensor %s %v: piece of part %d of %d along dimension %d", t.Name, t.Shape, pp.Index, pp.Of, pp.Dim)
+				}
+				size = n / int64(pp.Of)
+			}
+			if p.partIndex() != part {
+				if p.partIndex() < part {
+					return fmt.Errorf("tensor %s: pieces of part %d after part %d", t.Name, p.partIndex(), part)
+				}
+				end, part = 0, p.partIndex()
+			}
+			if p.File < 0 || p.File >= len(m.Files) || p.Len <= 0 || p.Start < end || p.Start+p.Len > size {
+				return fmt.Errorf("tensor %s: piece [%d, +%d) in file %d is outside the tensor's (or its part's) %d elements, out of order or overlapping, or in no listed file", t.Name, p.Start, p.Len, p.File, size)
 			}
 			end = p.Start + p.Len
 		}
@@ -534,34 +634,53 @@ func (pr *pieceReader) read(t *ManifestTensor, from int64, dst []float32) error 
 	defer pr.mu.Unlock()
 	to := from + int64(len(dst))
 	covered := int64(0)
-	for _, p := range t.Pieces {
-		a, e := max(from, p.Start), min(to, p.Start+p.Len)
-		if a >= e {
+	for i := range t.Pieces {
+		p := &t.Pieces[i]
+		// copyIn copies the piece's elements [a, e) (in the tensor's or
+		// its part's flattening) to the tensor's element at.
+		copyIn := func(a, e, at int64) error {
+			name := p.Key
+			if name == "" {
+				name = t.Name
+			}
+			// Decoded once, for every local rank that reads it.
+			key := strconv.Itoa(p.File) + "/" + name
+			data, ok := pr.pieces[key]
+			if !ok {
+				f, err := pr.file(p.File)
+				if err != nil {
+					return err
+				}
+				data, err = f.F32(name)
+				if err != nil {
+					return fmt.Errorf("%s: %v", pr.m.Files[p.File].Path, err)
+				}
+				if int64(len(data)) != p.Len {
+					return fmt.Errorf("%s: tensor %s has %d elements, the manifest says %d", pr.m.Files[p.File].Path, name, len(data), p.Len)
+				}
+				pr.pieces[key] = data
+			}
+			copy(dst[at-from:at-from+e-a], data[a-p.Start:e-p.Start])
+			covered += e - a
+			return nil
+		}
+		if p.Part == nil {
+			if a, e := max(from, p.Start), min(to, p.Start+p.Len); a < e {
+				if err := copyIn(a, e, a); err != nil {
+					return err
+				}
+			}
 			continue
 		}
-		name := p.Key
-		if name == "" {
-			name = t.Name
+		var err error
+		p.Part.runs(t.Shape, from, to, false, func(whole, part, n int64) {
+			if a, e := max(part, p.Start), min(part+n, p.Start+p.Len); a < e && err == nil {
+				err = copyIn(a, e, whole+a-part)
+			}
+		})
+		if err != nil {
+			return err
 		}
-		// Decoded once, for every local rank that reads it.
-		key := strconv.Itoa(p.File) + "/" + name
-		data, ok := pr.pieces[key]
-		if !ok {
-			f, err := pr.file(p.File)
-			if err != nil {
-				return err
-			}
-			data, err = f.F32(name)
-			if err != nil {
-				return fmt.Errorf("%s: %v", pr.m.Files[p.File].Path, err)
-			}
-			if int64(len(data)) != p.Len {
-				return fmt.Errorf("%s: tensor %s has %d elements, the manifest says %d", pr.m.Files[p.File].Path, name, len(data), p.Len)
-			}
-			pr.pieces[key] = data
-		}
-		copy(dst[a-from:e-from], data[a-p.Start:e-p.Start])
-		covered += e - a
 	}
 	if covered != to-from {
 		return fmt.Errorf("the checkpoint lacks part of elements [%d, %d) of %s", from, to, t.Name)
@@ -574,13 +693,8 @@ func (pr *pieceReader) read(t *ManifestTensor, from int64, dst []float32) error 
 // checkpoint was saved under, and the step count (so the data position
 // and Adam's bias correction) continues. Every process of the run calls
 // it; every process returns the same error.
-// errTPCheckpoint refuses checkpoints of tensor-parallel plans.
-var errTPCheckpoint = errors.New("checkpoints of a tensor-parallel plan are not supported yet: its ranks hold parts of params, which the checkpoint's files do not describe")
 
 func (r *Run) Resume(dir string) error {
-	if r.Bundle.Tensor > 1 {
-		return errTPCheckpoint
-	}
 	return r.agree(r.resume(dir))
 }
 
@@ -605,21 +719,33 @@ func (r *Run) resume(dir string) error {
 					}
 					return fmt.Errorf("%s: no tensor %s%s", dir, s.Name, c)
 				}
-				if n, _ := ir64(t.Shape); n != s.Elems {
-					return fmt.Errorf("%s: tensor %s has %d elements (shape %v), the plan's has %d", dir, t.Name, n, t.Shape, s.Elems)
+				if n, _ := ir64(t.Shape); n != wholeElems(&s) {
+					return fmt.Errorf("%s: tensor %s has %d elements (shape %v), the plan's has %d", dir, t.Name, n, t.Shape, wholeElems(&s))
 				}
 			}
 		}
 	}
 	// fill reads component c over the flat range [off, off+len(dst)) of
-	// lay; padding is zero.
-	fill := func(dst []float32, lay *ir.Layout, off int64, c string) error {
+	// lay, of rank k; padding is zero. A param k holds a part of reads
+	// the runs of its part.
+	fill := func(dst []float32, k *rank, lay *ir.Layout, off int64, c string) error {
 		clear(dst)
 		var err error
 		cut(lay, off, int64(len(dst)), func(s *ir.Slot, start, length, at int64) {
-			if t := pr.index[s.Name+c]; t != nil && err == nil {
-				err = pr.read(t, start, dst[at:at+length])
+			t := pr.index[s.Name+c]
+			if t == nil || err != nil {
+				return
 			}
+			if s.Split < 0 || len(s.Shape) == 0 || r.Bundle.Tensor <= 1 {
+				err = pr.read(t, start, dst[at:at+length])
+				return
+			}
+			part := &PiecePart{Dim: s.Split, Index: tpPosition(r.Bundle, k.r), Of: r.Bundle.Tensor}
+			part.runs(s.Shape, start, start+length, true, func(whole, p, n int64) {
+				if err == nil {
+					err = pr.read(t, whole, dst[at+p-start:at+p-start+n])
+				}
+			})
 		})
 		return err
 	}
@@ -633,7 +759,7 @@ func (r *Run) resume(dir string) error {
 			// it is at the start: Write stores it so), the master's
 			// os-slice.
 			p := make([]float32, k.p.Buffers[l.P].Elems)
-			if err := fill(p, l, pOff, ""); err != nil {
+			if err := fill(p, k, l, pOff, ""); err != nil {
 				return err
 			}
 			if l.Master >= 0 {
@@ -650,7 +776,7 @@ func (r *Run) resume(dir string) error {
 					return err
 				}
 				buf := make([]float32, m.N)
-				if err := fill(buf, l, own.Off, c); err != nil {
+				if err := fill(buf, k, l, own.Off, c); err != nil {
 					return err
 				}
 				if err := k.be.Write(m, buf); err != nil {

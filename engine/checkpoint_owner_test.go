@@ -61,8 +61,8 @@ func TestCheckpointOwnership(t *testing.T) {
 	if err := r.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	if m := manifest(t, dir); m.Version != 3 || m.ModelHash != id.Hash {
-		t.Errorf("manifest version %d, model hash %q, want 3 and %q", m.Version, m.ModelHash, id.Hash)
+	if m := manifest(t, dir); m.Version != engine.CheckpointVersion || m.ModelHash != id.Hash {
+		t.Errorf("manifest version %d, model hash %q, want %d and %q", m.Version, m.ModelHash, engine.CheckpointVersion, id.Hash)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "model.safetensors")); string(b) != "mine" {
 		t.Errorf("the user's model.safetensors: %q, %v", b, err)

@@ -67,3 +67,24 @@ func RankBuffer(run *Run, r int, name string) ([]float32, error) {
 	}
 	return nil, fmt.Errorf("no rank %d here", r)
 }
+
+// ReadTensors reads every tensor of the checkpoint in dir, whole, by
+// name (tests).
+func ReadTensors(t interface{ Fatal(...any) }, dir string) map[string][]float32 {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := newPieceReader(dir, m)
+	out := map[string][]float32{}
+	for i := range m.Tensors {
+		mt := &m.Tensors[i]
+		n, _ := ir64(mt.Shape)
+		x := make([]float32, n)
+		if err := pr.read(mt, 0, x); err != nil {
+			t.Fatal(err)
+		}
+		out[mt.Name] = x
+	}
+	return out
+}

@@ -191,9 +191,6 @@ func (t *Trainer) Train(ctx context.Context) (*TrainResult, error) {
 	if err := CheckVocab(t.Bundle, t.Tokens); err != nil {
 		return nil, &TrainError{Stage: StageCheck, Agreed: true, Err: err}
 	}
-	if t.Bundle.Tensor > 1 && (t.Save != "" || t.Resume != "") {
-		return nil, &TrainError{Stage: StageCheck, Agreed: true, Err: errTPCheckpoint}
-	}
 	if t.CheckFit != nil {
 		if err := t.CheckFit(t.localRanks()); err != nil {
 			return nil, err
