@@ -28,7 +28,16 @@ package engine
 static MPI_Comm amspc_world(void) { return MPI_COMM_WORLD; }
 static MPI_Comm amspc_comm_null(void) { return MPI_COMM_NULL; }
 static MPI_Datatype amspc_float(void) { return MPI_FLOAT; }
-static void *amspc_in_place(void) { return MPI_IN_PLACE; }
+// MPI_IN_PLACE is a sentinel address ((void *)1 in Open MPI): held in a
+// Go pointer variable it is an invalid pointer, which the Go runtime
+// throws on when it copies or shrinks that goroutine's stack. So it never
+// leaves C: these wrappers pass it.
+static int amspc_allgather(void *in, int in_place, int m, void *out, MPI_Comm c) {
+	return MPI_Allgather(in_place ? MPI_IN_PLACE : in, m, MPI_FLOAT, out, m, MPI_FLOAT, c);
+}
+static int amspc_allgatherv_in_place(void *buf, const int *counts, const int *displs, MPI_Comm c) {
+	return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, counts, displs, MPI_FLOAT, c);
+}
 static int amspc_init(int *provided) {
 	int r = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
 	if (r == MPI_SUCCESS) {
@@ -276,11 +285,11 @@ func (c *mpiComm) AllGather(stream int, g []int, in, out []float32) error {
 		copy(out, in)
 		return nil
 	}
-	send := ptr(in)
+	inPlace := C.int(0)
 	if commSame(in, out[idx*m:(idx+1)*m]) {
-		send = C.amspc_in_place()
+		inPlace = 1
 	}
-	if r := C.MPI_Allgather(send, C.int(m), C.amspc_float(), ptr(out), C.int(m), C.amspc_float(), mc); r != C.MPI_SUCCESS {
+	if r := C.amspc_allgather(ptr(in), inPlace, C.int(m), ptr(out), mc); r != C.MPI_SUCCESS {
 		return c.fail("all_gather", stream, g, r)
 	}
 	return nil
@@ -350,7 +359,7 @@ func (c *mpiComm) AllReduce(stream int, g []int, buf []float32) error {
 		}
 		commFold([][]float32{buf[lo(idx):lo(idx+1)]}, parts)
 	}
-	if r := C.MPI_Allgatherv(C.amspc_in_place(), 0, C.amspc_float(), ptr(buf), &counts[0], &displs[0], C.amspc_float(), mc); r != C.MPI_SUCCESS {
+	if r := C.amspc_allgatherv_in_place(ptr(buf), &counts[0], &displs[0], mc); r != C.MPI_SUCCESS {
 		return c.fail("all_reduce", stream, g, r)
 	}
 	return nil

@@ -194,7 +194,8 @@ func TestMPITrainsLikeLocal(t *testing.T) {
 // over the other ranks, tp 4 with DDP, tp 2 with sequence parallelism
 // and a 2/2/8-like plan), compiled to bundles, train on 8
 // MPI processes to the bits of 8 local ranks, and within 1e-5 of one
-// rank.
+// rank; the checkpoint the processes save resumes on one rank, its next
+// step within 1e-5 of the uninterrupted run's.
 func TestMPITensorParallel(t *testing.T) {
 	bin := mpiBinary(t)
 	const steps = 3
@@ -205,7 +206,7 @@ func TestMPITensorParallel(t *testing.T) {
 	if err := os.WriteFile(oneCluster, []byte("cluster one { nodes = 1 gpus_per_node = 1 gpu = \"cpu\" }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st := run([]string{"run", "--steps", fmt.Sprint(steps), "--cluster", oneCluster, "--shard", "ddp", "--log", one, "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+	if st := run([]string{"run", "--steps", fmt.Sprint(steps + 1), "--cluster", oneCluster, "--shard", "ddp", "--log", one, "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
 		t.Fatalf("one rank: %s", stderr.String())
 	}
 	want := lossLines(t, one)
@@ -217,8 +218,25 @@ func TestMPITensorParallel(t *testing.T) {
 			t.Fatalf("%s: compile: %s", shard, stderr.String())
 		}
 		mlog, llog := bundle+".mpi.jsonl", bundle+".local.jsonl"
-		if out, err := mpirun(t, 8, bin, "run", "--steps", fmt.Sprint(steps), "--log", mlog, bundle); err != nil {
+		ck := bundle + ".ck"
+		if out, err := mpirun(t, 8, bin, "run", "--steps", fmt.Sprint(steps), "--log", mlog, "--save", ck, bundle); err != nil {
 			t.Fatalf("%s: mpirun: %v\n%s", shard, err, out)
+		}
+		// The processes' checkpoint, resumed on one rank: its next step
+		// is the uninterrupted one-rank run's.
+		rlog := bundle + ".resumed.jsonl"
+		if st := run([]string{"run", "--steps", fmt.Sprint(steps + 1), "--resume", ck, "--cluster", oneCluster, "--shard", "ddp", "--log", rlog, "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+			t.Fatalf("%s: resumed on one rank: %s", shard, stderr.String())
+		}
+		if r := lossLines(t, rlog); len(r) != 1 {
+			t.Errorf("%s: resumed for %d steps, want 1", shard, len(r))
+		} else {
+			var a, b float64
+			fmt.Sscan(r[0], &a)
+			fmt.Sscan(want[steps], &b)
+			if math.Abs(a-b)/b > 1e-5 {
+				t.Errorf("%s: step %d resumed on one rank from the processes' checkpoint: loss %s, uninterrupted %s", shard, steps+1, r[0], want[steps])
+			}
 		}
 		if st := run([]string{"run", "--steps", fmt.Sprint(steps), "--log", llog, bundle}, &stdout, &stderr); st != exitOK {
 			t.Fatalf("%s: local: %s", shard, stderr.String())
@@ -227,7 +245,7 @@ func TestMPITensorParallel(t *testing.T) {
 		if len(m) != steps || strings.Join(m, "\n") != strings.Join(l, "\n") {
 			t.Errorf("%s: losses on MPI processes:\n%s\non local ranks:\n%s", shard, strings.Join(m, "\n"), strings.Join(l, "\n"))
 		}
-		for j := range want {
+		for j := range m {
 			var a, b float64
 			fmt.Sscan(m[j], &a)
 			fmt.Sscan(want[j], &b)
