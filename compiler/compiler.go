@@ -74,14 +74,6 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	t := r.Job.Train
 	b := r.State.Bundle
 	b.Plan, b.Machine = Label(plan), machineOf(r.Job.Cluster)
-	if sh := r.Job.Shard; sh != nil && sh.Tensor > 1 {
-		b.Tensor = sh.Tensor
-		tp := fmt.Sprintf("tp%d", sh.Tensor)
-		if sh.Sequence {
-			tp += "+sp"
-		}
-		b.Plan = tp + " " + b.Plan
-	}
 	b.Train = codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}
 	r.Bundle = b
 	return r, nil
@@ -142,6 +134,33 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 // at the plan's micro-batch size when it differs from the train
 // section's.
 func forPlan(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
+	j, err := forMicroBatch(job, plan)
+	if err != nil {
+		return nil, err
+	}
+	// The plan says whether the step has tensor parallelism, whatever
+	// the shard section said (the planner compiles its search's plans
+	// under a tensor-parallel section too).
+	if sh := j.Shard; max(plan.Tensor, 1) != max(tensorOf(sh), 1) || plan.Sequence != (sh != nil && sh.Sequence) {
+		s := ir.ShardSpec{Mode: ir.ShardAuto}
+		if sh != nil {
+			s = *sh
+		}
+		s.Tensor, s.Sequence = plan.Tensor, plan.Sequence
+		j.Shard = &s
+	}
+	return j, nil
+}
+
+func tensorOf(sh *ir.ShardSpec) int {
+	if sh == nil {
+		return 0
+	}
+	return sh.Tensor
+}
+
+// forMicroBatch is a copy of job at the plan's micro-batch size.
+func forMicroBatch(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
 	mb := plan.MicroBatch
 	if mb == 0 {
 		mb = job.Train.MicroBatch
@@ -176,6 +195,7 @@ func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 	if sh != nil && sh.Mode != ir.ShardAuto {
 		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
 		p := cost.Uniform(sh.Label(), f, t.Recompute, t.MicroBatch)
+		p.Tensor, p.Sequence = sh.Tensor, sh.Sequence
 		m, err := cost.NewModel(job, cfg)
 		if err != nil {
 			return p, nil, err
@@ -194,6 +214,15 @@ func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 
 // Label names a plan's factors: one triple, or one per layer group.
 func Label(p cost.Plan) string {
+	if p.Tensor > 1 {
+		tp := fmt.Sprintf("tp%d", p.Tensor)
+		if p.Sequence {
+			tp += "+sp"
+		}
+		q := p
+		q.Tensor, q.Sequence = 0, false
+		return tp + " " + Label(q)
+	}
 	if p.IsUniform() {
 		return p.Groups[0].String()
 	}

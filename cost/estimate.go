@@ -18,6 +18,13 @@ type Plan struct {
 	Groups     [NumGroups]Factors
 	Recompute  ir.Recompute
 	MicroBatch int64 // sequences per GPU per micro-batch
+	// Tensor is the tensor-parallel degree (0 or 1: none) and Sequence
+	// its sequence parallelism: the factors then shard the data-parallel
+	// mesh of GPUs per node / Tensor x nodes. The analytic model does not
+	// price tensor parallelism: Evaluate marks such a plan infeasible,
+	// saying so, and only its compiled program's simulation ranks it.
+	Tensor   int
+	Sequence bool
 }
 
 // Uniform is a plan with the same factors for every group.
@@ -172,6 +179,12 @@ type stageComm struct {
 // Evaluate costs a plan.
 func (m *Model) Evaluate(p Plan) *Estimate {
 	e := &Estimate{Plan: p, Feasible: true}
+	if p.Tensor > 1 {
+		defer func() {
+			e.Feasible = false
+			e.Why = "tensor parallelism: the analytic model does not price it (only a simulation of the compiled program does)"
+		}()
+	}
 	t := m.Job.Train
 	if p.MicroBatch < 1 {
 		p.MicroBatch = t.MicroBatch

@@ -144,22 +144,9 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	}
 	res := &Result{Objective: opts.Objective, Model: m}
 	rc, mb := job.Train.Recompute, job.Train.MicroBatch
-	// The search and the baselines shard every rank with the plan's
-	// factors; a shard section with tensor parallelism is only its own
-	// row, compiled as it is (the search has no tensor parallelism yet).
-	fixedJob := job
-	if sh := job.Shard; sh != nil && sh.Tensor > 1 {
-		j := *job
-		j.Shard = &ir.ShardSpec{Mode: ir.ShardAuto}
-		job = &j
-	}
-	var ev, fixedEv Evaluator
+	var ev Evaluator
 	if opts.NewEvaluator != nil && opts.Objective == Step {
 		ev = opts.NewEvaluator(job, m)
-		fixedEv = ev
-		if fixedJob != job {
-			fixedEv = opts.NewEvaluator(fixedJob, m)
-		}
 	}
 	k := opts.BaselineK
 	if k == 0 {
@@ -168,15 +155,17 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	for _, b := range Baselines(m.DP, k) {
 		res.Baselines = append(res.Baselines, m.Evaluate(cost.Uniform(b.Name, b.Factors, rc, mb)))
 	}
-	if sh := fixedJob.Shard; sh != nil && sh.Mode != ir.ShardAuto {
-		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
-		res.Fixed = m.Evaluate(cost.Uniform("shard "+sh.Label(), f, rc, mb))
-		if sh.Tensor > 1 {
-			// The analytic model has no tensor parallelism: the row is
-			// its compiled program's simulation or nothing.
-			res.Fixed.Feasible = false
-			res.Fixed.Why = "tensor parallelism: the analytic model does not price it (the step objective simulates the compiled program)"
+	if ev != nil {
+		// Tensor-parallel baselines: priced only by simulation.
+		for _, p := range TensorBaselines(m.DP, rc, mb) {
+			res.Baselines = append(res.Baselines, m.Evaluate(p))
 		}
+	}
+	if sh := job.Shard; sh != nil && sh.Mode != ir.ShardAuto {
+		f := cost.Factors{P: sh.P, G: sh.G, OS: sh.OS, Secondary: sh.Secondary}
+		p := cost.Uniform("shard "+sh.Label(), f, rc, mb)
+		p.Tensor, p.Sequence = sh.Tensor, sh.Sequence
+		res.Fixed = m.Evaluate(p)
 	}
 	var all []*cost.Estimate
 	for _, p := range Candidates(m.DP, rc, mb) {
@@ -196,7 +185,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	// The rows every user sees are simulated first: their best is the
 	// incumbent the bound prunes against.
 	rows := append([]*cost.Estimate{}, res.Baselines...)
-	if res.Fixed != nil && fixedJob == job {
+	if res.Fixed != nil {
 		rows = append(rows, res.Fixed)
 	}
 	if milp != nil {
@@ -206,13 +195,6 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		res.Simulated += len(rows)
 		if err := simulate(ev, m, rows); err != nil {
 			return nil, err
-		}
-		if fixedJob != job && res.Fixed != nil {
-			res.Simulated++
-			if err := simulate(fixedEv, m, []*cost.Estimate{res.Fixed}); err != nil {
-				return nil, err
-			}
-			rows = append(rows, res.Fixed)
 		}
 		if err := res.branchAndBound(ev, m, all, rows); err != nil {
 			return nil, err

@@ -64,6 +64,35 @@ type Baseline struct {
 	Factors cost.Factors
 }
 
+// TensorBaselines are the tensor-parallel systems the plan table
+// compares with, on a mesh of dp (GPUs per node x nodes): Megatron-LM's
+// tensor and sequence parallelism over a node's GPUs (up to 8) with its
+// distributed optimizer (optimizer states sharded over the data-parallel
+// ranks), and 2-D FSDP x TP (every component sharded over them), each
+// with recompute rc and micro-batch mb; none where a node has fewer than
+// 2 GPUs.
+func TensorBaselines(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
+	t := 1
+	for t*2 <= min(dp.S0, 8) && dp.S0%(t*2) == 0 {
+		t *= 2
+	}
+	if t < 2 {
+		return nil
+	}
+	one := ir.Factor{S0: 1, S1: 1}
+	rest := ir.Factor{S0: dp.S0 / t, S1: dp.S1}
+	var out []cost.Plan
+	for _, b := range []Baseline{
+		{fmt.Sprintf("Megatron TP%d+SP", t), cost.Factors{P: one, G: one, OS: rest}},
+		{fmt.Sprintf("FSDP+TP%d+SP", t), cost.Factors{P: rest, G: rest, OS: rest}},
+	} {
+		p := cost.Uniform(b.Name, b.Factors, rc, mb)
+		p.Tensor, p.Sequence = t, true
+		out = append(out, p)
+	}
+	return out
+}
+
 // Baselines lists DDP, ZeRO-1/2/3 (FSDP full shard), MiCS(k), HSDP(k) and
 // ZeRO++ hpZ(k) on mesh dp, with k GPUs per group (k <= dp's GPUs; a
 // k that does not fit the rules drops the baselines that need it).

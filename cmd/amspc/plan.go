@@ -182,7 +182,7 @@ func nameBaselines(r *planner.Result) {
 			return
 		}
 		for _, b := range r.Baselines {
-			if b.Plan.Groups[cost.Blocks] == f {
+			if b.Plan.Groups[cost.Blocks] == f && b.Plan.Tensor == e.Plan.Tensor {
 				e.Plan.Name = b.Plan.Name + rest
 				return
 			}
@@ -217,10 +217,14 @@ func toFactorsJSON(f cost.Factors) factorsJSON {
 type estimateJSON struct {
 	Name string `json:"name"`
 	factorsJSON
-	Groups       map[string]factorsJSON `json:"groups,omitempty"`
-	Recompute    string                 `json:"recompute"`
-	MicroBatch   int64                  `json:"micro_batch"`
-	MicroBatches int64                  `json:"micro_batches"`
+	Groups map[string]factorsJSON `json:"groups,omitempty"`
+	// Tensor is the tensor-parallel degree (absent: none); Sequence its
+	// sequence parallelism.
+	Tensor       int    `json:"tensor,omitempty"`
+	Sequence     bool   `json:"sequence,omitempty"`
+	Recompute    string `json:"recompute"`
+	MicroBatch   int64  `json:"micro_batch"`
+	MicroBatches int64  `json:"micro_batches"`
 	Memory       struct {
 		Params      float64 `json:"params"`
 		Grads       float64 `json:"grads"`
@@ -255,7 +259,7 @@ func toEstimateJSON(e *cost.Estimate) *estimateJSON {
 		Recompute: p.Recompute.String(), MicroBatch: p.MicroBatch, MicroBatches: e.M,
 		CommTime: e.CommTime, Exposed: e.Exposed, Compute: e.Compute, Step: e.Step, PaperComm: e.PaperComm,
 		Simulated: e.Simulated, AnalyticStep: e.AnalyticStep,
-		TokensPerSec: e.TokensPerSPerGPU, MFU: e.MFU, Feasible: e.Feasible, Why: e.Why}
+		TokensPerSec: e.TokensPerSPerGPU, MFU: e.MFU, Feasible: e.Feasible, Why: e.Why, Tensor: p.Tensor, Sequence: p.Sequence}
 	if !p.IsUniform() {
 		out.Groups = map[string]factorsJSON{}
 		for g := cost.Group(0); g < cost.NumGroups; g++ {

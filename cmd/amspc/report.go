@@ -242,11 +242,16 @@ func exposedByKind(prog *ir.Program, tl *simulator.Timeline) []float64 {
 			continue
 		}
 		iv := interval{sp.Start, sp.Start + sp.Dur, -1}
-		if sp.Stream == ir.Compute {
+		ins := prog.Streams[sp.Stream]
+		coll := sp.Index < len(ins) && ins[sp.Index].Op == ir.Collective
+		if sp.Stream == ir.Compute && !coll {
 			busy = append(busy, iv)
 			continue
 		}
-		if in := &prog.Streams[sp.Stream][sp.Index]; in.Op == ir.Collective {
+		// (A collective on the compute stream, tensor parallelism's, is
+		// exposed for all its length: nothing computes meanwhile.)
+		if coll {
+			in := &ins[sp.Index]
 			iv.kind = int(in.Coll)
 			comm = append(comm, iv)
 		}

@@ -125,21 +125,24 @@ func TestReportStepBars(t *testing.T) {
 // flight, split evenly where two are, and to "none" where none is.
 func TestExposedByKind(t *testing.T) {
 	prog := &ir.Program{}
+	prog.Streams[ir.Compute] = []ir.Instr{{Op: ir.Kernel}, {Op: ir.Kernel}, {Op: ir.Record}, {Op: ir.Collective, Coll: ir.AllReduce}}
 	prog.Streams[ir.CommGather] = []ir.Instr{{Op: ir.Collective, Coll: ir.AllGather}}
 	prog.Streams[ir.CommReduce] = []ir.Instr{{Op: ir.Kernel}, {Op: ir.Collective, Coll: ir.ReduceScatter}}
-	tl := &simulator.Timeline{Step: 5, Spans: []simulator.Span{
-		{Stream: ir.Compute, Start: 0, Dur: 1},
-		{Stream: ir.Compute, Start: 3, Dur: 1},
-		{Stream: ir.CommGather, Index: 0, Start: 0.5, Dur: 2},      // all-gather 0.5 to 2.5
-		{Stream: ir.CommReduce, Index: 0, Start: 1, Dur: 0.5},      // a kernel: not communication
-		{Stream: ir.CommReduce, Index: 1, Start: 2, Dur: 1.5},      // reduce-scatter 2 to 3.5
-		{Stream: ir.Compute, Start: 4.5, Dur: 0, Name: "a record"}, // no time
+	tl := &simulator.Timeline{Step: 6, Spans: []simulator.Span{
+		{Stream: ir.Compute, Index: 0, Start: 0, Dur: 1},
+		{Stream: ir.Compute, Index: 1, Start: 3, Dur: 1},
+		{Stream: ir.CommGather, Index: 0, Start: 0.5, Dur: 2},                // all-gather 0.5 to 2.5
+		{Stream: ir.CommReduce, Index: 0, Start: 1, Dur: 0.5},                // a kernel: not communication
+		{Stream: ir.CommReduce, Index: 1, Start: 2, Dur: 1.5},                // reduce-scatter 2 to 3.5
+		{Stream: ir.Compute, Index: 2, Start: 4.5, Dur: 0, Name: "a record"}, // no time
+		{Stream: ir.Compute, Index: 3, Start: 5, Dur: 0.75},                  // tensor parallelism's all-reduce on the compute stream
 	}}
 	got := exposedByKind(prog, tl)
 	want := make([]float64, ir.NumColls+1)
 	want[ir.AllGather] = 1 + 0.25 // 1 to 2 alone, 2 to 2.5 shared
 	want[ir.ReduceScatter] = 0.25 + 0.5
-	want[ir.NumColls] = 1 // 4 to 5
+	want[ir.AllReduce] = 0.75    // 5 to 5.75: nothing computes
+	want[ir.NumColls] = 1 + 0.25 // 4 to 5 and 5.75 to 6
 	for i := range want {
 		if math.Abs(got[i]-want[i]) > 1e-12 {
 			t.Errorf("entry %d: %g, want %g (all: %v)", i, got[i], want[i], got)
