@@ -12,6 +12,8 @@ var Kernels = []Kernel{
 	{"mul_grad_f32", []Param("pppppll"), Elementwise},
 	{"col_sum_f32", []Param("pppll"), Elementwise},
 	{"transpose_f32", []Param("ppll"), Elementwise},
+	{"to_parts_f32", []Param("ppllll"), Elementwise},
+	{"from_parts_f32", []Param("ppllll"), Elementwise},
 	{"silu_f32", []Param("ppl"), Elementwise},
 	{"silu_grad_f32", []Param("pppl"), Elementwise},
 	{"swiglu_f32", []Param("pppl"), Elementwise},

@@ -360,12 +360,30 @@ type opPlan func(c *OpCall, p *Plan, raw bool) error
 // Unsupported lists the ops that have no launch plan, each with the
 // reason (TestEveryOpHasAKernel in package engine reads it with
 // HasPlan): an op must be in one of opPlans and Unsupported.
-var Unsupported = func() map[ir.OpKind]string {
-	m := ir.CollectiveOps()
-	const why = "sequence parallelism's layout change around a collective of parts: not on the GPU yet"
-	m[ir.ToParts], m[ir.FromParts] = why, why
-	return m
-}()
+var Unsupported = ir.CollectiveOps()
+
+// planParts is the plan of to_parts (whole, the tensor x, is operand 0)
+// or from_parts (whole is result 0): kernel over the whole tensor's
+// outer x mid x inner elements, mid the dimension of the parts.
+func planParts(kernel string, whole int) opPlan {
+	return func(c *OpCall, p *Plan, _ bool) error {
+		shape := c.ArgShapes[0]
+		if whole == 1 {
+			shape = c.OutShapes[0]
+		}
+		d, parts := int(c.Attr("dim").Int), c.Attr("parts").Int
+		outer, inner := int64(1), int64(1)
+		for _, k := range shape[:d] {
+			outer *= k
+		}
+		for _, k := range shape[d+1:] {
+			inner *= k
+		}
+		n := outer * shape[d] * inner
+		p.Launches = []Launch{elementwise(kernel, n, res(0), opnd(0), i64(outer), i64(shape[d]), i64(inner), i64(parts))}
+		return nil
+	}
+}
 
 // HasPlan says whether op has a launch plan on the GPU.
 func HasPlan(op ir.OpKind) bool { return opPlans[op] != nil }
@@ -446,6 +464,8 @@ var opPlans = map[ir.OpKind]opPlan{
 		p.Launches = []Launch{elementwise("transpose_f32", c.n(0), res(0), opnd(0), i64(c.ArgShapes[0][0]), i64(c.ArgShapes[0][1]))}
 		return nil
 	},
+	ir.ToParts:   planParts("to_parts_f32", 0),
+	ir.FromParts: planParts("from_parts_f32", 1),
 	ir.Cast: func(c *OpCall, p *Plan, _ bool) error {
 		// A copy: a bf16 result's storage rounds it (the device backend
 		// computes on fp32 and rounds bf16 results).

@@ -147,6 +147,28 @@ AMSP_EXTERN_C __global__ void transpose_f32(float *out, const float *x, long lon
 	}
 }
 
+// to_parts_f32 lays x, of outer x mid x inner elements, out as its parts
+// parts along the middle dimension one after another (sequence
+// parallelism's layout around a collective of parts); from_parts_f32
+// undoes it. Each thread writes one element of out.
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void to_parts_f32(float *out, const float *x, long long outer, long long mid, long long inner, long long parts) {
+	long long run = mid / parts * inner, size = outer * run;
+	GRID_STRIDE(i, outer * mid * inner) {
+		long long p = i / size, rem = i % size;
+		out[i] = x[rem / run * mid * inner + p * run + rem % run];
+	}
+}
+
+// amspc:launch elementwise
+AMSP_EXTERN_C __global__ void from_parts_f32(float *out, const float *x, long long outer, long long mid, long long inner, long long parts) {
+	long long run = mid / parts * inner, size = outer * run;
+	GRID_STRIDE(j, outer * mid * inner) {
+		long long o = j / (mid * inner), rem = j % (mid * inner);
+		out[j] = x[rem / run * size + o * run + rem % run];
+	}
+}
+
 // The elementwise ops' arithmetic, shared by the fp32 kernels and the
 // storage-typed (_st) ones below, so the two give the same bits.
 __device__ __forceinline__ float silu_op(float x) {

@@ -17,6 +17,8 @@ var launchKernels = [...]gpu.Kernel{
 	{Name: "mul_grad_f32", Params: []gpu.Param("pppppll"), Shape: gpu.Elementwise},
 	{Name: "col_sum_f32", Params: []gpu.Param("pppll"), Shape: gpu.Elementwise},
 	{Name: "transpose_f32", Params: []gpu.Param("ppll"), Shape: gpu.Elementwise},
+	{Name: "to_parts_f32", Params: []gpu.Param("ppllll"), Shape: gpu.Elementwise},
+	{Name: "from_parts_f32", Params: []gpu.Param("ppllll"), Shape: gpu.Elementwise},
 	{Name: "silu_f32", Params: []gpu.Param("ppl"), Shape: gpu.Elementwise},
 	{Name: "silu_grad_f32", Params: []gpu.Param("pppl"), Shape: gpu.Elementwise},
 	{Name: "swiglu_f32", Params: []gpu.Param("pppl"), Shape: gpu.Elementwise},

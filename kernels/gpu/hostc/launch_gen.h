@@ -59,6 +59,20 @@ static void h_transpose_f32(const void *p) {
 	transpose_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], (long long)w[3]);
 }
 
+// to_parts_f32 (ops.cu, elementwise).
+static void h_to_parts_f32(const void *p) {
+	const unsigned long long *w = p;
+	to_parts_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], (long long)w[3],
+		(long long)w[4], (long long)w[5]);
+}
+
+// from_parts_f32 (ops.cu, elementwise).
+static void h_from_parts_f32(const void *p) {
+	const unsigned long long *w = p;
+	from_parts_f32((float *)(uintptr_t)w[0], (const float *)(uintptr_t)w[1], (long long)w[2], (long long)w[3],
+		(long long)w[4], (long long)w[5]);
+}
+
 // silu_f32 (ops.cu, elementwise).
 static void h_silu_f32(const void *p) {
 	const unsigned long long *w = p;
@@ -596,210 +610,216 @@ static int h_launch(int k, const unsigned long long *w, unsigned gx, unsigned gy
 	case 4: // transpose_f32
 		LAUNCH(gx, h_transpose_f32(w));
 		return 0;
-	case 5: // silu_f32
+	case 5: // to_parts_f32
+		LAUNCH(gx, h_to_parts_f32(w));
+		return 0;
+	case 6: // from_parts_f32
+		LAUNCH(gx, h_from_parts_f32(w));
+		return 0;
+	case 7: // silu_f32
 		LAUNCH(gx, h_silu_f32(w));
 		return 0;
-	case 6: // silu_grad_f32
+	case 8: // silu_grad_f32
 		LAUNCH(gx, h_silu_grad_f32(w));
 		return 0;
-	case 7: // swiglu_f32
+	case 9: // swiglu_f32
 		LAUNCH(gx, h_swiglu_f32(w));
 		return 0;
-	case 8: // swiglu_grad_f32
+	case 10: // swiglu_grad_f32
 		LAUNCH(gx, h_swiglu_grad_f32(w));
 		return 0;
-	case 9: // gelu_f32
+	case 11: // gelu_f32
 		LAUNCH(gx, h_gelu_f32(w));
 		return 0;
-	case 10: // gelu_grad_f32
+	case 12: // gelu_grad_f32
 		LAUNCH(gx, h_gelu_grad_f32(w));
 		return 0;
-	case 11: // gelu_tanh_f32
+	case 13: // gelu_tanh_f32
 		LAUNCH(gx, h_gelu_tanh_f32(w));
 		return 0;
-	case 12: // gelu_tanh_grad_f32
+	case 14: // gelu_tanh_grad_f32
 		LAUNCH(gx, h_gelu_tanh_grad_f32(w));
 		return 0;
-	case 13: // scale_f32
+	case 15: // scale_f32
 		LAUNCH(gx, h_scale_f32(w));
 		return 0;
-	case 14: // add_st
+	case 16: // add_st
 		LAUNCH(gx, h_add_st(w));
 		return 0;
-	case 15: // mul_st
+	case 17: // mul_st
 		LAUNCH(gx, h_mul_st(w));
 		return 0;
-	case 16: // silu_st
+	case 18: // silu_st
 		LAUNCH(gx, h_silu_st(w));
 		return 0;
-	case 17: // silu_grad_st
+	case 19: // silu_grad_st
 		LAUNCH(gx, h_silu_grad_st(w));
 		return 0;
-	case 18: // swiglu_st
+	case 20: // swiglu_st
 		LAUNCH(gx, h_swiglu_st(w));
 		return 0;
-	case 19: // swiglu_grad_st
+	case 21: // swiglu_grad_st
 		LAUNCH(gx, h_swiglu_grad_st(w));
 		return 0;
-	case 20: // geglu_tanh_f32
+	case 22: // geglu_tanh_f32
 		LAUNCH(gx, h_geglu_tanh_f32(w));
 		return 0;
-	case 21: // geglu_tanh_grad_f32
+	case 23: // geglu_tanh_grad_f32
 		LAUNCH(gx, h_geglu_tanh_grad_f32(w));
 		return 0;
-	case 22: // geglu_tanh_st
+	case 24: // geglu_tanh_st
 		LAUNCH(gx, h_geglu_tanh_st(w));
 		return 0;
-	case 23: // geglu_tanh_grad_st
+	case 25: // geglu_tanh_grad_st
 		LAUNCH(gx, h_geglu_tanh_grad_st(w));
 		return 0;
-	case 24: // gelu_st
+	case 26: // gelu_st
 		LAUNCH(gx, h_gelu_st(w));
 		return 0;
-	case 25: // gelu_grad_st
+	case 27: // gelu_grad_st
 		LAUNCH(gx, h_gelu_grad_st(w));
 		return 0;
-	case 26: // gelu_tanh_st
+	case 28: // gelu_tanh_st
 		LAUNCH(gx, h_gelu_tanh_st(w));
 		return 0;
-	case 27: // gelu_tanh_grad_st
+	case 29: // gelu_tanh_grad_st
 		LAUNCH(gx, h_gelu_tanh_grad_st(w));
 		return 0;
-	case 28: // scale_st
+	case 30: // scale_st
 		LAUNCH(gx, h_scale_st(w));
 		return 0;
-	case 29: // rmsnorm_f32
+	case 31: // rmsnorm_f32
 		LAUNCH(gx, h_rmsnorm_f32(w));
 		return 0;
-	case 30: // rmsnorm_st
+	case 32: // rmsnorm_st
 		LAUNCH(gx, h_rmsnorm_st(w));
 		return 0;
-	case 31: // add_rmsnorm_st
+	case 33: // add_rmsnorm_st
 		LAUNCH(gx, h_add_rmsnorm_st(w));
 		return 0;
-	case 32: // rmsnorm_grad_f32
+	case 34: // rmsnorm_grad_f32
 		LAUNCH(gx, h_rmsnorm_grad_f32(w));
 		return 0;
-	case 33: // rmsnorm_grad_st
+	case 35: // rmsnorm_grad_st
 		LAUNCH(gx, h_rmsnorm_grad_st(w));
 		return 0;
-	case 34: // add_rmsnorm_grad_st
+	case 36: // add_rmsnorm_grad_st
 		LAUNCH(gx, h_add_rmsnorm_grad_st(w));
 		return 0;
-	case 35: // rmsnorm_grad_w_f32
+	case 37: // rmsnorm_grad_w_f32
 		LAUNCH(gx, h_rmsnorm_grad_w_f32(w));
 		return 0;
-	case 36: // rmsnorm_grad_w_st
+	case 38: // rmsnorm_grad_w_st
 		LAUNCH(gx, h_rmsnorm_grad_w_st(w));
 		return 0;
-	case 37: // layernorm_f32
+	case 39: // layernorm_f32
 		LAUNCH(gx, h_layernorm_f32(w));
 		return 0;
-	case 38: // layernorm_st
+	case 40: // layernorm_st
 		LAUNCH(gx, h_layernorm_st(w));
 		return 0;
-	case 39: // layernorm_grad_f32
+	case 41: // layernorm_grad_f32
 		LAUNCH(gx, h_layernorm_grad_f32(w));
 		return 0;
-	case 40: // layernorm_grad_st
+	case 42: // layernorm_grad_st
 		LAUNCH(gx, h_layernorm_grad_st(w));
 		return 0;
-	case 41: // layernorm_grad_wb_f32
+	case 43: // layernorm_grad_wb_f32
 		LAUNCH(gx, h_layernorm_grad_wb_f32(w));
 		return 0;
-	case 42: // layernorm_grad_wb_st
+	case 44: // layernorm_grad_wb_st
 		LAUNCH(gx, h_layernorm_grad_wb_st(w));
 		return 0;
-	case 43: // rope_f32
+	case 45: // rope_f32
 		LAUNCH(gx, h_rope_f32(w));
 		return 0;
-	case 44: // rope_st
+	case 46: // rope_st
 		LAUNCH(gx, h_rope_st(w));
 		return 0;
-	case 45: // rope_qk_st
+	case 47: // rope_qk_st
 		LAUNCH(gx, h_rope_qk_st(w));
 		return 0;
-	case 46: // embed_f32
+	case 48: // embed_f32
 		LAUNCH(gx, h_embed_f32(w));
 		return 0;
-	case 47: // check_ids
+	case 49: // check_ids
 		LAUNCH(gx, h_check_ids(w));
 		return 0;
-	case 48: // mean_loss
+	case 50: // mean_loss
 		LAUNCH(gx, h_mean_loss(w));
 		return 0;
-	case 49: // embed_count
+	case 51: // embed_count
 		LAUNCH(gx, h_embed_count(w));
 		return 0;
-	case 50: // embed_offsets
+	case 52: // embed_offsets
 		LAUNCH(gx, h_embed_offsets(w));
 		return 0;
-	case 51: // embed_scan
+	case 53: // embed_scan
 		LAUNCH(gx, h_embed_scan(w));
 		return 0;
-	case 52: // embed_place
+	case 54: // embed_place
 		LAUNCH(gx, h_embed_place(w));
 		return 0;
-	case 53: // embed_grad_f32
+	case 55: // embed_grad_f32
 		LAUNCH(gx, h_embed_grad_f32(w));
 		return 0;
-	case 54: // cross_entropy_f32
+	case 56: // cross_entropy_f32
 		LAUNCH(gx, h_cross_entropy_f32(w));
 		return 0;
-	case 55: // cross_entropy_st
+	case 57: // cross_entropy_st
 		LAUNCH(gx, h_cross_entropy_st(w));
 		return 0;
-	case 56: // cross_entropy_grad_f32
+	case 58: // cross_entropy_grad_f32
 		LAUNCH(gx, h_cross_entropy_grad_f32(w));
 		return 0;
-	case 57: // cross_entropy_grad_st
+	case 59: // cross_entropy_grad_st
 		LAUNCH(gx, h_cross_entropy_grad_st(w));
 		return 0;
-	case 58: // adamw_f32
+	case 60: // adamw_f32
 		LAUNCH(gx, h_adamw_f32(w));
 		return 0;
-	case 59: // adamw_st
+	case 61: // adamw_st
 		LAUNCH(gx, h_adamw_st(w));
 		return 0;
-	case 60: // attention_f32
+	case 62: // attention_f32
 		return amsp_coop_launch(h_attention_f32, w, gx, gy, gz, block);
-	case 61: // attention_dsum_f32
+	case 63: // attention_dsum_f32
 		LAUNCH(gx, h_attention_dsum_f32(w));
 		return 0;
-	case 62: // attention_dq_f32
+	case 64: // attention_dq_f32
 		return amsp_coop_launch(h_attention_dq_f32, w, gx, gy, gz, block);
-	case 63: // attention_dkv_f32
+	case 65: // attention_dkv_f32
 		return amsp_coop_launch(h_attention_dkv_f32, w, gx, gy, gz, block);
-	case 64: // attention_dkv_sum_f32
+	case 66: // attention_dkv_sum_f32
 		LAUNCH(gx, h_attention_dkv_sum_f32(w));
 		return 0;
-	case 65: // first_nonfinite_f32
+	case 67: // first_nonfinite_f32
 		LAUNCH(gx, h_first_nonfinite_f32(w));
 		return 0;
-	case 66: // bf16_widen
+	case 68: // bf16_widen
 		LAUNCH(gx, h_bf16_widen(w));
 		return 0;
-	case 67: // bf16_round
+	case 69: // bf16_round
 		LAUNCH(gx, h_bf16_round(w));
 		return 0;
-	case 68: // bf16_pack
+	case 70: // bf16_pack
 		LAUNCH(gx, h_bf16_pack(w));
 		return 0;
-	case 69: // bf16_finish
+	case 71: // bf16_finish
 		LAUNCH(gx, h_bf16_finish(w));
 		return 0;
-	case 70: // spin_ns
+	case 72: // spin_ns
 		LAUNCH(gx, h_spin_ns(w));
 		return 0;
-	case 71: // mma_probe
+	case 73: // mma_probe
 		return amsp_coop_launch(h_mma_probe, w, gx, gy, gz, block);
-	case 72: // attention_mma_fwd
+	case 74: // attention_mma_fwd
 		return amsp_coop_launch(h_attention_mma_fwd, w, gx, gy, gz, block);
-	case 73: // attention_mma_dkv
+	case 75: // attention_mma_dkv
 		return amsp_coop_launch(h_attention_mma_dkv, w, gx, gy, gz, block);
-	case 74: // attention_mma_dq
+	case 76: // attention_mma_dq
 		return amsp_coop_launch(h_attention_mma_dq, w, gx, gy, gz, block);
-	case 75: // attention_dsum_bf16
+	case 77: // attention_dsum_bf16
 		LAUNCH(gx, h_attention_dsum_bf16(w));
 		return 0;
 	}
