@@ -18,7 +18,7 @@ import (
 func TestPlanEveryOp(t *testing.T) {
 	attrs := map[string]ir.AttrVal{"eps": {Float: 1e-5}, "heads": {Int: 2}, "kv_heads": {Int: 1}, "theta": {Float: 1e4},
 		"causal": {Bool: true}, "scale": {Float: 1}, "dtype": {Int: int64(ir.F32)}, "lr": {Float: 1e-3}, "beta1": {Float: 0.9},
-		"beta2": {Float: 0.95}, "weight_decay": {Float: 0.1}, "by": {Float: 45.25}}
+		"beta2": {Float: 0.95}, "weight_decay": {Float: 0.1}, "by": {Float: 45.25}, "dim": {Int: 1}, "parts": {Int: 3}}
 	x, w, ids, q, kv := []int64{2, 3, 8}, []int64{8}, []int64{2, 3}, []int64{2, 3, 8}, []int64{2, 3, 4}
 	cases := []struct {
 		op        ir.OpKind
@@ -44,6 +44,8 @@ func TestPlanEveryOp(t *testing.T) {
 		{ir.Attention, [][]int64{q, kv, kv}, [][]int64{q}, false},
 		{ir.AttentionGrad, [][]int64{q, kv, kv, q, q}, [][]int64{q, kv, kv}, false},
 		{ir.Transpose, [][]int64{{6, 8}}, [][]int64{{8, 6}}, false},
+		{ir.ToParts, [][]int64{x}, [][]int64{{3, 2, 1, 8}}, false},
+		{ir.FromParts, [][]int64{{3, 2, 1, 8}}, [][]int64{x}, false},
 		{ir.SiLU, [][]int64{x}, [][]int64{x}, false},
 		{ir.SiLUGrad, [][]int64{x, x}, [][]int64{x}, false},
 		{ir.GELU, [][]int64{x}, [][]int64{x}, false},
