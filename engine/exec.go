@@ -80,6 +80,9 @@ type rank struct {
 
 	step int // 1-based optimizer step
 	ran  int // steps this rank has run in this process
+	// hostColls says the program has collectives, which run through the
+	// host unless the device runs them (dc).
+	hostColls bool
 
 	// standIn replaces the rank's collectives by stand-ins (standin.go).
 	standIn *StandIn
@@ -126,8 +129,11 @@ func newRank(b *codegen.Bundle, r int, comm Comm, data *Data, be Backend) (*rank
 	trans := map[int32]bool{}
 	for s := range p.Streams {
 		for _, in := range p.Streams[s] {
-			if in.Op == ir.Alloc {
+			switch in.Op {
+			case ir.Alloc:
 				trans[in.Buf] = true
+			case ir.Collective:
+				k.hostColls = true
 			}
 		}
 	}
@@ -488,17 +494,7 @@ func (k *rank) graphable() bool {
 	if k.trace != nil {
 		return false
 	}
-	if k.dc != nil || k.standIn != nil {
-		return true
-	}
-	for s := range k.p.Streams {
-		for _, in := range k.p.Streams[s] {
-			if in.Op == ir.Collective {
-				return false
-			}
-		}
-	}
-	return true
+	return k.dc != nil || k.standIn != nil || !k.hostColls
 }
 
 // endStep waits for the step's work and reports the checks it made (and
@@ -630,26 +626,26 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 				tr.add(s, i, st, tr.stamp(s))
 			}
 		case ir.Kernel:
-			if tr != nil {
-				st = tr.stamp(s)
-			}
 			t0 = time.Now()
+			if tr != nil {
+				st = tr.stampAt(s, t0)
+			}
 			if err := k.kernel(s, in); err != nil {
 				return k.fail(s, in, err)
 			}
 			t1 := time.Now()
 			k.time(in.Kern.String(), t1.Sub(t0))
 			if tr != nil {
-				tr.add(s, i, st, tr.stamp(s))
+				tr.add(s, i, st, tr.stampAt(s, t1))
 			}
 			// A collective woken while both cores compute would wait for
 			// the scheduler's 10 ms preemption: let it run now.
 			runtime.Gosched()
 		case ir.Collective:
-			if tr != nil {
-				st = tr.stamp(s)
-			}
 			t0 = time.Now()
+			if tr != nil {
+				st = tr.stampAt(s, t0)
+			}
 			if k.standIn != nil {
 				if err := k.standInColl(s, i); err != nil {
 					return k.fail(s, in, err)
@@ -668,7 +664,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			t1 := time.Now()
 			k.time(in.Coll.String()+" "+in.Group.String(), t1.Sub(t0))
 			if tr != nil {
-				tr.add(s, i, st, tr.stamp(s))
+				tr.add(s, i, st, tr.stampAt(s, t1))
 			}
 		}
 	}

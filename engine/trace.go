@@ -94,6 +94,14 @@ func (rt *rankTrace) stamp(s int) traceStamp {
 	if rt.dev == nil {
 		return traceStamp{t: time.Now()}
 	}
+	return rt.stampAt(s, time.Time{})
+}
+
+// stampAt is stamp where the host has read its clock already (now).
+func (rt *rankTrace) stampAt(s int, now time.Time) traceStamp {
+	if rt.dev == nil {
+		return traceStamp{t: now}
+	}
 	m, err := rt.dev.Mark(s)
 	if err != nil && rt.merr == nil {
 		rt.merr = err

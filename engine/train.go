@@ -147,23 +147,14 @@ func CutPart(dst, whole []float32, shape []int64, d, i, parts int) {
 // dimension d, between whole and part (the part's elements in order):
 // out of whole when cut, else back into it.
 func movePart(part, whole []float32, shape []int64, d, i, n int, cut bool) {
-	outer, inner := int64(1), int64(1)
-	for _, k := range shape[:d] {
-		outer *= k
-	}
-	for _, k := range shape[d+1:] {
-		inner *= k
-	}
-	run := shape[d] / int64(n) * inner // a part's elements per outer index
-	for o := range outer {
-		a := part[o*run : (o+1)*run]
-		b := whole[o*shape[d]*inner+int64(i)*run : o*shape[d]*inner+int64(i+1)*run]
+	pp := PiecePart{Dim: d, Index: i, Of: n} // a checkpoint piece's runs
+	pp.runs(shape, 0, int64(len(part)), true, func(w, p, k int64) {
 		if cut {
-			copy(a, b)
+			copy(part[p:p+k], whole[w:w+k])
 		} else {
-			copy(b, a)
+			copy(whole[w:w+k], part[p:p+k])
 		}
-	}
+	})
 }
 
 // initialFlats computes every layout's full initial flat buffer for the
