@@ -28,6 +28,8 @@ type Evaluator struct {
 type setting struct {
 	rc ir.Recompute
 	mb int64
+	tp int // tensor-parallel degree (1: none)
+	sp bool
 }
 
 // graphFacts are the plan-independent facts of a training graph that the
@@ -35,8 +37,11 @@ type setting struct {
 type graphFacts struct {
 	err error
 	// compute is one micro-batch's forward and backward kernels, costed
-	// as the simulator costs the kernels lowering makes of them.
+	// as the simulator costs the kernels lowering makes of them, and its
+	// tensor-parallel collectives (on the compute stream), at their
+	// uncontended time.
 	compute float64
+	dp      ir.Factor // the data-parallel mesh the factors shard
 	stages  []stageFacts
 	// saved is the bytes of every value a backward kernel reads that
 	// forward made (or an input): all live while the last forward kernel
@@ -51,6 +56,9 @@ type stageFacts struct {
 	elems int64 // the stage's param elements, unpadded
 	// before is the forward compute the stage runs before its first
 	// kernel that reads one of its own params (stage 0 only).
+	// Tensor-parallel collectives among it (slowed by contention by an
+	// amount the bound does not know) make it unbounded, as they do
+	// after and bwd.
 	before float64
 	// bwdReads says the stage's backward reads its own params, so they
 	// must be gathered for it.
@@ -144,16 +152,15 @@ func prediction(r *Result) *cost.Prediction {
 }
 
 // facts runs the graph passes for a setting once.
-func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
+func (ev *Evaluator) facts(k setting) *graphFacts {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
-	k := setting{rc, mb}
 	if f, ok := ev.graphs[k]; ok {
 		return f
 	}
 	f := &graphFacts{}
 	ev.graphs[k] = f
-	job, err := forPlan(ev.job, cost.Plan{Name: "bound", MicroBatch: mb})
+	job, err := forPlan(ev.job, cost.Plan{Name: "bound", MicroBatch: k.mb, Tensor: k.tp, Sequence: k.sp})
 	if err != nil {
 		f.err = err
 		return f
@@ -162,10 +169,12 @@ func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
 		f.err = err
 		return f
 	}
-	if f.M, err = job.Train.MicroBatches(job.Cluster.GPUs()); err != nil {
+	if f.M, err = job.Train.MicroBatches(job.DataParallel()); err != nil {
 		f.err = err
 		return f
 	}
+	f.dp = ir.Factor{S0: f.m.DP.S0 / k.tp, S1: f.m.DP.S1}
+	rc := k.rc
 	var off []string
 	if ev.m.Config.Unfused {
 		off = []string{"fuse"}
@@ -188,6 +197,38 @@ func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
 		}
 		return f.m.Machine.KernelTime(op.Kind, shapes, op.Args[0].DType, op.Kind.Info().Flops(op))
 	}
+	// A tensor-parallel op's least time on the compute stream: its
+	// collective over the group, uncontended, of the whole tensor's
+	// bytes (as lowering sizes it); a slice's copy and the layout
+	// kernels only add.
+	tpGroup := ir.Factor{S0: k.tp, S1: 1}
+	tpTime := func(op *ir.Op) (float64, bool) {
+		var c ir.Coll
+		bytes := float64(op.Out().Bytes())
+		switch op.Kind {
+		case ir.TPAllReduce:
+			c = ir.AllReduce
+		case ir.TPAllGather:
+			c = ir.AllGather
+		case ir.TPReduceScatter:
+			c, bytes = ir.ReduceScatter, float64(op.Args[0].Bytes())
+		case ir.TPSlice:
+			return 0, true
+		default:
+			return 0, false
+		}
+		return f.m.Topo.Collective(c, bytes, tpGroup).Time, true
+	}
+	// opTime is an op's least time on the compute stream; window says
+	// the time is exact (a kernel's), so it may bound a window that hides
+	// communication.
+	opTime := func(op *ir.Op) (t float64, window bool) {
+		if t, ok := tpTime(op); ok {
+			return t, false
+		}
+		return kt(op), true
+	}
+	inf := math.Inf(1)
 	bwd := map[*ir.Value]bool{}
 	for _, ps := range s.Partition.Stages {
 		for _, v := range ps.Bwd {
@@ -226,20 +267,28 @@ func (ev *Evaluator) facts(rc ir.Recompute, mb int64) *graphFacts {
 		}
 		seen := false
 		for _, op := range opsOf(ps.Fwd) {
-			f.compute += kt(op)
+			t, exact := opTime(op)
+			f.compute += t
 			if i == 0 && !seen {
-				if reads(op) {
+				switch {
+				case reads(op):
 					seen = true
-				} else {
-					st.before += kt(op)
+				case !exact:
+					st.before = inf
+				default:
+					st.before += t
 				}
 			}
 		}
 		for _, op := range opsOf(ps.Bwd) {
-			f.compute += kt(op)
-			st.bwd += kt(op)
+			t, exact := opTime(op)
+			f.compute += t
+			if !exact {
+				t = inf
+			}
+			st.bwd += t
 			st.bwdReads = st.bwdReads || reads(op)
-			st.after += kt(op)
+			st.after += t
 			for _, r := range op.Results {
 				if p := paramOf[r]; p != nil && own[p] {
 					st.after = 0
@@ -281,7 +330,14 @@ func opsOf(vs []*ir.Value) []*ir.Op {
 //   - memory: the persistent P and OS shards, the GPU's reserve, and
 //     every value backward reads that forward made: all of them are live
 //     while the last forward kernel of the first micro-batch runs, so the
-//     peak holds them, and the allocator's allowance applies to them.
+//     peak holds them, and the allocator's allowance applies to them;
+//   - under tensor parallelism every count is of the rank's part (the
+//     graph the tensor pass localized), the factors shard the
+//     data-parallel mesh (GPUs per node / T x nodes), and the compute
+//     stream also runs the tensor-parallel collectives, each at least
+//     its uncontended time; a window of compute that holds one hides
+//     an unknown amount (contention may slow it), so the bound takes it
+//     to hide everything.
 //
 // Collective times only grow with size, so unpadded sizes bound padded
 // ones from below; contention only slows collectives.
@@ -290,7 +346,7 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 	if mb < 1 {
 		mb = ev.job.Train.MicroBatch
 	}
-	f := ev.facts(p.Recompute, mb)
+	f := ev.facts(setting{rc: p.Recompute, mb: mb, tp: max(p.Tensor, 1), sp: p.Sequence && p.Tensor > 1})
 	if f.err != nil {
 		return 0, 0, f.err
 	}
@@ -354,7 +410,7 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 			bytes[fa] += float64(st.elems) * pdt
 			var red float64
 			for _, fa := range order {
-				red += reduction(coll, bytes[fa], fa, m.DP)
+				red += reduction(coll, bytes[fa], fa, f.dp)
 			}
 			tail = math.Max(tail, red-hidden-st.after)
 		}

@@ -17,8 +17,9 @@ import (
 
 // TestBoundBelowSimulation: the bound the planner prunes with is at most
 // the simulated step, and its memory at most what the simulated program
-// needs, for every candidate of the small models and LLaMA-7B, and for
-// the per-group plan the MILP picks.
+// needs, for every candidate of the small models and LLaMA-7B
+// (tensor-parallel ones included), and for the per-group plan the MILP
+// picks.
 func TestBoundBelowSimulation(t *testing.T) {
 	for _, name := range []string{"tiny", "tied", "shared", "norepeat", "llama-7b"} {
 		t.Run(name, func(t *testing.T) {
@@ -29,6 +30,7 @@ func TestBoundBelowSimulation(t *testing.T) {
 			}
 			ev := compiler.NewEvaluator(job, m)
 			plans := planner.Candidates(m.DP, job.Train.Recompute, job.Train.MicroBatch)
+			plans = append(plans, planner.TensorCandidates(m.DP, job.Train.Recompute, job.Train.MicroBatch)...)
 			if mr, err := planner.SolveMILP(m, job, planner.Space(m.DP)); err == nil && mr.Best != nil {
 				plans = append(plans, mr.Best.Plan)
 			}

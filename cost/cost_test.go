@@ -184,3 +184,33 @@ func TestProfile(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerActivationsFormula: the cost model's count of what a block of
+// LLaMA-7B and of LLaMA-2-70B (grouped-query attention) keeps in bf16,
+// and of what full and selective recompute keep, is the formula's
+// (LayerActivations) at one rank.
+func TestLayerActivationsFormula(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		blk  Block
+	}{{"llama-7b", Block{H: 4096, KV: 4096, F: 11008}}, {"llama2-70b-gqa", Block{H: 8192, KV: 1024, F: 28672}}} {
+		m, err := NewModel(testjob.Load(t, c.name), DefaultConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := m.Job.Train
+		for _, s := range m.Stages {
+			if s.Group != Blocks {
+				continue
+			}
+			for _, x := range []struct {
+				rc  ir.Recompute
+				got int64
+			}{{ir.RecomputeNone, s.Saved}, {ir.RecomputeSelective, s.Saved - s.Selective}, {ir.RecomputeFull, s.Boundary}} {
+				if want := LayerActivations(c.blk, tr.SeqLen, tr.MicroBatch, 2, 1, false, x.rc); x.got != want {
+					t.Errorf("%s %s recompute %v: keeps %d bytes, the formula %d", c.name, s.Name, x.rc, x.got, want)
+				}
+			}
+		}
+	}
+}

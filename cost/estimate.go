@@ -190,12 +190,15 @@ func (m *Model) Evaluate(p Plan) *Estimate {
 		p.MicroBatch = t.MicroBatch
 		e.Plan.MicroBatch = p.MicroBatch
 	}
-	M, err := t.MicroBatchesOf(p.MicroBatch, m.DP.Size())
+	M, err := t.MicroBatchesOf(p.MicroBatch, m.DP.Size()/max(p.Tensor, 1))
 	if err != nil {
 		e.Feasible, e.Why = false, err.Error()
 		return e
 	}
 	e.M = M
+	if p.Tensor > 1 {
+		return e // priced only by simulation (the deferred mark says so)
+	}
 	scale := float64(p.MicroBatch) / float64(m.baseMB)
 	m.memory(e, scale)
 	comms := m.comm(e)
@@ -278,16 +281,22 @@ func (m *Model) GroupBuffers(g Group, f Factors) float64 {
 
 // Activations is the bytes of activations of one micro-batch at its peak:
 // what every stage saves for backward, or with full recompute only the
-// blocks' inputs plus one block rebuilt at a time; plus the backward's
-// workspace (a gradient and a temporary of the largest activation).
+// blocks' inputs plus one block rebuilt at a time, or with selective
+// recompute all but the attention cores' outputs plus one block's
+// rebuilt; plus the backward's workspace (a gradient and a temporary of
+// the largest activation).
 func (m *Model) Activations(rc ir.Recompute, scale float64) float64 {
 	var saved, maxBlock, maxValue float64
 	for _, s := range m.Stages {
 		maxValue = math.Max(maxValue, float64(s.MaxValue))
-		if rc == ir.RecomputeFull && s.Group == Blocks {
+		switch {
+		case rc == ir.RecomputeFull && s.Group == Blocks:
 			saved += float64(s.Boundary)
 			maxBlock = math.Max(maxBlock, float64(s.Saved))
 			continue
+		case rc == ir.RecomputeSelective && s.Group == Blocks:
+			saved -= float64(s.Selective)
+			maxBlock = math.Max(maxBlock, float64(s.Selective))
 		}
 		saved += float64(s.Saved)
 	}

@@ -42,6 +42,23 @@ type Stage struct {
 	// backward reads (the op table's Save facts) and no other stage does,
 	// and those they need, as the recompute pass copies them.
 	RecomputeFlops float64
+	// Selective is the bytes of attention-core outputs selective
+	// recompute does not keep (blocks only), SelectiveFlops the FLOPs of
+	// the cores it runs again.
+	Selective      int64
+	SelectiveFlops float64
+}
+
+// Recomputed is the stage's forward FLOPs that recompute rc runs again
+// before its backward.
+func (s *Stage) Recomputed(rc ir.Recompute) float64 {
+	switch rc {
+	case ir.RecomputeFull:
+		return s.RecomputeFlops
+	case ir.RecomputeSelective:
+		return s.SelectiveFlops
+	}
+	return 0
 }
 
 // ParamCount is the stage's total parameter elements.
@@ -133,6 +150,10 @@ func Stages(g *ir.Graph) []*Stage {
 			}
 			if info.SaveOut {
 				keep(op.Out())
+			}
+			if op.Kind == ir.Attention && dropped(v) {
+				st.Selective += v.Bytes()
+				st.SelectiveFlops += info.Flops(op)
 			}
 			for _, a := range op.Args {
 				if a.Def != nil && stageOf[a] != st && !boundary[boundaryKey{st, a}] {

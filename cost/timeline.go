@@ -30,9 +30,7 @@ func (m *Model) computeTimes(rc ir.Recompute, scale float64) (fwd, bwd []float64
 	for i, st := range m.Stages {
 		fwd[i] = st.FwdFlops * scale / m.flopRate
 		bwd[i] = 2 * fwd[i]
-		if rc == ir.RecomputeFull {
-			bwd[i] += st.RecomputeFlops * scale / m.flopRate
-		}
+		bwd[i] += st.Recomputed(rc) * scale / m.flopRate
 	}
 	for i := range m.Stages {
 		if i > 0 {

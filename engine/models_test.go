@@ -3,6 +3,7 @@ package engine_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"amspc/codegen"
@@ -60,14 +61,13 @@ func TestModelsTrainLikeOneRank(t *testing.T) {
 	for _, b := range planner.Baselines(dp, 4) {
 		plans = append(plans, b.Factors)
 	}
-	full := `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
-  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = full }`
 	for _, model := range []string{"shared", "norepeat", "tied", "gemma"} {
 		ref := train(t, compileModel(t, model, 1, 1, cost.Factors{P: one, G: one, OS: one}), steps)
-		for _, rc := range []string{"none", "full"} {
+		for _, rc := range []string{"none", "selective", "full"} {
 			var extra []string
-			if rc == "full" {
-				extra = []string{full}
+			if rc != "none" {
+				extra = []string{`train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = ` + rc + ` }`}
 			}
 			// Uniform plans, and one whose groups differ, so a param tied
 			// across stages is gathered under its owner's factors.
@@ -156,4 +156,38 @@ func hierarchical(b *codegen.Bundle) int {
 		}
 	}
 	return n
+}
+
+// TestSelectiveRecompute: selective recompute (the attention cores
+// computed again for backward) trains tiny and the GQA model to the
+// same bits as no recompute, runs one more attention kernel per layer
+// and micro-batch, and holds less at its measured peak; full recompute
+// holds less still.
+func TestSelectiveRecompute(t *testing.T) {
+	one := ir.Factor{S0: 1, S1: 1}
+	for _, model := range []string{"tiny", "shared"} {
+		var losses [3][]float64
+		var peaks [3]int64
+		var attention [3]int
+		for i, rc := range []string{"none", "selective", "full"} {
+			b := compileModel(t, model, 1, 1, cost.Factors{P: one, G: one, OS: one}, `train { seq_len = 64 micro_batch = 2 global_batch = 4 precision = fp32
+  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) recompute = `+rc+` }`)
+			attention[i] = strings.Count(engineProgramText(b), "kernel attention ")
+			r := start(t, b)
+			losses[i] = steps(t, r, 3)
+			peaks[i] = r.PeakBytes()[0]
+		}
+		for s := range losses[0] {
+			if losses[1][s] != losses[0][s] {
+				t.Errorf("%s step %d: loss %.17g under selective recompute, %.17g under none", model, s+1, losses[1][s], losses[0][s])
+			}
+		}
+		if attention[1] != 2*attention[0] {
+			t.Errorf("%s: %d attention kernels under selective recompute, %d under none (want twice as many)", model, attention[1], attention[0])
+		}
+		if !(peaks[2] < peaks[1] && peaks[1] < peaks[0]) {
+			t.Errorf("%s: peaks none %d, selective %d, full %d bytes: want each smaller than the last", model, peaks[0], peaks[1], peaks[2])
+		}
+		t.Logf("%s: measured peaks none %d, selective %d, full %d bytes", model, peaks[0], peaks[1], peaks[2])
+	}
 }

@@ -447,8 +447,8 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 	} else {
 		ok = ok && good
 	}
-	if w, good := s.word("recompute", "none", "full"); good && w == "full" {
-		out.Recompute = ir.RecomputeFull
+	if w, good := s.word("recompute", "none", "selective", "full"); good && w != "" {
+		out.Recompute, _ = ir.ParseRecompute(w)
 	} else {
 		ok = ok && good
 	}

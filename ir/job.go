@@ -163,7 +163,25 @@ type Recompute uint8
 const (
 	RecomputeNone Recompute = iota
 	RecomputeFull
+	// RecomputeSelective computes only the attention core again for
+	// backward (Korthikanti et al. 2022): its output is not kept from
+	// forward to backward.
+	RecomputeSelective
 )
+
+// Recomputes lists the recompute choices, in the order the planner
+// searches them.
+var Recomputes = []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
+
+// ParseRecompute maps "none", "selective" or "full" to a Recompute.
+func ParseRecompute(s string) (Recompute, bool) {
+	for _, r := range Recomputes {
+		if r.String() == s {
+			return r, true
+		}
+	}
+	return 0, false
+}
 
 func (r Recompute) String() string {
 	switch r {
@@ -171,6 +189,8 @@ func (r Recompute) String() string {
 		return "none"
 	case RecomputeFull:
 		return "full"
+	case RecomputeSelective:
+		return "selective"
 	}
 	return fmt.Sprintf("recompute(%d)", int(r))
 }

@@ -6,17 +6,20 @@ import (
 	"amspc/ir"
 )
 
-// recompute (full recompute only) computes again, at the start of each
-// block's backward, the values the block computes in forward that no other
+// recompute computes values again, at the start of each block's
+// backward, and makes backward read the copies. Under full recompute
+// they are the values the block computes in forward that no other
 // stage's forward reads and that backward needs (read by backward, or by
-// another such value), and makes backward read the copies. The
-// originals then die in forward (only the blocks' inputs and outputs stay
-// for backward), and the copies live from the block's backward start to
-// their last backward use. The copies run on the params gathered for the
-// block's backward; each is named after its original with ".rc" and made
-// for it (Origin), so the partition places it in the original's stage.
+// another such value): the originals then die in forward (only the
+// blocks' inputs and outputs stay for backward). Under selective
+// recompute they are only the attention cores' outputs backward reads;
+// the cores' inputs stay. The copies live from the block's backward
+// start to their last backward use and run on the params gathered for
+// the block's backward; each is named after its original with ".rc" and
+// made for it (Origin), so the partition places it in the original's
+// stage.
 func recompute(s *State) error {
-	if s.Recompute != ir.RecomputeFull {
+	if s.Recompute != ir.RecomputeFull && s.Recompute != ir.RecomputeSelective {
 		return nil
 	}
 	g := s.Graph
@@ -40,6 +43,9 @@ func recompute(s *State) error {
 		}
 	}
 	dropped := fwd.Droppable
+	if s.Recompute == ir.RecomputeSelective {
+		dropped = func(v *ir.Value) bool { return fwd.Droppable(v) && v.Def.Kind == ir.Attention }
+	}
 	needed := map[*ir.Value]bool{}
 	for _, v := range g.Values[end:] {
 		if v.Def != nil {

@@ -50,7 +50,10 @@ func tensor(s *State) error {
 func shard(s *State, c ir.ShardCtx) (map[*ir.Value]ir.Spec, error) {
 	g := s.Graph
 	specs := map[*ir.Value]ir.Spec{}
-	convs := map[convKey]*ir.Value{}
+	convs := &conversions{made: map[convKey]*ir.Value{}, names: map[string]bool{}}
+	for _, v := range g.Values {
+		convs.names[v.Name] = true
+	}
 	// An optimizer state is held as its weight is (its weight's spec is
 	// decided by the weight's first reader, in forward).
 	owner := map[*ir.Value]*ir.Value{}
@@ -62,6 +65,7 @@ func shard(s *State, c ir.ShardCtx) (map[*ir.Value]ir.Spec, error) {
 		}
 	}
 	logits := logitsOf(g)
+	loss := g.LossValue()
 	old := g.Values
 	g.Values = make([]*ir.Value, 0, len(old)+len(old)/4)
 	for _, v := range old {
@@ -119,6 +123,9 @@ func shard(s *State, c ir.ShardCtx) (map[*ir.Value]ir.Spec, error) {
 			specs[r] = out[j]
 		}
 		g.Values = append(g.Values, v)
+		if v == loss {
+			convs.backward = true
+		}
 	}
 	if err := ir.VerifySpecs(g, specs, c); err != nil {
 		return nil, &ir.InternalError{Pass: "tensor", Err: err}
@@ -178,24 +185,29 @@ func localize(g *ir.Graph, specs map[*ir.Value]ir.Spec, degree int) {
 }
 
 // convKey names a conversion made once and shared by its readers: the
-// value and the spec it is made in.
+// value, the spec it is made in, and for a gather whether backward
+// reads it.
 type convKey struct {
-	v  *ir.Value
-	to ir.Spec
+	v        *ir.Value
+	to       ir.Spec
+	backward bool
 }
 
 // convert is v, made in spec from, in spec to: a new value made by the
 // converting op, appended to g.Values before reader (the first result of
 // the op that needs it), or the one made before for the same v and spec.
 // The conversion has its reader's origin, or its value's.
-func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir.Spec, convs map[convKey]*ir.Value, degree int, v *ir.Value, from, to ir.Spec, reader *ir.Value) (*ir.Value, error) {
-	key := convKey{v, to}
-	if cv, ok := convs[key]; ok {
-		return cv, nil
-	}
+func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir.Spec, convs *conversions, degree int, v *ir.Value, from, to ir.Spec, reader *ir.Value) (*ir.Value, error) {
 	k, dim, ok := ir.Converter(from, to)
 	if !ok {
 		return nil, &ir.InternalError{Pass: "tensor", Err: fmt.Errorf("no op turns %s from %v into %v", v.Name, from, to)}
+	}
+	// Backward gathers again what forward gathered (Megatron's sequence
+	// parallelism does): forward's whole copy then dies in forward, and
+	// only the parts are kept for backward.
+	key := convKey{v, to, convs.backward && k == ir.TPAllGather}
+	if cv, ok := convs.made[key]; ok {
+		return cv, nil
 	}
 	attrs := []ir.Attr{ir.IntAttr("parts", int64(degree))}
 	if dim >= 0 {
@@ -207,9 +219,10 @@ func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir
 	}
 	suffix := convSuffix[k]
 	name := v.Name + "." + suffix
-	for n := 1; g.Lookup(name) != nil; n++ {
+	for n := 1; convs.names[name]; n++ {
 		name = fmt.Sprintf("%s.%s%d", v.Name, suffix, n)
 	}
+	convs.names[name] = true
 	cv := &ir.Value{Name: name, Shape: append(ir.Shape{}, v.Shape...), DType: v.DType, Role: role, Layer: reader.Layer, Pos: reader.Pos}
 	cv.Def = &ir.Op{Kind: k, Args: []*ir.Value{v}, Attrs: attrs, Results: []*ir.Value{cv}, Pos: reader.Pos}
 	g.Values = append(g.Values, cv)
@@ -221,8 +234,17 @@ func convert(g *ir.Graph, origin map[*ir.Value]*ir.Value, specs map[*ir.Value]ir
 		origin[cv] = o
 	}
 	specs[cv] = to
-	convs[key] = cv
+	convs.made[key] = cv
 	return cv, nil
+}
+
+// conversions are the converting ops the tensor pass made, by what they
+// convert, and the names the graph's values take; backward says the
+// walk is past the loss.
+type conversions struct {
+	made     map[convKey]*ir.Value
+	names    map[string]bool
+	backward bool
 }
 
 // convSuffix names a converted value after its converting op.

@@ -58,7 +58,7 @@ func settings(m *cost.Model, job *ir.Job) []setting {
 		if err != nil {
 			continue
 		}
-		for _, rc := range []ir.Recompute{ir.RecomputeNone, ir.RecomputeFull} {
+		for _, rc := range ir.Recomputes {
 			out = append(out, setting{mb, M, rc})
 		}
 	}

@@ -96,8 +96,8 @@ func (o Objective) Score(e *cost.Estimate) float64 {
 
 // Candidates lists the uniform plans the planner searches on mesh dp:
 // the paper's space (Space), each also with ZeRO++'s secondary copy of
-// the params inside a node where s_p spans nodes, under the train
-// section's recompute and the other choice, at micro-batch mb.
+// the params inside a node where s_p spans nodes, under every recompute
+// choice (the train section's first), at micro-batch mb.
 func Candidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
 	var fs []cost.Factors
 	for _, f := range Space(dp) {
@@ -108,10 +108,17 @@ func Candidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
 			fs = append(fs, hp)
 		}
 	}
+	return uniform("AMSP ", fs, rc, mb)
+}
+
+// uniform is a plan of each factors in fs under each recompute choice,
+// rc first, named prefix, the factors and the recompute where it is not
+// rc.
+func uniform(prefix string, fs []cost.Factors, rc ir.Recompute, mb int64) []cost.Plan {
 	var out []cost.Plan
-	for _, r := range []ir.Recompute{rc, other(rc)} {
+	for _, r := range recomputes(rc) {
 		for _, f := range fs {
-			name := "AMSP " + f.String()
+			name := prefix + f.String()
 			if r != rc {
 				name += " recompute=" + r.String()
 			}
@@ -121,11 +128,50 @@ func Candidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
 	return out
 }
 
-func other(rc ir.Recompute) ir.Recompute {
-	if rc == ir.RecomputeFull {
-		return ir.RecomputeNone
+// recomputes lists the recompute choices, rc first.
+func recomputes(rc ir.Recompute) []ir.Recompute {
+	out := []ir.Recompute{rc}
+	for _, r := range ir.Recomputes {
+		if r != rc {
+			out = append(out, r)
+		}
 	}
-	return ir.RecomputeFull
+	return out
+}
+
+// TensorDegrees lists the tensor-parallel degrees searched on mesh dp:
+// 2, 4 and 8, those that divide a node's GPUs (Megatron keeps a
+// tensor-parallel group inside a node).
+func TensorDegrees(dp ir.Factor) []int {
+	var out []int
+	for t := 2; t <= 8 && t <= dp.S0; t *= 2 {
+		if dp.S0%t == 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// TensorCandidates lists the tensor-parallel plans the planner searches
+// on mesh dp: for each degree T of TensorDegrees, with and without
+// sequence parallelism, the paper's space on the data-parallel mesh of
+// dp.S0/T GPUs per node x dp.S1 nodes, under every recompute choice.
+// ZeRO++'s secondary copy is not combined with tensor parallelism.
+func TensorCandidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
+	var out []cost.Plan
+	for _, t := range TensorDegrees(dp) {
+		for _, sp := range []bool{false, true} {
+			prefix := fmt.Sprintf("TP%d ", t)
+			if sp {
+				prefix = fmt.Sprintf("TP%d+SP ", t)
+			}
+			for _, p := range uniform(prefix, Space(ir.Factor{S0: dp.S0 / t, S1: dp.S1}), rc, mb) {
+				p.Tensor, p.Sequence = t, sp
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // batch is how many candidates are simulated together: a constant, so
@@ -168,7 +214,12 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		res.Fixed = m.Evaluate(p)
 	}
 	var all []*cost.Estimate
-	for _, p := range Candidates(m.DP, rc, mb) {
+	plans := Candidates(m.DP, rc, mb)
+	if ev != nil {
+		// Tensor-parallel plans: ranked only by simulation.
+		plans = append(plans, TensorCandidates(m.DP, rc, mb)...)
+	}
+	for _, p := range plans {
 		all = append(all, m.Evaluate(p))
 	}
 	res.Candidates = len(all)
@@ -258,8 +309,10 @@ func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.E
 			continue
 		}
 		step, mem, err := ev.Bound(e.Plan)
-		if err != nil {
-			return err
+		if err != nil { // the passes refuse the plan (a tensor-parallel degree that does not divide the heads)
+			e.Feasible, e.Why = false, err.Error()
+			r.Pruned++
+			continue
 		}
 		if mem > m.Limit() {
 			e.Feasible = false

@@ -280,6 +280,8 @@ type planResultJSON struct {
 	Baselines   []*estimateJSON `json:"baselines"`
 	Top         []*estimateJSON `json:"top"`
 	Candidates  int             `json:"candidates"`
+	Simulated   int             `json:"simulated"`
+	Pruned      int             `json:"pruned"`
 	SolveTime   float64         `json:"solve_time_s"`
 	Explanation []string        `json:"explanation"`
 	MILP        *struct {
@@ -293,7 +295,7 @@ type planResultJSON struct {
 
 func planJSON(r *planner.Result) *planResultJSON {
 	out := &planResultJSON{Objective: r.Objective.String(), Chosen: toEstimateJSON(r.Chosen), Fixed: toEstimateJSON(r.Fixed),
-		Candidates: r.Candidates, SolveTime: r.SolveTime.Seconds(), Explanation: r.Explain()}
+		Candidates: r.Candidates, Simulated: r.Simulated, Pruned: r.Pruned, SolveTime: r.SolveTime.Seconds(), Explanation: r.Explain()}
 	out.Baselines = []*estimateJSON{}
 	for _, e := range r.Baselines {
 		out.Baselines = append(out.Baselines, toEstimateJSON(e))
@@ -333,12 +335,19 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result, wide bo
 			}
 			s += fmt.Sprintf(" (%s)", strings.Join(parts, ", "))
 		}
-		wrap(w, "", fmt.Sprintf("%s, recompute %s, micro_batch %d", s, ch.Plan.Recompute, ch.Plan.MicroBatch))
+		s = fmt.Sprintf("%s, recompute %s, micro_batch %d", s, ch.Plan.Recompute, ch.Plan.MicroBatch)
+		if r.Objective == planner.Step {
+			s += fmt.Sprintf(": step %s, %s per GPU, MFU %s", dur(ch.Step), cost.GiB(ch.Mem.Total), percent(ch.MFU))
+		}
+		wrap(w, "", s)
 	}
 	for _, l := range r.Explain() {
 		wrap(w, "  ", l)
 	}
 	s := fmt.Sprintf("searched %d candidates in %s", r.Candidates, dur(r.SolveTime.Seconds()))
+	if r.Simulated > 0 {
+		s = fmt.Sprintf("searched %d candidates (%d simulated, %d ruled out by their bounds) in %s", r.Candidates, r.Simulated, r.Pruned, dur(r.SolveTime.Seconds()))
+	}
 	if mr := r.MILP; mr != nil {
 		s += fmt.Sprintf(" (MILP: %d columns, %d rows, %d nodes, %s)", mr.Columns, mr.Rows, mr.Nodes, mr.Solver)
 	}
@@ -383,8 +392,9 @@ type planCol struct {
 }
 
 // maxPlanName keeps the plan column narrow enough for the table to fit
-// lineWidth; the factors column still says what the plan is.
-const maxPlanName = 22
+// lineWidth; the factors and recompute columns still say what the plan
+// is.
+const maxPlanName = 16
 
 // planColumns lists the table's columns. The memory and traffic units
 // are chosen for the whole table from its largest value.
@@ -401,7 +411,8 @@ func planColumns(obj planner.Objective, rows []planRow, wide bool) []planCol {
 	}
 	cols := []planCol{
 		{"plan", true, func(e *cost.Estimate) string { return truncate(e.Plan.Name, maxPlanName) }},
-		{"s_p/s_g/s_os", true, func(e *cost.Estimate) string { return factorsText(e.Plan.Groups[cost.Blocks]) }},
+		{"s_p/s_g/s_os", true, func(e *cost.Estimate) string { return tensorText(e.Plan) + factorsText(e.Plan.Groups[cost.Blocks]) }},
+		{"rc", true, func(e *cost.Estimate) string { return recomputeText[e.Plan.Recompute] }},
 		{"M", false, func(e *cost.Estimate) string { return fmt.Sprint(e.M) }},
 		{"mem " + mu.name, false, mem(func(m cost.Memory) float64 { return m.Total })},
 	}
@@ -441,6 +452,21 @@ func planColumns(obj planner.Objective, rows []planRow, wide bool) []planCol {
 		planCol{"sim", true, func(e *cost.Estimate) string { return yesNo(e.Simulated) }})
 }
 
+// tensorText is a plan's tensor parallelism as the factors column
+// starts it: "tp4 ", "tp4+sp ", or nothing.
+func tensorText(p cost.Plan) string {
+	if p.Tensor <= 1 {
+		return ""
+	}
+	if p.Sequence {
+		return fmt.Sprintf("tp%d+sp ", p.Tensor)
+	}
+	return fmt.Sprintf("tp%d ", p.Tensor)
+}
+
+// recomputeText is the recompute column's word for each choice.
+var recomputeText = map[ir.Recompute]string{ir.RecomputeNone: "none", ir.RecomputeSelective: "sel", ir.RecomputeFull: "full"}
+
 // planTable lays the rows out; a plan that does not fit gets a note line
 // saying why.
 func planTable(obj planner.Objective, rows []planRow, wide bool) *table {
@@ -469,7 +495,8 @@ func planTable(obj planner.Objective, rows []planRow, wide bool) *table {
 
 // planLegend says what the columns mean, one line each.
 func planLegend(obj planner.Objective, rows []planRow, wide bool) []string {
-	out := []string{"mem: peak memory per GPU. intra, inter: bytes each GPU sends per step inside and across nodes."}
+	out := []string{"s_p/s_g/s_os: the factors, after tpT (+sp): tensor parallelism over T GPUs (sequence parallel). rc: recompute.",
+		"mem: peak memory per GPU. intra, inter: bytes each GPU sends per step inside and across nodes."}
 	if wide {
 		out = append(out, "P, G, OS, act, buf: parameters, gradients, optimizer states, activations, buffers (part of mem).")
 	}

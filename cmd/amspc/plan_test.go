@@ -127,10 +127,11 @@ func TestPlanGoldensFit120(t *testing.T) {
 }
 
 // TestPlanTensorShard: with a tensor-parallel shard section, amspc plan
-// compiles the baselines and the search's plans without tensor
-// parallelism (their factors shard every rank) and the shard section's
-// plan as it is: its row, named tp2, is the simulation of its compiled
-// program, and the choice is no slower than it.
+// compiles the baselines and the search's plans each with its own
+// tensor parallelism (none for the AMSP candidates and the prior
+// systems) and the shard section's plan as it is: its row, named tp2,
+// is the simulation of its compiled program, and the choice is no
+// slower than it.
 func TestPlanTensorShard(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if st := run([]string{"plan", "--shard", "{ tensor = 2, params = 2x2, grads = 2x2, optim = 2x2 }", tinyModel}, &stdout, &stderr); st != exitOK {
@@ -140,7 +141,7 @@ func TestPlanTensorShard(t *testing.T) {
 	if strings.Contains(out, "internal compiler error") || strings.Contains(out, "does not fit") {
 		t.Errorf("a row failed to compile:\n%s", out)
 	}
-	row := regexp.MustCompile(`(?m)^ +shard tp2 2x2/2x2/2x2 .* yes$`)
+	row := regexp.MustCompile(`(?m)^ +shard tp2 .* tp2 2x2/2x2/2x2 +none .* yes$`)
 	if !row.MatchString(out) {
 		t.Errorf("no simulated row for the tensor-parallel shard section:\n%s", out)
 	}
