@@ -1,7 +1,8 @@
 package main
 
 // amspc plan --export: the configuration that runs a plan's sharding in
-// DeepSpeed or PyTorch FSDP2, or, where the framework cannot express it,
+// DeepSpeed, PyTorch FSDP2, Megatron-LM or torchtitan, or, where the
+// framework cannot express it,
 // the fastest plan of the plan table it can, with both costed.
 
 import (
@@ -28,6 +29,17 @@ type exportTarget struct {
 var exportTargets = []exportTarget{
 	{"deepspeed", deepSpeedConfig},
 	{"fsdp", fsdpSnippet},
+	{"megatron", megatronArgs},
+	{"torchtitan", torchtitanTOML},
+}
+
+// exportNames lists the targets, as the errors name them.
+func exportNames() string {
+	var names []string
+	for _, t := range exportTargets {
+		names = append(names, t.name)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // runExport writes the export of the plan e (the chosen one, or the one
@@ -41,7 +53,7 @@ func runExport(stdout, stderr io.Writer, file, target string, job *ir.Job, r *pl
 		}
 	}
 	if t == nil {
-		fmt.Fprintf(stderr, "amspc plan: --export must be deepspeed or fsdp, not %q\n", target)
+		fmt.Fprintf(stderr, "amspc plan: --export must be %s, not %q\n", exportNames(), target)
 		return exitUser
 	}
 	e := r.Fixed
@@ -146,6 +158,9 @@ func groupsString(p cost.Plan) string {
 // parameters either not at all or as they are, so other factors are
 // refused.
 func deepSpeedConfig(_ string, f cost.Factors, dp ir.Factor, e *cost.Estimate, job *ir.Job, cfg cost.Config) (string, string) {
+	if why := noTensor("DeepSpeed's ZeRO", e.Plan); why != "" {
+		return "", why
+	}
 	one := ir.Factor{S0: 1, S1: 1}
 	z := map[string]any{}
 	sec := f.Secondary.Size() > 1
@@ -211,6 +226,9 @@ func deepSpeedConfig(_ string, f cost.Factors, dp ir.Factor, e *cost.Estimate, j
 // whole mesh, HSDP's 2-D mesh for k/k/k, reshard_after_forward=False for
 // ZeRO-2, an int for ZeRO++'s secondary shard, DDP for 1/1/1.
 func fsdpSnippet(name string, f cost.Factors, dp ir.Factor, e *cost.Estimate, job *ir.Job, cfg cost.Config) (string, string) {
+	if why := noTensor("this FSDP2 snippet", e.Plan); why != "" {
+		return "", why
+	}
 	one := ir.Factor{S0: 1, S1: 1}
 	n := dp.Size()
 	var b strings.Builder

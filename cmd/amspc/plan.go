@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"amspc/compiler"
@@ -14,7 +15,7 @@ import (
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--export deepspeed|fsdp] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--export deepspeed|fsdp|megatron|torchtitan] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
@@ -27,7 +28,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	sweepSpec := fs.String("sweep", "", "plan again at each cluster size `SIZES` (nodes=1,2,4 or gpus=8,16,32; the rest of the cluster as the file says) and print the chosen plan's and every baseline's MFU and memory per size")
 	sweepBatch := fs.String("sweep-batch", sweepPerGPU, "with --sweep, the global batch at each size: per-gpu keeps the train section's sequences per GPU (the global batch grows with the cluster), fixed keeps its global batch (a size it does not split is reported, not planned)")
 	bucket := fs.Int64("bucket", int64(cost.DefaultConfig.BucketBytes), "gradient bucket size in `bytes`")
-	export := fs.String("export", "", "print the chosen plan (or --shard's) as `FRAMEWORK`'s configuration: deepspeed (its JSON config) or fsdp (PyTorch FSDP2 code); what it cannot express goes to stderr with the nearest plan it can")
+	export := fs.String("export", "", "print the chosen plan (or --shard's) as `FRAMEWORK`'s configuration: deepspeed (its JSON config), fsdp (PyTorch FSDP2 code), megatron (pretrain_gpt.py's arguments) or torchtitan (its TOML); what it cannot express goes to stderr with the nearest plan it can")
 	file, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -120,8 +121,8 @@ func checkPlanFlags(fs *flag.FlagSet, top int, bucket int64, sweepBatch string) 
 func checkPlanOnlyFlags(fs *flag.FlagSet, obj planner.Objective, export string) error {
 	set := setFlags(fs)
 	if set["export"] {
-		if export != "deepspeed" && export != "fsdp" {
-			return fmt.Errorf("--export must be deepspeed or fsdp, not %q", export)
+		if !slices.ContainsFunc(exportTargets, func(t exportTarget) bool { return t.name == export }) {
+			return fmt.Errorf("--export must be %s, not %q", exportNames(), export)
 		}
 		for _, other := range []string{"sweep", "json", "wide"} {
 			if set[other] {
