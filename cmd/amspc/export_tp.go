@@ -155,6 +155,30 @@ func megatronArgs(name string, f cost.Factors, dp ir.Factor, e *cost.Estimate, j
 		arg("--recompute-method", "uniform")
 		arg("--recompute-num-layers", 1)
 	}
+	megatronModel(arg, m, t)
+	arg("--micro-batch-size", p.MicroBatch)
+	arg("--global-batch-size", t.GlobalBatch)
+	switch t.Precision {
+	case ir.BF16Mixed:
+		arg("--bf16")
+	case ir.FP16Mixed:
+		arg("--fp16")
+	}
+	o := t.Optimizer
+	arg("--optimizer", "adam")
+	arg("--lr", fmt.Sprintf("%g", o.LR))
+	arg("--adam-beta1", fmt.Sprintf("%g", o.Beta1))
+	arg("--adam-beta2", fmt.Sprintf("%g", o.Beta2))
+	arg("--adam-eps", fmt.Sprintf("%g", o.Eps))
+	arg("--weight-decay", fmt.Sprintf("%g", o.WeightDecay))
+	fmt.Fprintf(&b, "--train-iters %d\n", t.Steps)
+	return b.String(), ""
+}
+
+// megatronModel gives Megatron-LM the model's shape: LLaMA's
+// architecture (RoPE, RMSNorm, SwiGLU, no biases, no dropout) where the
+// model has it.
+func megatronModel(arg func(string, ...any), m decoder, t *ir.Train) {
 	arg("--num-layers", m.layers)
 	arg("--hidden-size", m.width)
 	arg("--ffn-hidden-size", m.ffn)
@@ -186,23 +210,6 @@ func megatronArgs(name string, f cost.Factors, dp ir.Factor, e *cost.Estimate, j
 	arg("--attention-dropout", 0)
 	arg("--hidden-dropout", 0)
 	arg("--use-flash-attn")
-	arg("--micro-batch-size", p.MicroBatch)
-	arg("--global-batch-size", t.GlobalBatch)
-	switch t.Precision {
-	case ir.BF16Mixed:
-		arg("--bf16")
-	case ir.FP16Mixed:
-		arg("--fp16")
-	}
-	o := t.Optimizer
-	arg("--optimizer", "adam")
-	arg("--lr", fmt.Sprintf("%g", o.LR))
-	arg("--adam-beta1", fmt.Sprintf("%g", o.Beta1))
-	arg("--adam-beta2", fmt.Sprintf("%g", o.Beta2))
-	arg("--adam-eps", fmt.Sprintf("%g", o.Eps))
-	arg("--weight-decay", fmt.Sprintf("%g", o.WeightDecay))
-	fmt.Fprintf(&b, "--train-iters %d\n", t.Steps)
-	return b.String(), ""
 }
 
 // torchtitanTOML is torchtitan's configuration for plan e: FSDP2 over
