@@ -374,23 +374,26 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 		fa := p.Groups[st.group]
 		n := float64(st.elems)
 		mem += n*pdt/float64(fa.P.Size()) + n*osb/float64(fa.OS.Size())
-		ag := gather(n*pdt, fa.P)
+		// The stage's gathers, as the collectives pass emits them.
+		var ag, agb, spread float64
+		for _, c := range ir.StateCollectives(fa, f.dp) {
+			switch c.Role {
+			case ir.GatherForward:
+				ag = gather(n*pdt, c.Mesh())
+			case ir.GatherBackward:
+				agb = gather(n*pdt, c.Mesh())
+			case ir.Spread:
+				spread = gather(n*pdt/float64(fa.P.Size()), c.Mesh())
+			}
+		}
 		busy += ag
 		if i != first && i != last {
 			busy += (M - 1) * ag
 			if st.bwdReads {
-				bwd := fa.P
-				if fa.Secondary.Size() > 1 {
-					bwd = fa.Secondary
-				}
-				busy += M * gather(n*pdt, bwd)
+				busy += M * agb
 			}
 		}
 		if i == 0 {
-			spread := 0.0
-			if fa.OS.Size() > fa.P.Size() {
-				spread = gather(n*pdt/float64(fa.P.Size()), ir.Factor{S0: fa.OS.S0 / fa.P.S0, S1: fa.OS.S1 / fa.P.S1})
-			}
 			idle = math.Max(0, math.Max(ag, spread)-st.before)
 		}
 	}
@@ -447,24 +450,26 @@ func minColl(t *cost.Topology, c ir.Coll, bytes float64, g ir.Factor) float64 {
 }
 
 // reduction bounds the time of reducing a stage's gradient of bytes
-// across the data-parallel mesh dp under factors f: a reduce-scatter
-// over s_p, then the replicas' reduction of the p-chunk, either one
-// all-reduce or (as the reduce-scatter creator rewrites it) a
-// reduce-scatter onto the part some component reads, over its sub-mesh,
-// and an all-reduce of the part across the sub-meshes.
+// across the data-parallel mesh dp under factors f in the last
+// micro-batch (ir.StateCollectives): the reduce-scatter onto the
+// p-chunk, then the replicas' reduction of the p-chunk, lowered as the
+// reduce-scatter creator makes it (ir.StateColl.Lowered) or, where the
+// creator does not apply, as one all-reduce, whichever is cheaper
+// (buckets only add latency).
 func reduction(coll func(ir.Coll, float64, ir.Factor) float64, bytes float64, f ir.Factors, dp ir.Factor) float64 {
-	t := coll(ir.ReduceScatter, bytes, f.P)
-	chunk := bytes / float64(f.P.Size())
-	if dp.Size() <= f.P.Size() {
-		return t
-	}
-	div := func(a, b ir.Factor) ir.Factor { return ir.Factor{S0: a.S0 / b.S0, S1: a.S1 / b.S1} }
-	best := coll(ir.AllReduce, chunk, div(dp, f.P))
-	for _, x := range []ir.Factor{f.G, f.OS} {
-		if x.Size() > f.P.Size() {
-			sub := div(x, f.P)
-			best = math.Min(best, coll(ir.ReduceScatter, chunk, sub)+coll(ir.AllReduce, chunk/float64(sub.Size()), div(dp, x)))
+	var t float64
+	for _, c := range ir.StateCollectives(f, dp) {
+		switch c.Role {
+		case ir.ReduceGrads:
+			t += coll(c.Coll, bytes, c.Mesh())
+		case ir.ReplicaReduce:
+			chunk := bytes / float64(f.P.Size())
+			var split float64
+			for _, l := range c.Lowered() {
+				split += coll(l.Coll, chunk/float64(l.Div), l.Mesh)
+			}
+			t += math.Min(coll(c.Coll, chunk, c.Mesh()), split)
 		}
 	}
-	return t + best
+	return t
 }

@@ -402,10 +402,6 @@ func (m *Model) groupComm(e *Estimate, g Group, out []stageComm) {
 		return
 	}
 	U := m.Config.BucketBytes
-	bwd := f.P
-	if f.Secondary.Size() > 1 {
-		bwd = f.Secondary
-	}
 	// The scheduler keeps the params released at or after the last stage
 	// with params gathered into backward, instead of gathering them again.
 	lastParams := -1
@@ -414,60 +410,76 @@ func (m *Model) groupComm(e *Estimate, g Group, out []stageComm) {
 			lastParams = i
 		}
 	}
+	colls := ir.StateCollectives(f, m.DP)
+	// lowered is the time of c as the passes lower it, bytes at a time,
+	// count times.
+	lowered := func(c ir.StateColl, bytes, count float64) float64 {
+		var t float64
+		for _, l := range c.Lowered() {
+			t += m.coll(e, l.Coll, bytes/float64(l.Div), l.Mesh, count)
+		}
+		return t
+	}
 	for i, s := range m.Stages {
-		if s.Group != g {
+		if s.Group != g || len(s.Params) == 0 {
 			continue
 		}
 		// Per module (T_p): all-gathers before forward and backward,
 		// reduce-scatter after backward, every micro-batch. The paper's
 		// T_p counts the backward all-gather of every module.
-		if f.P.Size() > 1 {
-			kept := s.LastUser >= lastParams
-			for _, n := range s.Params {
-				pb, gb := float64(n)*m.pBytes, float64(n)*m.gBytes
-				ag := m.coll(e, AllGather, pb, f.P, M)
-				var agb float64
-				if kept {
-					agb = m.Topo.Collective(AllGather, pb, bwd).Time
-				} else {
-					agb = m.coll(e, AllGather, pb, bwd, M)
-					out[i].agBwd += agb
+		kept := s.LastUser >= lastParams
+		for _, n := range s.Params {
+			var ag, agb, rs float64
+			for _, c := range colls {
+				bytes := float64(n) * m.pBytes
+				if c.Grads {
+					bytes = float64(n) * m.gBytes
 				}
-				rs := m.coll(e, ReduceScatter, gb, f.P, M)
-				out[i].agFwd += ag
-				out[i].rs += rs
-				e.Tp += M * (ag + agb + rs)
+				switch c.Role {
+				case ir.GatherForward:
+					ag = m.coll(e, c.Coll, bytes, c.Mesh(), M)
+				case ir.GatherBackward:
+					if kept {
+						agb = m.Topo.Collective(c.Coll, bytes, c.Mesh()).Time
+					} else {
+						agb = m.coll(e, c.Coll, bytes, c.Mesh(), M)
+						out[i].agBwd += agb
+					}
+				case ir.ReduceGrads:
+					rs = m.coll(e, c.Coll, bytes, c.Mesh(), M)
+				}
 			}
-		}
-		if len(s.Params) == 0 {
-			continue
+			out[i].agFwd += ag
+			out[i].rs += rs
+			e.Tp += M * (ag + agb + rs)
 		}
 		// The schedule's view of the bucketed all-reduces and the spread:
-		// each stage's share, in whole buckets.
+		// each stage's p-chunk.
 		share := float64(s.ParamCount()) * m.gBytes / float64(f.P.Size())
-		// Select and drop keeps only the g-slice: one reduce-scatter per
-		// stage and micro-batch but the last, as the scheduler lowers it.
-		if f.G.Size() > f.P.Size() {
-			out[i].arG = m.coll(e, ReduceScatter, share, ratio(f.G, f.P), M-1)
-		}
-		// The replicas' reduction: where the optimizer reads only an
-		// os-slice, a reduce-scatter onto it over the os-group and an
-		// all-reduce of the slice across os-groups, per stage; otherwise
-		// bucketed all-reduces of the p-chunk.
-		switch {
-		case m.DP.Size() > f.P.Size() && f.OS.Size() > f.P.Size():
-			out[i].arDP = m.coll(e, ReduceScatter, share, ratio(f.OS, f.P), 1) +
-				m.coll(e, AllReduce, share/float64(f.OS.Size()/f.P.Size()), ratio(m.DP, f.OS), 1)
-		case m.DP.Size() > f.P.Size():
-			out[i].arDP = m.bucketed(e, share, ratio(m.DP, f.P), 1)
-		}
-		// The spread of updated parameters: the paper issues s_os/s_p
-		// broadcasts in one NCCL group call; run concurrently they move
-		// the same bytes as an all-gather of the P shard over the os/p
-		// mesh, with one ring's latency, which is how we cost them.
-		if f.OS.Size() > f.P.Size() {
-			pb := float64(s.ParamCount()) * m.pBytes / float64(f.P.Size())
-			out[i].bc = m.coll(e, AllGather, pb, ratio(f.OS, f.P), 1)
+		for _, c := range colls {
+			switch c.Role {
+			case ir.SelectDrop:
+				// Only the g-slice is kept: one reduce-scatter per stage and
+				// micro-batch but the last.
+				out[i].arG = lowered(c, share, M-1)
+			case ir.ReplicaReduce:
+				// Where the optimizer reads only an os-slice, a
+				// reduce-scatter onto it and an all-reduce of the slice
+				// across os-groups, per stage; otherwise bucketed
+				// all-reduces of the p-chunk (the bucket pass).
+				if c.Read.Size() > 1 {
+					out[i].arDP = lowered(c, share, 1)
+				} else {
+					out[i].arDP = m.bucketed(e, share, c.Mesh(), 1)
+				}
+			case ir.Spread:
+				// The paper issues s_os/s_p broadcasts in one NCCL group
+				// call; run concurrently they move the same bytes as an
+				// all-gather of the P shard over the os/p mesh, with one
+				// ring's latency, which is how we cost them.
+				pb := float64(s.ParamCount()) * m.pBytes / float64(f.P.Size())
+				out[i].bc = lowered(c, pb, 1)
+			}
 		}
 	}
 	// The paper's terms, with its fractional bucket count 2Φ/(U s_p).

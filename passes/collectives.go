@@ -7,20 +7,21 @@ import (
 )
 
 // collectives inserts the communication of every component, stage by
-// stage, in the naive form the rewrites then improve (with s_p, s_g,
-// s_os the stage's factors and dp the whole mesh):
+// stage, in the naive form the rewrites then improve: the collectives
+// ir.StateCollectives lists for the stage's factors, each where its role
+// puts it:
 //
-//   - s_p > 1: all-gather P before forward and before backward (from the
-//     hpZ secondary shard in backward, copied after forward), free it
-//     after its last reader; reduce-scatter the gradient over the p-group
-//     after backward;
-//   - micro-batches 1..M-1, s_g > s_p: all-reduce the p-chunk over the
-//     s_g/s_p replicas (select and drop: only this rank's g-slice is read
-//     after, the reduce-scatter pass makes it a reduce-scatter);
-//   - last micro-batch: all-reduce the p-chunk over the dp/s_p replicas;
-//   - s_os > s_p: the spread, an all-gather of the updated os-slices over
-//     the s_os/s_p replicas, at the next step's start before the stage's
-//     first gather.
+//   - gather forward: before the stage's forward (params freed after
+//     their last reader, the hpZ secondary shard copied first);
+//   - gather backward: before the backward of the stage's first backward
+//     reader (from the secondary shard under hpZ);
+//   - reduce gradients: after the stage's backward;
+//   - select and drop: micro-batches 1..M-1, after it (only this rank's
+//     g-slice is read after: the reduce-scatter pass makes it a
+//     reduce-scatter);
+//   - replica reduce: the last micro-batch, at the stage's finish;
+//   - spread: at the next step's start, before the stage's first
+//     gather.
 //
 // It consumes lower's sequence in order: loads, each stage's forward,
 // each stage's backward and accumulation (last stage first), then the
@@ -42,27 +43,34 @@ func collectives(s *State) error {
 		x.Stage, x.Micro = int32(stage), int32(m)
 		p.Seq = append(p.Seq, ir.SeqOp{Instr: x, Phase: ph, Stream: stream})
 	}
-	coll := func(ph ir.Phase, stream int, c ir.Coll, from, to int32, g ir.Group, stage, m int, why string) {
-		emit(ph, stream, collInstr(p, c, from, to, g, why), stage, m)
+	coll := func(ph ir.Phase, stream int, c ir.StateColl, from, to int32, stage, m int, why string) {
+		emit(ph, stream, collInstr(p, c.Coll, from, to, ds.group(c.Outer, c.Inner), why), stage, m)
+	}
+	// has says stage st has the collective of role r; the collective.
+	has := func(st *distStage, r ir.StateRole) (ir.StateColl, bool) {
+		if st.params == 0 {
+			return ir.StateColl{}, false
+		}
+		return st.f.StateColl(r, ds.dp)
 	}
 	M := ds.d.Micro
 	for m := 0; m < M; m++ {
 		last := m == M-1
 		take(m, ir.Forward, -1)
 		for i, st := range ds.stages {
-			if st.params > 0 && m == 0 && st.f.OS.Size() > st.f.P.Size() {
-				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pOS, st.pShard, ds.group(st.f.OS, st.f.P), i, -1, "spread updated params")
+			if c, ok := has(st, ir.Spread); ok && m == 0 {
+				coll(ir.Forward, ir.CommGather, c, st.pOS, st.pShard, i, -1, "spread updated params")
 			}
-			if st.params > 0 && st.f.P.Size() > 1 {
+			if c, ok := has(st, ir.GatherForward); ok {
 				emit(ir.Forward, ir.CommGather, ir.Instr{Op: ir.Alloc, Buf: st.pFull}, i, m)
-				coll(ir.Forward, ir.CommGather, ir.AllGather, st.pShard, st.pFull, ds.group(st.f.P, one), i, m, "")
+				coll(ir.Forward, ir.CommGather, c, st.pShard, st.pFull, i, m, "")
 			}
 			take(m, ir.Forward, i)
 			// Release this stage's params and those of earlier stages
 			// whose last user this is.
 			for _, k := range append(append([]int{}, st.borrowed...), i) {
 				sk := ds.stages[k]
-				if sk.lastUser != i || sk.params == 0 || sk.f.P.Size() <= 1 {
+				if _, gathered := has(sk, ir.GatherForward); sk.lastUser != i || !gathered {
 					continue
 				}
 				if sk.pSec >= 0 {
@@ -80,15 +88,16 @@ func collectives(s *State) error {
 			// whose first backward user this is.
 			for _, k := range append([]int{j}, st.borrowed...) {
 				sk := ds.stages[k]
-				if sk.lastUser != j || sk.params == 0 || sk.f.P.Size() <= 1 {
+				c, ok := has(sk, ir.GatherBackward)
+				if sk.lastUser != j || !ok {
 					continue
 				}
-				from, g := sk.pShard, ds.group(sk.f.P, one)
+				from := sk.pShard
 				if sk.pSec >= 0 {
-					from, g = sk.pSec, ds.group(sk.f.Secondary, one)
+					from = sk.pSec
 				}
 				emit(ir.Backward, ir.CommGather, ir.Instr{Op: ir.Alloc, Buf: sk.pFull}, k, m)
-				coll(ir.Backward, ir.CommGather, ir.AllGather, from, sk.pFull, g, k, m, "")
+				coll(ir.Backward, ir.CommGather, c, from, sk.pFull, k, m, "")
 			}
 			if st.params > 0 {
 				emit(ir.Backward, ir.Compute, ir.Instr{Op: ir.Alloc, Buf: st.gFull}, j, m)
@@ -97,20 +106,20 @@ func collectives(s *State) error {
 			if st.params == 0 {
 				continue
 			}
-			f := st.f
-			if f.P.Size() > 1 {
+			if c, ok := has(st, ir.ReduceGrads); ok {
 				emit(ir.Sync, ir.Compute, ir.Instr{Op: ir.Free, Buf: st.pFull}, j, m)
 				emit(ir.Sync, ir.CommReduce, ir.Instr{Op: ir.Alloc, Buf: st.gPC}, j, m)
-				coll(ir.Sync, ir.CommReduce, ir.ReduceScatter, st.gFull, st.gPC, ds.group(f.P, one), j, m, "")
+				coll(ir.Sync, ir.CommReduce, c, st.gFull, st.gPC, j, m, "")
 				emit(ir.Sync, ir.CommReduce, ir.Instr{Op: ir.Free, Buf: st.gFull}, j, m)
 			}
-			if !last && f.G.Size() > f.P.Size() {
-				coll(ir.Sync, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, ds.group(f.G, f.P), j, m, "select and drop")
+			if c, ok := has(st, ir.SelectDrop); ok && !last {
+				coll(ir.Sync, ir.CommReduce, c, st.gPC, st.gPC, j, m, "select and drop")
 			}
 			take(m, ir.Finish, j)
+			c, replicas := has(st, ir.ReplicaReduce)
 			switch {
-			case last && ds.dp.Size() > f.P.Size():
-				coll(ir.Finish, ir.CommReduce, ir.AllReduce, st.gPC, st.gPC, ds.group(ds.dp, f.P), j, m, "data-parallel replicas")
+			case last && replicas:
+				coll(ir.Finish, ir.CommReduce, c, st.gPC, st.gPC, j, m, "data-parallel replicas")
 			case !last:
 				emit(ir.Finish, ir.Compute, ir.Instr{Op: ir.Free, Buf: st.gPC}, j, m)
 			}

@@ -27,14 +27,14 @@ func reduceScatter(s *State) error {
 			out = append(out, op)
 			continue
 		}
-		part := p.Buffers[v].Part
+		rsg, arg, across := ir.SplitAllReduce(op.Group.Outer, op.Group.Inner, p.Buffers[v].Part.Outer)
 		rs := op
-		rs.Instr = collInstr(p, ir.ReduceScatter, op.In, v, part, op.Comment)
+		rs.Instr = collInstr(p, ir.ReduceScatter, op.In, v, rsg, op.Comment)
 		rs.Stage, rs.Micro = op.Stage, op.Micro
 		out = append(out, rs)
-		if part.Outer != op.Group.Outer {
+		if across {
 			ar := op
-			ar.Instr = collInstr(p, ir.AllReduce, v, v, group(op.Group.Outer, part.Outer), op.Comment)
+			ar.Instr = collInstr(p, ir.AllReduce, v, v, arg, op.Comment)
 			ar.Stage, ar.Micro = op.Stage, op.Micro
 			out = append(out, ar)
 		}
