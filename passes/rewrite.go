@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"math"
 	"slices"
 
 	"amspc/ir"
@@ -211,53 +212,64 @@ func ownPartGathers(p *ir.Program) {
 }
 
 // deadKernels removes kernels all of whose outputs are transient buffers
-// written again, freed or left before anything reads them.
+// written again, freed or left before anything reads them (through any
+// buffer sharing their root). One sweep from the end decides it: a
+// kernel found dead is dropped before the kernels before it are looked
+// at, so their outputs that only it read are dead too, and removing a
+// dead kernel's writes never makes an earlier output read (what follows
+// them is not read before the next overwrite).
 func deadKernels(p *ir.Program) {
 	persistent := p.Persistent()
-	for changed := true; changed; {
-		changed = false
-		for i := 0; i < len(p.Seq); i++ {
-			op := &p.Seq[i]
-			if op.Op != ir.Kernel || op.Kern.Info().IsLoss() {
-				continue
-			}
+	const never = math.MaxInt
+	// The next instruction, after the one being looked at, that reads a
+	// root; that allocates or frees it; that writes a buffer without
+	// reading its root.
+	nextRead := make([]int, len(p.Buffers))
+	nextAllocFree := make([]int, len(p.Buffers))
+	nextWrite := make([]int, len(p.Buffers))
+	for i := range nextRead {
+		nextRead[i], nextAllocFree[i], nextWrite[i] = never, never, never
+	}
+	keep := make([]bool, len(p.Seq))
+	var roots []int32
+	for i := len(p.Seq) - 1; i >= 0; i-- {
+		op := &p.Seq[i]
+		if op.Op == ir.Kernel && !op.Kern.Info().IsLoss() {
 			live := false
 			for _, o := range op.Outs {
-				if persistent[p.Root(o)] || readBeforeOverwrite(p, i, o) {
+				r := p.Root(o)
+				if persistent[r] || (nextRead[r] < nextAllocFree[r] && nextRead[r] < nextWrite[o]) {
 					live = true
 				}
 			}
 			if !live {
-				p.Seq = append(p.Seq[:i], p.Seq[i+1:]...)
-				i--
-				changed = true
+				continue
 			}
 		}
-	}
-}
-
-// readBeforeOverwrite reports whether buffer o, written by instruction i,
-// is read (through any buffer sharing its root) before the root is
-// freed, allocated again or written again by an instruction that does
-// not read it.
-func readBeforeOverwrite(p *ir.Program, i int, o int32) bool {
-	root := p.Root(o)
-	for _, op := range p.Seq[i+1:] {
+		keep[i] = true
+		roots = roots[:0]
 		for _, r := range op.Reads() {
-			if p.Root(r) == root {
-				return true
-			}
+			roots = append(roots, p.Root(r))
 		}
-		if (op.Op == ir.Alloc || op.Op == ir.Free) && op.Buf == root {
-			return false
+		for _, r := range roots {
+			nextRead[r] = i
+		}
+		if (op.Op == ir.Alloc || op.Op == ir.Free) && !slices.Contains(roots, op.Buf) {
+			nextAllocFree[op.Buf] = i
 		}
 		for _, w := range op.Writes() {
-			if w == o {
-				return false
+			if !slices.Contains(roots, p.Root(w)) {
+				nextWrite[w] = i
 			}
 		}
 	}
-	return false
+	out := p.Seq[:0]
+	for i, op := range p.Seq {
+		if keep[i] {
+			out = append(out, op)
+		}
+	}
+	p.Seq = out
 }
 
 // writes reports whether instruction in writes buffer x or a view of it.
