@@ -13,6 +13,7 @@ import (
 	"amspc/cost/profile"
 	"amspc/frontend"
 	"amspc/ir"
+	"amspc/passes"
 )
 
 // loadFlags are the flags every command that reads a job shares.
@@ -143,6 +144,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
+		if err := checkTensor(job); err != nil {
+			status = max(status, passError(stderr, name, err))
+			continue
+		}
 		sum, err := summarise(job, *dp)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
@@ -160,6 +165,19 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		printSummary(stdout, name, job, sum)
 	}
 	return status
+}
+
+// checkTensor refuses a tensor-parallel degree the model's ops cannot
+// be split by (heads, kv_heads, the FFN width, ...): the tensor pass's
+// error, at the op or declaration, as compile would give it.
+func checkTensor(job *ir.Job) error {
+	if job.Shard == nil || job.Shard.Tensor <= 1 || job.Train == nil {
+		return nil
+	}
+	cp := *job
+	cp.Graph = job.Graph.Clone()
+	_, err := passes.Run(&cp, passes.Options{Recompute: job.Train.Recompute})
+	return err
 }
 
 // checkSummary is what `amspc check --json` prints; the text form shows
@@ -242,7 +260,7 @@ func summarise(job *ir.Job, dp int) (*checkSummary, error) {
 	}
 	given := dp > 0
 	if c := job.Cluster; c != nil && dp == 0 {
-		dp = c.GPUs()
+		dp = job.DataParallel()
 	}
 	if t := job.Train; t != nil {
 		ts, err := summariseTrain(t, dp)

@@ -86,7 +86,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case bundle.Tensor > 1:
 		// The analytic model prices the whole model on every rank.
-		fmt.Fprintln(stdout, "  (the planner's analytic model has no tensor parallelism yet: the prediction above is the compiled program's)")
+		fmt.Fprintln(stdout, "  (tensor parallelism is priced by simulating the compiled program only: the prediction above)")
 	case est != nil:
 		fmt.Fprintf(stdout, "  planner's analytic estimate: step %s, memory %s\n", dur(est.Step), cost.GiB(est.Mem.Total))
 	}
