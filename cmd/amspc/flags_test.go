@@ -29,7 +29,7 @@ func TestPlanFlagValues(t *testing.T) {
 		{[]string{"plan", "--bucket", "-4096", tiny}, `^amspc plan: --bucket -4096 is out of range`},
 		{[]string{"plan", "--bucket", "1099511627777", tiny}, `^amspc plan: --bucket 1099511627777 is out of range`},
 		{[]string{"plan", "--objective", "fast", tiny}, `--objective must be step or paper, not "fast"`},
-		{[]string{"plan", "--export", "megatron", tiny}, `^amspc plan: --export must be deepspeed or fsdp, not "megatron"$`},
+		{[]string{"plan", "--export", "colossalai", tiny}, `^amspc plan: --export must be deepspeed, fsdp, megatron or torchtitan, not "colossalai"$`},
 		{[]string{"plan", "--export", "deepspeed", "--sweep", "nodes=1,2", tiny}, `^amspc plan: --export deepspeed .*--sweep`},
 		{[]string{"plan", "--export", "fsdp", "--json", tiny}, `^amspc plan: --export fsdp .*--json`},
 		{[]string{"plan", "--export", "fsdp", "--wide", tiny}, `^amspc plan: --export fsdp .*--wide`},

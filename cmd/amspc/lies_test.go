@@ -219,7 +219,7 @@ func TestCompletionValues(t *testing.T) {
 		{[]string{"amspc", "ckpt", "info", "ck"}, "ckpts"},
 		{[]string{"amspc", "ckpt", "export", "--o"}, "--optimizer"},
 		{[]string{"amspc", "plan", "--objective", ""}, "paper step"},
-		{[]string{"amspc", "plan", "--export", ""}, "deepspeed fsdp"},
+		{[]string{"amspc", "plan", "--export", ""}, "deepspeed fsdp megatron torchtitan"},
 		{[]string{"amspc", "plan", "--sweep-batch", ""}, "fixed per-gpu"},
 		{[]string{"amspc", "report", "--sweep-batch", "f"}, "fixed"},
 		{[]string{"amspc", "run", "--device", ""}, "cpu cuda sim"},
