@@ -220,6 +220,12 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		plans = append(plans, TensorCandidates(m.DP, rc, mb)...)
 	}
 	for _, p := range plans {
+		// The paper's objective searches the paper's space: T_comm does
+		// not charge recompute's compute, so the train section's
+		// recompute is kept, and ZeRO++'s secondary copy is not AMSP's.
+		if opts.Objective == Paper && (p.Recompute != rc || !p.IsUniform() || p.Groups[0].Secondary.Size() > 1) {
+			continue
+		}
 		all = append(all, m.Evaluate(p))
 	}
 	res.Candidates = len(all)

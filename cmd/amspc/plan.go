@@ -439,7 +439,11 @@ func planColumns(obj planner.Objective, rows []planRow, wide bool) []planCol {
 	tcomm := planCol{"T_comm", false, func(e *cost.Estimate) string { return dur(e.PaperComm) }}
 	switch {
 	case obj == planner.Paper && wide:
-		cols = append(cols, step, tcomm)
+		cols = append(cols, step, tcomm,
+			planCol{"T_p", false, func(e *cost.Estimate) string { return dur(e.Tp) }},
+			planCol{"T_g", false, func(e *cost.Estimate) string { return dur(e.Tg) }},
+			planCol{"T_os0", false, func(e *cost.Estimate) string { return dur(e.Tos0) }},
+			planCol{"T_os1", false, func(e *cost.Estimate) string { return dur(e.Tos1) }})
 	case obj == planner.Paper:
 		cols = append(cols, tcomm)
 	default:
