@@ -117,6 +117,9 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 	if p := m.Topo.Profile; p != nil && p.HasKernels() {
 		m.Machine.Kernels = p // measured kernel times replace the roofline
 	}
+	if p := m.Topo.Profile; p != nil {
+		m.Machine.Overhead = p.Overhead
+	}
 	prec := job.Train.Precision
 	m.pBytes = float64(prec.DType().Size())
 	m.gBytes = m.pBytes

@@ -1,6 +1,9 @@
 package cost
 
-import "amspc/ir"
+import (
+	"amspc/cost/profile"
+	"amspc/ir"
+)
 
 // KernelProfile gives measured kernel times (amspc profile writes them;
 // another package implements it). ok is false where it has no
@@ -28,7 +31,16 @@ type Machine struct {
 	// NoComm makes every collective take no time: the step's compute
 	// alone, against which a step's exposed communication is measured.
 	NoComm bool
+	// Overhead is what each kernel and each collective costs beyond its
+	// measured or modelled time (a profile's, fitted against measured
+	// steps; zero otherwise): the simulator adds it to every kernel and
+	// to every collective's latency.
+	Overhead Overhead
 }
+
+// Overhead is a machine's cost per instruction beyond kernel and
+// collective times (profile.Overhead).
+type Overhead = profile.Overhead
 
 // NewMachine reads a cluster's GPU; topo is its network (NewTopology, with
 // any collective profile attached).

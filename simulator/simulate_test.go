@@ -1,6 +1,7 @@
 package simulator_test
 
 import (
+	"math"
 	"testing"
 
 	"amspc/compiler"
@@ -11,8 +12,9 @@ import (
 )
 
 // checkSpans checks the simulator's invariants on a timeline of p: a
-// kernel lasts exactly the machine's KernelTime of its instruction, a
-// collective never less than one flat call alone. It returns how many
+// kernel lasts exactly the machine's KernelTime of its instruction plus
+// its overhead per kernel, a collective never less than one flat call
+// alone plus its overhead per collective. It returns how many
 // collectives contention slowed.
 func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
 	t.Helper()
@@ -29,7 +31,7 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 					shapes = append(shapes, []int64{b.Elems})
 				}
 			}
-			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
+			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops) + m.Overhead.Kernel
 			switch {
 			case m.SharedCores && sp.Dur < want:
 				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
@@ -39,7 +41,7 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 				t.Fatalf("%s %d %s: %g s, KernelTime %g s", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
 			}
 		case ir.Collective:
-			solo := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time
+			solo := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time + m.Overhead.Collective
 			if sp.Dur < solo {
 				t.Fatalf("%s %d %s: %g s, sooner than alone (%g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, solo)
 			}
@@ -70,6 +72,42 @@ func TestSimulateInvariants(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkSpans(t, prog, mach, tl)
+	}
+}
+
+// TestSimulateOverhead: a machine's overhead per kernel and per
+// collective (a profile's) lengthens every kernel and every collective by
+// it (checkSpans), so the compute stream's kernels take exactly their
+// count times the kernel overhead more, and the step grows.
+func TestSimulateOverhead(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := buildFor(t, cost.Factors{P: ir.Factor{S0: 4, S1: 2}, G: ir.Factor{S0: 4, S1: 2}, OS: ir.Factor{S0: 4, S1: 2}})
+	mach := cost.NewMachine(job.Cluster, m.Topo)
+	base, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mach.Overhead = cost.Overhead{Kernel: 20e-6, Collective: 300e-6}
+	tl, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpans(t, prog, mach, tl)
+	kernels := 0
+	for _, in := range prog.Streams[ir.Compute] {
+		if in.Op == ir.Kernel {
+			kernels++
+		}
+	}
+	if d, want := tl.Compute-base.Compute, float64(kernels)*20e-6; math.Abs(d-want) > 1e-9 {
+		t.Errorf("compute grew by %g s, want %d kernels x 20 µs = %g s", d, kernels, want)
+	}
+	if !(tl.Step > base.Step) {
+		t.Errorf("step %g s with overhead, %g s without", tl.Step, base.Step)
 	}
 }
 

@@ -66,6 +66,10 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	collTime := time.Since(t0)
+	fit, st := o.fitOverhead(file, job, prof, stderr)
+	if st != exitOK {
+		return st
+	}
 	if err := outfile.Write(o.out, stdout, prof.Write); err != nil {
 		fmt.Fprintf(stderr, "amspc profile: -o: %v\n", err)
 		return exitUser
@@ -78,6 +82,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
 	printAllReduce(stdout, prof, c, sizes[len(sizes)-1])
 	fmt.Fprintf(stdout, "  rank 0's kernels of one %s step add up to %s by this profile\n", plans[0].Name, dur(profiledStep(prof, results[0])))
+	if fit != nil {
+		fit.print(stdout)
+	}
 	fmt.Fprintf(stdout, "wrote %s (%d kernel rows, %d collective rows) in %s\n",
 		o.out, len(prof.Kernels), len(prof.Collectives), dur(time.Since(start).Seconds()))
 	return exitOK
@@ -90,11 +97,12 @@ type profileOptions struct {
 	reps               int
 	minBytes, maxBytes int64
 	tensorCores        bool
+	overhead           bool
 	devices            *engine.Devices
 }
 
 func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--overhead=false] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &profileOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "measure the kernels of")
@@ -104,6 +112,7 @@ func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
 	fs.Int64Var(&o.maxBytes, "max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
 	fs.StringVar(&o.device, "device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
+	fs.BoolVar(&o.overhead, "overhead", true, "fit what a step costs per kernel and per collective beyond their measured times to steps of ZeRO-3 and DDP run on the local ranks (--device cpu)")
 	return fs, o
 }
 

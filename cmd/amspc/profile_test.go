@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,7 +13,10 @@ import (
 )
 
 // TestProfileCommand profiles the tiny model with one sample and two
-// sizes, reads the profile back and plans with it.
+// sizes, reads the profile back and plans with it. It fits the overhead
+// to steps of ZeRO-3 and DDP and says how close their simulated steps
+// come; the profile holds what it printed. (How well the fit predicts
+// other plans is validate's to measure: bench/validation.md.)
 func TestProfileCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny.profile.csv")
 	model := "../../testdata/models/tiny.amsp"
@@ -48,6 +53,12 @@ func TestProfileCommand(t *testing.T) {
 	}
 	if _, ok := p.Bandwidth(ir.AllGather, ir.Factor{S0: 4, S1: 2}, 1<<20); !ok {
 		t.Error("no all_gather over 4x2")
+	}
+	if fits := regexp.MustCompile(`(?m)^    (ZeRO-3|DDP): measured .*, simulated .* \([-+][0-9.]+%\)$`).FindAllString(stdout.String(), -1); len(fits) != 2 {
+		t.Errorf("no fitted overhead in the summary:\n%s", stdout.String())
+	}
+	if want := fmt.Sprintf("  overhead: %s per kernel, %s per collective,", dur(p.Overhead.Kernel), dur(p.Overhead.Collective)); !strings.Contains(stdout.String(), want) {
+		t.Errorf("the profile's overhead %+v is not the one printed:\n%s", p.Overhead, stdout.String())
 	}
 	stdout.Reset()
 	stderr.Reset()

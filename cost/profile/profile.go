@@ -44,6 +44,10 @@ import (
 // its first result, its FLOP count and the median seconds of one call
 // while every rank ran it at once (KernelTime says how they are used).
 //
+// Overhead rows (`overhead,seconds`): what a step pays per kernel and
+// per collective beyond their measured times, fitted by amspc profile
+// against steps it ran (Overhead).
+//
 // Comment lines of the form `# key = value` are metadata (what the
 // profile was measured on); other comments are ignored. A file without
 // the v2 line and kernel table (version 1) reads the same.
@@ -52,6 +56,7 @@ type Profile struct {
 	Meta        []MetaEntry
 	Collectives []CollectiveRow
 	Kernels     []KernelRow
+	Overhead    Overhead
 
 	rows    map[profileKey][]profilePoint
 	exact   map[kernelKey][]float64 // seconds of each dtype measured
@@ -79,11 +84,20 @@ type KernelRow struct {
 	Seconds float64
 }
 
-// Header lines of the two tables and the version line.
+// Overhead is what a step pays beyond its kernels' and collectives'
+// measured times, per instruction: dispatching a kernel, and the ranks of
+// a collective meeting (on CPU ranks that share cores, waiting for the
+// last of them to be scheduled).
+type Overhead struct {
+	Kernel, Collective float64 // seconds
+}
+
+// Header lines of the tables and the version line.
 const (
 	Version          = "# amspc profile v2"
 	collectiveHeader = "collective,s0,s1,bytes,effective_gbps"
 	kernelHeader     = "kernel,shapes,dtype,flops,seconds"
+	overheadHeader   = "overhead,seconds"
 )
 
 type profileKey struct {
@@ -144,9 +158,13 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 			continue
 		}
 		switch {
-		case text == collectiveHeader || text == kernelHeader:
+		case text == collectiveHeader || text == kernelHeader || text == overheadHeader:
 			table = text
 			continue
+		case strings.HasPrefix(text, "overhead,"):
+			return nil, errf("header must be %s", overheadHeader)
+		case table == overheadHeader && !strings.HasPrefix(text, "overhead,"):
+			// Its rows are named kernel and collective.
 		case strings.HasPrefix(text, "collective,"):
 			return nil, errf("header must be %s", collectiveHeader)
 		case strings.HasPrefix(text, "kernel,"):
@@ -159,7 +177,12 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 			f[i] = strings.TrimSpace(f[i])
 		}
 		var key string
-		if table == collectiveHeader {
+		if table == overheadHeader {
+			if err := p.parseOverhead(f); err != nil {
+				return nil, errf("%v", err)
+			}
+			key = "overhead " + f[0]
+		} else if table == collectiveHeader {
 			row, err := parseCollectiveRow(f)
 			if err != nil {
 				return nil, errf("%v", err)
@@ -187,6 +210,25 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 	}
 	p.index()
 	return p, nil
+}
+
+func (p *Profile) parseOverhead(f []string) error {
+	if len(f) != 2 {
+		return fmt.Errorf("want 2 fields (%s), got %d", overheadHeader, len(f))
+	}
+	s, err := strconv.ParseFloat(f[1], 64)
+	if err != nil || !(s >= 0) || math.IsInf(s, 0) {
+		return fmt.Errorf("seconds %q must be a number >= 0", f[1])
+	}
+	switch f[0] {
+	case "kernel":
+		p.Overhead.Kernel = s
+	case "collective":
+		p.Overhead.Collective = s
+	default:
+		return fmt.Errorf("unknown overhead %q (kernel, collective)", f[0])
+	}
+	return nil
 }
 
 func parseCollectiveRow(f []string) (CollectiveRow, error) {
@@ -488,6 +530,10 @@ func (p *Profile) Write(w io.Writer) error {
 		for _, r := range rows {
 			fmt.Fprintln(bw, r.text)
 		}
+	}
+	if o := p.Overhead; o != (Overhead{}) {
+		fmt.Fprintln(bw, overheadHeader)
+		fmt.Fprintf(bw, "kernel,%s\ncollective,%s\n", g4(o.Kernel), g4(o.Collective))
 	}
 	return bw.Flush()
 }
