@@ -31,15 +31,15 @@ type Machine struct {
 	// NoComm makes every collective take no time: the step's compute
 	// alone, against which a step's exposed communication is measured.
 	NoComm bool
-	// Overhead is what each kernel and each collective costs beyond its
-	// measured or modelled time (a profile's, fitted against measured
-	// steps; zero otherwise): the simulator adds it to every kernel and
-	// to every collective's latency.
+	// Overhead is how a step's kernels and collectives run against
+	// their measured or modelled times (a profile's, fitted to measured
+	// steps; zero otherwise): KernelTime scales every kernel by
+	// KernelScale, and the simulator adds Collective to every
+	// collective's latency.
 	Overhead Overhead
 }
 
-// Overhead is a machine's cost per instruction beyond kernel and
-// collective times (profile.Overhead).
+// Overhead is a machine's profile.Overhead.
 type Overhead = profile.Overhead
 
 // NewMachine reads a cluster's GPU; topo is its network (NewTopology, with
@@ -64,8 +64,16 @@ func NewMachine(c *ir.Cluster, topo *Topology) *Machine {
 // efficiency grows with their smallest dimension x as
 // Efficiency·x/(x+MatMulHalf); attention (flash-style kernels) runs at
 // Efficiency; every other op is costed at Efficiency too, and is memory
-// bound in practice.
+// bound in practice. The machine's Overhead.KernelScale scales either.
 func (m *Machine) KernelTime(kind ir.OpKind, shapes [][]int64, dtype ir.DType, flops float64) float64 {
+	t := m.kernelTime(kind, shapes, dtype, flops)
+	if s := m.Overhead.KernelScale; s > 0 {
+		t *= s
+	}
+	return t
+}
+
+func (m *Machine) kernelTime(kind ir.OpKind, shapes [][]int64, dtype ir.DType, flops float64) float64 {
 	if m.Kernels != nil {
 		if t, ok := m.Kernels.KernelTime(kind, shapes, flops); ok {
 			return max(t, 0)

@@ -63,9 +63,9 @@ type flight struct {
 // Simulate replays a program on the machine model: each stream runs its
 // instructions in order; a wait blocks until its event is recorded;
 // a kernel takes m.KernelTime of its kind, argument shapes, dtype and
-// FLOPs, plus m.Overhead.Kernel; a collective takes the time of one flat
-// NCCL call over its group (cost.Topology.Collective) with
-// m.Overhead.Collective more latency, or longer while collectives on the other
+// FLOPs; a collective takes the time of one flat NCCL call over its
+// group (cost.Topology.Collective) with m.Overhead.Collective more
+// latency, or longer while collectives on the other
 // stream share its links: collectives moving bytes at the same time over
 // a GPU's NVLink, or over its node's NICs, each progress at 1/load of
 // full speed, load being the sum of their loads of that link when above
@@ -155,7 +155,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 						}
 					}
 					dt := p.Buffers[in.Args[0]].DType
-					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops) + m.Overhead.Kernel
+					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					name = SpanName(p, in)
 					// Scratch the kernel holds while it runs (ir.OpInfo.Workspace).
 					var ws, wsHost float64

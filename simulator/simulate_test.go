@@ -12,8 +12,8 @@ import (
 )
 
 // checkSpans checks the simulator's invariants on a timeline of p: a
-// kernel lasts exactly the machine's KernelTime of its instruction plus
-// its overhead per kernel, a collective never less than one flat call
+// kernel lasts exactly the machine's KernelTime of its instruction (its
+// kernel scale included), a collective never less than one flat call
 // alone plus its overhead per collective. It returns how many
 // collectives contention slowed.
 func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
@@ -31,7 +31,7 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 					shapes = append(shapes, []int64{b.Elems})
 				}
 			}
-			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops) + m.Overhead.Kernel
+			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
 			switch {
 			case m.SharedCores && sp.Dur < want:
 				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
@@ -75,10 +75,10 @@ func TestSimulateInvariants(t *testing.T) {
 	}
 }
 
-// TestSimulateOverhead: a machine's overhead per kernel and per
-// collective (a profile's) lengthens every kernel and every collective by
-// it (checkSpans), so the compute stream's kernels take exactly their
-// count times the kernel overhead more, and the step grows.
+// TestSimulateOverhead: a machine's kernel scale and overhead per
+// collective (a profile's) scale every kernel and lengthen every
+// collective (checkSpans), so the compute stream's kernels take exactly
+// the scale times as long, and with a scale of 1 the step grows.
 func TestSimulateOverhead(t *testing.T) {
 	job := testjob.Load(t, "tiny")
 	m, err := cost.NewModel(job, cost.DefaultConfig)
@@ -87,27 +87,27 @@ func TestSimulateOverhead(t *testing.T) {
 	}
 	prog := buildFor(t, cost.Factors{P: ir.Factor{S0: 4, S1: 2}, G: ir.Factor{S0: 4, S1: 2}, OS: ir.Factor{S0: 4, S1: 2}})
 	mach := cost.NewMachine(job.Cluster, m.Topo)
+	mach.SharedCores = false // kernels exactly their time, not slowed by copies beside them
 	base, err := Simulate(prog, mach, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mach.Overhead = cost.Overhead{Kernel: 20e-6, Collective: 300e-6}
+	mach.Overhead = cost.Overhead{KernelScale: 0.8, Collective: 300e-6}
 	tl, err := Simulate(prog, mach, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSpans(t, prog, mach, tl)
-	kernels := 0
-	for _, in := range prog.Streams[ir.Compute] {
-		if in.Op == ir.Kernel {
-			kernels++
-		}
+	if d := tl.Compute / base.Compute; math.Abs(d-0.8) > 1e-9 {
+		t.Errorf("compute scaled by %g, want 0.8", d)
 	}
-	if d, want := tl.Compute-base.Compute, float64(kernels)*20e-6; math.Abs(d-want) > 1e-9 {
-		t.Errorf("compute grew by %g s, want %d kernels x 20 µs = %g s", d, kernels, want)
+	mach.Overhead = cost.Overhead{KernelScale: 1, Collective: 300e-6}
+	if tl, err = Simulate(prog, mach, nil); err != nil {
+		t.Fatal(err)
 	}
-	if !(tl.Step > base.Step) {
-		t.Errorf("step %g s with overhead, %g s without", tl.Step, base.Step)
+	checkSpans(t, prog, mach, tl)
+	if !(tl.Step > base.Step) || math.Abs(tl.Compute/base.Compute-1) > 1e-12 {
+		t.Errorf("step %g s, compute %g s with 300 µs per collective; %g s, %g s without", tl.Step, tl.Compute, base.Step, base.Compute)
 	}
 }
 

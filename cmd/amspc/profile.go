@@ -102,7 +102,7 @@ type profileOptions struct {
 }
 
 func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--overhead=false] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--overhead] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &profileOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "measure the kernels of")
@@ -112,7 +112,7 @@ func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
 	fs.Int64Var(&o.maxBytes, "max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
 	fs.StringVar(&o.device, "device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
-	fs.BoolVar(&o.overhead, "overhead", true, "fit what a step costs per kernel and per collective beyond their measured times to steps of ZeRO-3 and DDP run on the local ranks (--device cpu)")
+	fs.BoolVar(&o.overhead, "overhead", false, "fit a kernel scale and an overhead per collective to steps of ZeRO-3 and DDP run on the local ranks (--device cpu; experimental: on a noisy machine the fit follows the noise)")
 	return fs, o
 }
 

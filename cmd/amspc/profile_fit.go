@@ -25,7 +25,7 @@ type overheadFit struct {
 
 // fitOverhead runs the probe plans' steps on the local ranks (as
 // validate does: in rotation, the median of steps after warmup) and
-// finds the overhead per kernel and per collective that makes their
+// finds the kernel scale and the overhead per collective that make their
 // simulated steps, on prof's kernel and collective times, closest to
 // the measured ones (least squares of the relative errors). ZeRO-3 and
 // DDP, the default probes, differ most in their collectives per step,
@@ -76,13 +76,18 @@ func fitOverhead(job *ir.Job, probes []*compiler.Result, names []string, prof *p
 	return fit, err
 }
 
-// searchOverhead minimises loss over the two overheads: a coarse grid
-// (0 and 1 µs to 10 ms by factors of about 2), then halving
-// multiplicative steps around the best point, each overhead in turn.
+// searchOverhead minimises loss over the two parameters: a coarse grid
+// (kernel scale 1/4 to 2 by factors of 1.1; per collective 0, and 1 µs
+// to 10 ms by factors of 2), then halving multiplicative steps around
+// the best point, each parameter in turn.
 func searchOverhead(loss func(profile.Overhead) ([]float64, float64, error)) (profile.Overhead, error) {
 	grid := []float64{0}
 	for x := 1e-6; x <= 1e-2; x *= 2 {
 		grid = append(grid, x)
+	}
+	var scales []float64
+	for x := 0.25; x <= 2; x *= 1.1 {
+		scales = append(scales, x)
 	}
 	var best profile.Overhead
 	bestLoss := math.Inf(1)
@@ -93,16 +98,16 @@ func searchOverhead(loss func(profile.Overhead) ([]float64, float64, error)) (pr
 		}
 		return err
 	}
-	for _, k := range grid {
+	for _, k := range scales {
 		for _, c := range grid {
-			if err := try(profile.Overhead{Kernel: k, Collective: c}); err != nil {
+			if err := try(profile.Overhead{KernelScale: k, Collective: c}); err != nil {
 				return best, err
 			}
 		}
 	}
 	for step := 0.5; step > 0.01; step /= 2 {
-		for _, f := range []float64{1 - step, 1 + step} {
-			for _, o := range []profile.Overhead{{Kernel: best.Kernel * f, Collective: best.Collective}, {Kernel: best.Kernel, Collective: best.Collective * f}} {
+		for _, f := range []float64{1 - step/4, 1 + step/4, 1 - step, 1 + step} {
+			for _, o := range []profile.Overhead{{KernelScale: best.KernelScale * f, Collective: best.Collective}, {KernelScale: best.KernelScale, Collective: best.Collective * f}} {
 				if err := try(o); err != nil {
 					return best, err
 				}
@@ -114,7 +119,7 @@ func searchOverhead(loss func(profile.Overhead) ([]float64, float64, error)) (pr
 
 // print says what was fitted, and how close the probes' steps come.
 func (f *overheadFit) print(w io.Writer) {
-	fmt.Fprintf(w, "  overhead: %s per kernel, %s per collective, fitted to steps of %d plans:\n", dur(f.o.Kernel), dur(f.o.Collective), len(f.plans))
+	fmt.Fprintf(w, "  overhead: kernels x %.3g, %s per collective, fitted to steps of %d plans:\n", f.o.KernelScale, dur(f.o.Collective), len(f.plans))
 	for i, p := range f.plans {
 		fmt.Fprintf(w, "    %s: measured %s, simulated %s (%+.1f%%)\n", p, dur(f.measured[i]), dur(f.simulated[i]), 100*(f.simulated[i]/f.measured[i]-1))
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // TestProfileCommand profiles the tiny model with one sample and two
-// sizes, reads the profile back and plans with it. It fits the overhead
+// sizes, reads the profile back and plans with it. With --overhead it fits the overhead
 // to steps of ZeRO-3 and DDP and says how close their simulated steps
 // come; the profile holds what it printed. (How well the fit predicts
 // other plans is validate's to measure: bench/validation.md.)
@@ -21,7 +21,7 @@ func TestProfileCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny.profile.csv")
 	model := "../../testdata/models/tiny.amsp"
 	var stdout, stderr bytes.Buffer
-	if st := run([]string{"profile", "--reps", "1", "--max-bytes", "16384", "-o", out, model}, &stdout, &stderr); st != exitOK {
+	if st := run([]string{"profile", "--reps", "1", "--max-bytes", "16384", "--overhead", "-o", out, model}, &stdout, &stderr); st != exitOK {
 		t.Fatalf("status %d: %s", st, stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "wrote "+out) {
@@ -57,7 +57,7 @@ func TestProfileCommand(t *testing.T) {
 	if fits := regexp.MustCompile(`(?m)^    (ZeRO-3|DDP): measured .*, simulated .* \([-+][0-9.]+%\)$`).FindAllString(stdout.String(), -1); len(fits) != 2 {
 		t.Errorf("no fitted overhead in the summary:\n%s", stdout.String())
 	}
-	if want := fmt.Sprintf("  overhead: %s per kernel, %s per collective,", dur(p.Overhead.Kernel), dur(p.Overhead.Collective)); !strings.Contains(stdout.String(), want) {
+	if want := fmt.Sprintf("  overhead: kernels x %.3g, %s per collective,", p.Overhead.KernelScale, dur(p.Overhead.Collective)); !strings.Contains(stdout.String(), want) {
 		t.Errorf("the profile's overhead %+v is not the one printed:\n%s", p.Overhead, stdout.String())
 	}
 	stdout.Reset()

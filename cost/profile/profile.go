@@ -44,9 +44,9 @@ import (
 // its first result, its FLOP count and the median seconds of one call
 // while every rank ran it at once (KernelTime says how they are used).
 //
-// Overhead rows (`overhead,seconds`): what a step pays per kernel and
-// per collective beyond their measured times, fitted by amspc profile
-// against steps it ran (Overhead).
+// Overhead rows (`overhead,value`): how a step's kernels and
+// collectives run beside each other in a step against the measurements
+// above, fitted by amspc profile to steps it ran (Overhead).
 //
 // Comment lines of the form `# key = value` are metadata (what the
 // profile was measured on); other comments are ignored. A file without
@@ -84,12 +84,15 @@ type KernelRow struct {
 	Seconds float64
 }
 
-// Overhead is what a step pays beyond its kernels' and collectives'
-// measured times, per instruction: dispatching a kernel, and the ranks of
-// a collective meeting (on CPU ranks that share cores, waiting for the
-// last of them to be scheduled).
+// Overhead is how a step's instructions run against their measured
+// times: KernelScale multiplies every kernel's time (0: 1; kernels are
+// measured with every rank computing at once, and in a step some ranks
+// wait in collectives, leaving the others more of shared cores), and
+// Collective is the seconds each collective costs beyond its bytes (the
+// ranks meeting: on CPU ranks sharing cores, waiting for the last of
+// them to be scheduled).
 type Overhead struct {
-	Kernel, Collective float64 // seconds
+	KernelScale, Collective float64
 }
 
 // Header lines of the tables and the version line.
@@ -97,7 +100,7 @@ const (
 	Version          = "# amspc profile v2"
 	collectiveHeader = "collective,s0,s1,bytes,effective_gbps"
 	kernelHeader     = "kernel,shapes,dtype,flops,seconds"
-	overheadHeader   = "overhead,seconds"
+	overheadHeader   = "overhead,value"
 )
 
 type profileKey struct {
@@ -218,15 +221,15 @@ func (p *Profile) parseOverhead(f []string) error {
 	}
 	s, err := strconv.ParseFloat(f[1], 64)
 	if err != nil || !(s >= 0) || math.IsInf(s, 0) {
-		return fmt.Errorf("seconds %q must be a number >= 0", f[1])
+		return fmt.Errorf("value %q must be a number >= 0", f[1])
 	}
 	switch f[0] {
-	case "kernel":
-		p.Overhead.Kernel = s
+	case "kernel_scale":
+		p.Overhead.KernelScale = s
 	case "collective":
 		p.Overhead.Collective = s
 	default:
-		return fmt.Errorf("unknown overhead %q (kernel, collective)", f[0])
+		return fmt.Errorf("unknown overhead %q (kernel_scale, collective)", f[0])
 	}
 	return nil
 }
@@ -533,7 +536,7 @@ func (p *Profile) Write(w io.Writer) error {
 	}
 	if o := p.Overhead; o != (Overhead{}) {
 		fmt.Fprintln(bw, overheadHeader)
-		fmt.Fprintf(bw, "kernel,%s\ncollective,%s\n", g4(o.Kernel), g4(o.Collective))
+		fmt.Fprintf(bw, "kernel_scale,%s\ncollective,%s\n", g4(o.KernelScale), g4(o.Collective))
 	}
 	return bw.Flush()
 }

@@ -64,18 +64,18 @@ matmul,128x64;64x64,f32,1048576,0.001
 
 // The overhead table reads and writes back, after the other tables.
 func TestProfileOverhead(t *testing.T) {
-	p, err := Parse("p.csv", strings.NewReader(profileV2+"overhead,seconds\ncollective,0.0002\nkernel,1.5e-05\n"))
+	p, err := Parse("p.csv", strings.NewReader(profileV2+"overhead,value\ncollective,0.0002\nkernel_scale,0.75\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Overhead{Kernel: 15e-6, Collective: 200e-6}); p.Overhead != want {
+	if want := (Overhead{KernelScale: 0.75, Collective: 200e-6}); p.Overhead != want {
 		t.Errorf("overhead %+v, want %+v", p.Overhead, want)
 	}
 	var b bytes.Buffer
 	if err := p.Write(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(b.String(), "overhead,seconds\nkernel,1.5e-05\ncollective,0.0002\n") {
+	if !strings.HasSuffix(b.String(), "overhead,value\nkernel_scale,0.75\ncollective,0.0002\n") {
 		t.Errorf("written:\n%s", b.String())
 	}
 	q, err := Parse("q.csv", &b)
@@ -153,11 +153,11 @@ func TestProfileErrors(t *testing.T) {
 		{"kernel,shapes,dtype,flops,seconds\nall_gather,8,1,100,1\n", `p.csv:2: unknown kernel "all_gather"`},
 		{"collective,s0,s1,bytes,effective_gbps\nmatmul,2x2;2x2,f32,16,1\n", `p.csv:2: unknown collective "matmul"`},
 		{"# amspc profile v2\nkernel,shapes,dtype,flops,seconds\n", "p.csv: no measurements"},
-		{"overhead,s\n", "p.csv:1: header must be overhead,seconds"},
-		{"overhead,seconds\nkernel,1e-6,2\n", "p.csv:2: want 2 fields (overhead,seconds)"},
-		{"overhead,seconds\nwait,1e-6\n", `p.csv:2: unknown overhead "wait"`},
-		{"overhead,seconds\nkernel,-1\n", `p.csv:2: seconds "-1"`},
-		{"overhead,seconds\nkernel,1e-6\nkernel,2e-6\n", "p.csv:3: overhead kernel measured twice (first on line 2)"},
+		{"overhead,s\n", "p.csv:1: header must be overhead,value"},
+		{"overhead,value\nkernel_scale,1e-6,2\n", "p.csv:2: want 2 fields (overhead,value)"},
+		{"overhead,value\nwait,1e-6\n", `p.csv:2: unknown overhead "wait"`},
+		{"overhead,value\nkernel_scale,-1\n", `p.csv:2: value "-1"`},
+		{"overhead,value\nkernel_scale,0.5\nkernel_scale,0.6\n", "p.csv:3: overhead kernel_scale measured twice (first on line 2)"},
 	} {
 		_, err := Parse("p.csv", strings.NewReader(c.text))
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
