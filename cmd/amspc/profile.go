@@ -122,6 +122,10 @@ func (o *profileOptions) check(file string, stderr io.Writer) bool {
 		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
 		return false
 	}
+	if o.overhead && o.device != "cpu" {
+		fmt.Fprintf(stderr, "amspc profile: --overhead fits steps run on the local CPU ranks; it does not apply to --device %s\n", o.device)
+		return false
+	}
 	if o.tensorCores && o.device != "cuda" {
 		fmt.Fprintln(stderr, "amspc profile: --tensor-cores needs --device cuda")
 		return false

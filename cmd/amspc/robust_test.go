@@ -299,6 +299,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"profile", "--max-bytes", "1024", "--min-bytes", "4096", tiny}, `-max-bytes`},
 		{[]string{"profile", "--device", "tpu", tiny}, `-device`},
 		{[]string{"profile", "--tensor-cores", tiny}, `-tensor-cores`},
+		{[]string{"profile", "--overhead=x", tiny}, `-overhead`},
+		{[]string{"profile", "--overhead", "--device", "cuda", tiny}, `--overhead`},
 		{[]string{"profile", "-o", f.dir, "--reps", "1", "--max-bytes", "4096", tiny}, regexp.QuoteMeta(f.dir)},
 		{[]string{"profile", "--shard", "mics(7)", tiny}, `--shard`},
 		{[]string{"profile", "--profile", "/nonexistent/p.csv", tiny}, `/nonexistent/p.csv`},
