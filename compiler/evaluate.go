@@ -173,7 +173,7 @@ func (ev *Evaluator) facts(k setting) *graphFacts {
 		f.err = err
 		return f
 	}
-	f.dp = ir.Factor{S0: f.m.DP.S0 / k.tp, S1: f.m.DP.S1}
+	f.dp = f.m.DP.DataMesh(k.tp)
 	rc := k.rc
 	var off []string
 	if ev.m.Config.Unfused {

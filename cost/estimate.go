@@ -193,7 +193,7 @@ func (m *Model) Evaluate(p Plan) *Estimate {
 		p.MicroBatch = t.MicroBatch
 		e.Plan.MicroBatch = p.MicroBatch
 	}
-	M, err := t.MicroBatchesOf(p.MicroBatch, m.DP.Size()/max(p.Tensor, 1))
+	M, err := t.MicroBatchesOf(p.MicroBatch, m.DP.DataMesh(p.Tensor).Size())
 	if err != nil {
 		e.Feasible, e.Why = false, err.Error()
 		return e

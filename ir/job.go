@@ -246,6 +246,12 @@ func (f Factor) Size() int { return f.S0 * f.S1 }
 
 func (f Factor) String() string { return fmt.Sprintf("%dx%d", f.S0, f.S1) }
 
+// DataMesh is the data-parallel mesh a tensor-parallel group of t
+// consecutive GPUs of a node leaves on mesh f (GPUs per node x nodes):
+// f.S0/t GPUs per node x f.S1 nodes, the mesh a plan's factors shard
+// (t of 0 or 1: f).
+func (f Factor) DataMesh(t int) Factor { return Factor{S0: f.S0 / max(t, 1), S1: f.S1} }
+
 // Div is the mesh of f's blocks of shape g: (f.S0/g.S0) x (f.S1/g.S1),
 // the replicas of one g-shard inside an f-group.
 func (f Factor) Div(g Factor) Factor { return Factor{S0: f.S0 / max(g.S0, 1), S1: f.S1 / max(g.S1, 1)} }

@@ -135,7 +135,7 @@ func lower(s *State) error {
 	if d.Topo.GPUsPerNode%tp != 0 {
 		return fmt.Errorf("tensor parallelism of %d on nodes of %d GPUs", tp, d.Topo.GPUsPerNode)
 	}
-	ds := &dist{d: d, tp: tp, dp: ir.Factor{S0: d.Topo.GPUsPerNode / tp, S1: d.Topo.Nodes}, views: map[viewKey]int32{}}
+	ds := &dist{d: d, tp: tp, dp: ir.Factor{S0: d.Topo.GPUsPerNode, S1: d.Topo.Nodes}.DataMesh(tp), views: map[viewKey]int32{}}
 	s.Prog, s.dist = p, ds
 	stageOf := map[*ir.Value]int{}
 	var layouts []ir.Layout

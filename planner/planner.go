@@ -165,7 +165,7 @@ func TensorCandidates(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
 			if sp {
 				prefix = fmt.Sprintf("TP%d+SP ", t)
 			}
-			for _, p := range uniform(prefix, Space(ir.Factor{S0: dp.S0 / t, S1: dp.S1}), rc, mb) {
+			for _, p := range uniform(prefix, Space(dp.DataMesh(t)), rc, mb) {
 				p.Tensor, p.Sequence = t, sp
 				out = append(out, p)
 			}
@@ -223,7 +223,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		// The paper's objective searches the paper's space: T_comm does
 		// not charge recompute's compute, so the train section's
 		// recompute is kept, and ZeRO++'s secondary copy is not AMSP's.
-		if opts.Objective == Paper && (p.Recompute != rc || !p.IsUniform() || p.Groups[0].Secondary.Size() > 1) {
+		if opts.Objective == Paper && (p.Recompute != rc || p.Groups[0].Secondary.Size() > 1) {
 			continue
 		}
 		all = append(all, m.Evaluate(p))

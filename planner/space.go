@@ -80,7 +80,7 @@ func TensorBaselines(dp ir.Factor, rc ir.Recompute, mb int64) []cost.Plan {
 		return nil
 	}
 	one := ir.Factor{S0: 1, S1: 1}
-	rest := ir.Factor{S0: dp.S0 / t, S1: dp.S1}
+	rest := dp.DataMesh(t)
 	var out []cost.Plan
 	for _, b := range []Baseline{
 		{fmt.Sprintf("Megatron TP%d+SP", t), cost.Factors{P: one, G: one, OS: rest}},

@@ -90,12 +90,6 @@ func decoderOf(g *ir.Graph) (decoder, string) {
 	return d, ""
 }
 
-// dataParallel is the mesh a plan's factors shard: GPUs per node / T x
-// nodes.
-func dataParallel(dp ir.Factor, p cost.Plan) ir.Factor {
-	return ir.Factor{S0: dp.S0 / max(p.Tensor, 1), S1: dp.S1}
-}
-
 // megatronArgs is Megatron-LM's pretrain_gpt.py arguments for plan e:
 // tensor (and sequence) parallelism over a node's consecutive GPUs, as
 // amspc's; parameters and gradients replicated over the data-parallel
@@ -106,7 +100,7 @@ func dataParallel(dp ir.Factor, p cost.Plan) ir.Factor {
 func megatronArgs(name string, f cost.Factors, dp ir.Factor, e *cost.Estimate, job *ir.Job, _ cost.Config) (string, string) {
 	one := ir.Factor{S0: 1, S1: 1}
 	p := e.Plan
-	mesh := dataParallel(dp, p)
+	mesh := dp.DataMesh(p.Tensor)
 	switch {
 	case f.Secondary.Size() > 1:
 		return "", "a secondary parameter shard (ZeRO++ hpZ) has no Megatron-LM form"
@@ -221,7 +215,7 @@ func megatronModel(arg func(string, ...any), m decoder, t *ir.Train) {
 func torchtitanTOML(name string, f cost.Factors, dp ir.Factor, e *cost.Estimate, job *ir.Job, _ cost.Config) (string, string) {
 	one := ir.Factor{S0: 1, S1: 1}
 	p := e.Plan
-	mesh := dataParallel(dp, p)
+	mesh := dp.DataMesh(p.Tensor)
 	tp := max(p.Tensor, 1)
 	switch {
 	case f.Secondary.Size() > 1:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 
 	"amspc/compiler"
 	"amspc/cost"
@@ -23,14 +24,14 @@ type overheadFit struct {
 	measured, simulated []float64
 }
 
-// fitOverhead runs the probe plans' steps on the local ranks (as
+// fitToSteps runs the probe plans' steps on the local ranks (as
 // validate does: in rotation, the median of steps after warmup) and
 // finds the kernel scale and the overhead per collective that make their
 // simulated steps, on prof's kernel and collective times, closest to
 // the measured ones (least squares of the relative errors). ZeRO-3 and
 // DDP, the default probes, differ most in their collectives per step,
 // which separates the two.
-func fitOverhead(job *ir.Job, probes []*compiler.Result, names []string, prof *profile.Profile, tokens []int32, warmup, steps int) (*overheadFit, error) {
+func fitToSteps(job *ir.Job, probes []*compiler.Result, names []string, prof *profile.Profile, tokens []int32, warmup, steps int) (*overheadFit, error) {
 	rows := make([]validationRow, len(probes))
 	for i, r := range probes {
 		rows[i] = validationRow{Plan: names[i], result: r}
@@ -71,8 +72,11 @@ func fitOverhead(job *ir.Job, probes []*compiler.Result, names []string, prof *p
 	if err != nil {
 		return nil, err
 	}
-	fit.o = best
-	fit.simulated, _, err = simulate(best)
+	// As the profile stores it (four significant digits), so that what
+	// is printed is what later runs use.
+	g4 := func(x float64) float64 { v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 4, 64), 64); return v }
+	fit.o = profile.Overhead{KernelScale: g4(best.KernelScale), Collective: g4(best.Collective)}
+	fit.simulated, _, err = simulate(fit.o)
 	return fit, err
 }
 
@@ -151,17 +155,21 @@ func (o *profileOptions) fitOverhead(file string, job *ir.Job, prof *profile.Pro
 	cl.Profile = tmp.Name()
 	pj.Cluster = &cl
 	pj.Shard = nil // the probes: ZeRO-3 and DDP
-	probes, _, st := compileProfilePlans(file, &pj, profilePlans(&pj), stderr)
+	plans := profilePlans(&pj)
+	probes, _, st := compileProfilePlans(file, &pj, plans, stderr)
 	if st != exitOK {
 		return nil, st
+	}
+	var names []string
+	for _, p := range plans {
+		names = append(names, p.Name)
 	}
 	tokens, _, err := loadTokens("", job.Train.Data)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc profile: %v\n", err)
 		return nil, exitUser
 	}
-	names := []string{"ZeRO-3", "DDP"}
-	fit, err := fitOverhead(&pj, probes, names, prof, tokens, 1, 5)
+	fit, err := fitToSteps(&pj, probes, names, prof, tokens, 1, 5)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc profile: fitting the overhead: %v\n", err)
 		return nil, exitUser
