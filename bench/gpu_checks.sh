@@ -100,6 +100,17 @@ run)
 		fi
 		timeout "$n" "$@"
 	}
+	# want PART: false, with a line saying so, for a part SKIP names (a
+	# rerun leaves out what the last run measured: SKIP='adamw matmul
+	# torch-ops').
+	want() {
+		case " ${SKIP:-} " in
+		*" $1 "*)
+			echo "skipped (SKIP): $1"
+			return 1
+			;;
+		esac
+	}
 	if [ -z "${AMSPC_CUDA_LIBS:-}" ]; then
 		# CUDA's libraries where the toolkit or Python's wheels put them.
 		AMSPC_CUDA_LIBS=$(find /usr/local /usr/lib /opt -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.1[23]' -o -name 'libnvrtc.so.1[23]' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
@@ -116,11 +127,11 @@ run)
 	(cd engine/cudalib && tm 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAttention -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic|skipped' | tee $o/attention.txt || true
 	# The fused AdamW step (adamw_st with the bf16 copy of P) against a
 	# plain stream's bandwidth on a 64M-element shard.
-	(cd engine/cudalib && tm 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAdamW -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic|skipped' | tee $o/adamw.txt || true
+	want adamw && (cd engine/cudalib && tm 60 ../../$d/cudalib.test -test.run '^$' -test.bench GPUAdamW -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic|skipped' | tee $o/adamw.txt || true
 	# The 1B model's matmul shapes in bf16: amspc's cuBLASLt products,
 	# then torch.matmul's (and torch's attention) on the same shapes.
-	(cd engine/cudalib && tm 90 ../../$d/cudalib.test -test.run '^$' -test.bench GPUMatMulShapes -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic|skipped' | tee $o/matmul.txt || true
-	if [ -z "${SKIP_TORCH:-}" ]; then
+	want matmul && (cd engine/cudalib && tm 90 ../../$d/cudalib.test -test.run '^$' -test.bench GPUMatMulShapes -test.benchtime 20x) 2>&1 | grep -E 'Benchmark|FAIL|panic|skipped' | tee $o/matmul.txt || true
+	if [ -z "${SKIP_TORCH:-}" ] && want torch-ops; then
 		tm 90 env PYTHONUNBUFFERED=1 python3 bench/torch_ops.py 2>&1 | tee $o/torch-ops.txt || true
 	fi
 	# tiny on one rank, its steps replayed from a CUDA graph (the

@@ -351,20 +351,33 @@ func (g *GPU) Launch(s int, l *gpu.Launch, addrs []uint64) error {
 	if err := l.CheckArgs(); err != nil {
 		return err
 	}
-	args := make([]any, len(l.Args))
-	for i, a := range l.Args {
-		switch a.Kind {
-		case gpu.Operand, gpu.Result, gpu.Scratch, gpu.Flag, gpu.Null:
-			args[i] = Ptr(addrs[i])
-		case gpu.Int:
-			args[i] = a.I
-		case gpu.Float32:
-			args[i] = float32(a.F)
-		case gpu.Float64:
-			args[i] = a.F
-		}
+	args, err := launchArgs(l, addrs)
+	if err != nil {
+		return err
 	}
 	return f.LaunchOn(st, l.Grid, [3]int{l.Block, 1, 1}, l.Smem, args...)
+}
+
+// launchArgs are l's arguments as cuLaunchKernel takes them: every
+// pointer kind (gpu.Null and those before it) the address in addrs, the
+// scalars their values.
+func launchArgs(l *gpu.Launch, addrs []uint64) ([]any, error) {
+	args := make([]any, len(l.Args))
+	for i, a := range l.Args {
+		switch {
+		case a.Kind <= gpu.Null:
+			args[i] = Ptr(addrs[i])
+		case a.Kind == gpu.Int:
+			args[i] = a.I
+		case a.Kind == gpu.Float32:
+			args[i] = float32(a.F)
+		case a.Kind == gpu.Float64:
+			args[i] = a.F
+		default:
+			return nil, fmt.Errorf("%s: argument %d is of kind %d", l.Kernel, i, a.Kind)
+		}
+	}
+	return args, nil
 }
 
 // Gemm runs a plan's matmul through cuBLASLt: fp32 accumulation, fp32

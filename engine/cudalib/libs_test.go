@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"amspc/kernels/gpu"
 )
 
 // TestCandidates: $AMSPC_CUDA_LIBS comes first, then the loader's own
@@ -64,6 +66,34 @@ func TestPackArgs(t *testing.T) {
 	}
 	if _, err := packArgs([]any{3}); err == nil || !strings.Contains(err.Error(), "argument 0 is a int") {
 		t.Errorf("a Go int: %v", err)
+	}
+}
+
+// TestLaunchArgs: every kind of launch argument becomes one packArgs
+// takes, each pointer kind its address. (The id check's and the loss's
+// slots once became nil here, and every embedding failed on the GPU.)
+func TestLaunchArgs(t *testing.T) {
+	var l gpu.Launch
+	var addrs []uint64
+	for k := gpu.Operand; k <= gpu.Float64; k++ {
+		l.Args = append(l.Args, gpu.Arg{Kind: k, I: 3, F: 0.5})
+		addrs = append(addrs, 0x1000+uint64(k))
+	}
+	args, err := launchArgs(&l, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := packArgs(args); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range l.Args {
+		if a.Kind <= gpu.Null && args[i] != Ptr(addrs[i]) {
+			t.Errorf("argument %d (kind %d) is %v, want its address", i, a.Kind, args[i])
+		}
+	}
+	l.Args = append(l.Args, gpu.Arg{Kind: gpu.Float64 + 1})
+	if _, err := launchArgs(&l, append(addrs, 0)); err == nil {
+		t.Error("an unknown kind was taken")
 	}
 }
 

@@ -121,29 +121,79 @@ __device__ __forceinline__ void mma_frags(unsigned f[8][4], const unsigned short
 // different banks, and a transposed tile's stores spread over them.
 #define AMSP_MMA_PAD 8
 
+// mma_load8 reads 8 bf16 values (16 bytes) at p as 4 words, the
+// lower-indexed value in each word's low half: one vector load on the GPU
+// where p is 16-byte aligned.
+__device__ __forceinline__ void mma_load8(unsigned w[4], const unsigned short *p) {
+#ifdef __CUDACC__
+	if (((unsigned long long)p & 15) == 0) {
+		uint4 v = *(const uint4 *)p;
+		w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+		return;
+	}
+#endif
+	for (int u = 0; u < 4; u++) {
+		w[u] = (unsigned)p[2 * u] | (unsigned)p[2 * u + 1] << 16;
+	}
+}
+
+// MMA_TILE_LOADS is how many 16-byte loads a thread of mma_tile has in
+// flight before it stores them (a 64 x 128 tile over 128 threads: all).
+#define MMA_TILE_LOADS 8
+
 // mma_tile loads rows t0..t0+n-1 of x (zeros past seq) into a row-major
 // tile rm of n rows of hd (rows hd+AMSP_MMA_PAD apart) and a transposed
-// one tr of hd rows of n (n+AMSP_MMA_PAD apart); either may be null.
+// one tr of hd rows of n (n+AMSP_MMA_PAD apart); either may be null. Each
+// thread reads 8 values a load, up to MMA_TILE_LOADS loads before it
+// stores any, so their latencies overlap (one 2-byte load after another
+// made the kernels wait on memory most of the time).
 __device__ __forceinline__ void mma_tile(unsigned short *rm, unsigned short *tr, const unsigned short *x, long long b, long long t0,
 	long long seq, long long stride, long long col, int hd, int n) {
-	for (int z = threadIdx.x; z < n * hd; z += blockDim.x) {
-		int r = z / hd, d = z % hd;
-		long long i = t0 + r;
-		unsigned short e = i < seq ? x[(b * seq + i) * stride + col + d] : 0;
-		if (rm) {
-			rm[r * (hd + AMSP_MMA_PAD) + d] = e;
+	int hd8 = hd / 8, total = n * hd8;
+	for (int z0 = 0; z0 < total; z0 += MMA_TILE_LOADS * blockDim.x) {
+		unsigned w[MMA_TILE_LOADS][4];
+#pragma unroll
+		for (int c = 0; c < MMA_TILE_LOADS; c++) {
+			int z = z0 + c * blockDim.x + threadIdx.x;
+			long long i = t0 + z / hd8;
+			w[c][0] = w[c][1] = w[c][2] = w[c][3] = 0;
+			if (z < total && i < seq) {
+				mma_load8(w[c], x + (b * seq + i) * stride + col + (z % hd8) * 8);
+			}
 		}
-		if (tr) {
-			tr[d * (n + AMSP_MMA_PAD) + r] = e;
+#pragma unroll
+		for (int c = 0; c < MMA_TILE_LOADS; c++) {
+			int z = z0 + c * blockDim.x + threadIdx.x;
+			if (z < total) {
+				int r = z / hd8, d = (z % hd8) * 8;
+#pragma unroll
+				for (int u = 0; u < 8; u++) {
+					unsigned short e = (unsigned short)(w[c][u / 2] >> (16 * (u & 1)));
+					if (rm) {
+						rm[r * (hd + AMSP_MMA_PAD) + d + u] = e;
+					}
+					if (tr) {
+						tr[(d + u) * (n + AMSP_MMA_PAD) + r] = e;
+					}
+				}
+			}
 		}
 	}
 }
 
 // mma_b is the B fragment of rows 2t, 2t+1, 2t+8, 2t+9 of column g as a
 // row p of a transposed tile holds them (p at column 2t of row g).
+// (Every tile starts at an even half and its rows are an even number of
+// halves long, so p is 4-byte aligned: one 32-bit shared load a word on
+// the GPU.)
 __device__ __forceinline__ void mma_b(unsigned *fb, const unsigned short *p) {
+#ifdef __CUDACC__
+	fb[0] = *(const unsigned *)p;
+	fb[1] = *(const unsigned *)(p + 8);
+#else
 	fb[0] = (unsigned)p[0] | (unsigned)p[1] << 16;
 	fb[1] = (unsigned)p[8] | (unsigned)p[9] << 16;
+#endif
 }
 
 // mma_scores is one 16x8 tile of a product A B with A as fragments f
