@@ -1,6 +1,7 @@
 package compiler_test
 
 import (
+	"fmt"
 	"testing"
 
 	"amspc/compiler"
@@ -33,22 +34,25 @@ func BenchmarkCompilePlan(b *testing.B) {
 // objective, the job loaded once: the baselines, the fixed plan and the
 // MILP's per-group plan simulated, then branch and bound over every
 // candidate, simulating those its bound cannot rule out.
+// With gap=0 the search is exact, with planner.DefaultGap as amspc runs it.
 // `go test ./compiler -run '^$' -bench PlanSearch -count 5`.
 func BenchmarkPlanSearch(b *testing.B) {
 	for _, model := range []string{"tiny", "llama-7b", "llama2-70b-gqa"} {
-		b.Run(model, func(b *testing.B) {
-			job := testjob.Load(b, model)
-			var res *planner.Result
-			for b.Loop() {
-				var err error
-				res, err = planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true,
-					Config: cost.DefaultConfig, NewEvaluator: compiler.NewEvaluator})
-				if err != nil {
-					b.Fatal(err)
+		for _, gap := range []float64{0, planner.DefaultGap} {
+			b.Run(fmt.Sprintf("%s/gap=%g", model, gap), func(b *testing.B) {
+				job := testjob.Load(b, model)
+				var res *planner.Result
+				for b.Loop() {
+					var err error
+					res, err = planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true,
+						Config: cost.DefaultConfig, NewEvaluator: compiler.NewEvaluator, Gap: gap})
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(float64(res.Simulated), "simulated")
-			b.ReportMetric(float64(res.Candidates), "candidates")
-		})
+				b.ReportMetric(float64(res.Simulated), "simulated")
+				b.ReportMetric(float64(res.Candidates), "candidates")
+			})
+		}
 	}
 }

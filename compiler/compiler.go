@@ -100,6 +100,20 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	po := opts.Passes
+	po.Recompute = plan.Recompute
+	s, err := passes.Run(job, po)
+	if err != nil {
+		return nil, err
+	}
+	return distribute(job, m, s, plan, opts)
+}
+
+// distribute is compile's second half: the distribution passes for plan
+// on a state the graph passes made for the plan's job (forPlan's) and
+// recompute, which it leaves as it was, so that plans of one setting
+// share it (the planner's Evaluator).
+func distribute(job *ir.Job, m *cost.Model, gs *passes.State, plan cost.Plan, opts Options) (*Result, error) {
 	c := job.Cluster
 	topo := ir.Topology{GPUsPerNode: c.GPUsPerNode, Nodes: c.Nodes}
 	M, err := job.Train.MicroBatches(job.DataParallel())
@@ -118,13 +132,13 @@ func compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	if opts.Depth <= 0 {
 		po.Fits = fits
 	}
-	po.Dist = &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: depth,
+	d := &passes.Distribution{Groups: plan.Groups, Topo: topo, Micro: int(M), Depth: depth,
 		BucketBytes: int64(m.Config.BucketBytes),
 		Hierarchical: func(c ir.Coll, bytes float64, mesh ir.Factor) bool {
 			return m.Topo.HierarchicalFaster(c, bytes, mesh)
 		}}
-	s, err := passes.Run(job, po)
-	if err != nil {
+	s := gs.Fork()
+	if err := s.Distribute(d, po); err != nil {
 		return nil, err
 	}
 	return &Result{Job: job, Plan: plan, Model: m, State: s, Program: s.Prog, Timeline: s.Timeline, Micro: int(M), Fits: fits(s.Timeline)}, nil
@@ -184,8 +198,8 @@ func forMicroBatch(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
 }
 
 // Choose returns the shard section's plan, or the planner's choice (with
-// its simulated estimate, as `amspc plan` prints it) when the section
-// says auto.
+// its simulated estimate, as `amspc plan` prints it, searched within
+// planner.DefaultGap) when the section says auto.
 func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 	if cfg == (cost.Config{}) {
 		cfg = cost.DefaultConfig
@@ -202,7 +216,7 @@ func Choose(job *ir.Job, cfg cost.Config) (cost.Plan, *cost.Estimate, error) {
 		}
 		return p, m.Evaluate(p), nil
 	}
-	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true, Config: cfg, NewEvaluator: NewEvaluator})
+	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, PerGroup: true, Config: cfg, NewEvaluator: NewEvaluator, Gap: planner.DefaultGap})
 	if err != nil {
 		return cost.Plan{}, nil, err
 	}

@@ -49,6 +49,10 @@ type graphFacts struct {
 	saved float64
 	m     *cost.Model // the cost model at this micro-batch
 	M     int64
+	// job and state are the setting's job (forPlan's) and its graph
+	// passes' state, which every plan of the setting distributes.
+	job   *ir.Job
+	state *passes.State
 }
 
 type stageFacts struct {
@@ -101,11 +105,26 @@ func (ev *Evaluator) Predict(plans []cost.Plan) ([]*cost.Prediction, []error) {
 }
 
 func (ev *Evaluator) predict(p cost.Plan) (*cost.Prediction, error) {
-	r, err := compile(ev.job, p, Options{Config: ev.m.Config})
+	f := ev.facts(settingOf(ev.job, p))
+	if f.err != nil {
+		return nil, f.err
+	}
+	// The setting's graph passes ran once (facts); only the plan's
+	// distribution runs here, as compile would run it.
+	r, err := distribute(f.job, f.m, f.state, p, Options{Config: ev.m.Config})
 	if err != nil {
 		return nil, err
 	}
 	return prediction(r), nil
+}
+
+// settingOf is what the graph passes of plan p depend on.
+func settingOf(job *ir.Job, p cost.Plan) setting {
+	mb := p.MicroBatch
+	if mb < 1 {
+		mb = job.Train.MicroBatch
+	}
+	return setting{rc: p.Recompute, mb: mb, tp: max(p.Tensor, 1), sp: p.Sequence && p.Tensor > 1}
 }
 
 // prediction summarises a compiled plan's simulated step.
@@ -184,6 +203,7 @@ func (ev *Evaluator) facts(k setting) *graphFacts {
 		f.err = err
 		return f
 	}
+	f.job, f.state = job, s
 	// A kernel's time as the simulator takes it from the instruction
 	// lowering makes of op: its arguments' shapes (a scalar as one
 	// element) and the first argument's dtype.
@@ -342,11 +362,7 @@ func opsOf(vs []*ir.Value) []*ir.Op {
 // Collective times only grow with size, so unpadded sizes bound padded
 // ones from below; contention only slows collectives.
 func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
-	mb := p.MicroBatch
-	if mb < 1 {
-		mb = ev.job.Train.MicroBatch
-	}
-	f := ev.facts(setting{rc: p.Recompute, mb: mb, tp: max(p.Tensor, 1), sp: p.Sequence && p.Tensor > 1})
+	f := ev.facts(settingOf(ev.job, p))
 	if f.err != nil {
 		return 0, 0, f.err
 	}

@@ -131,6 +131,35 @@ func TestChosenNeverSlower(t *testing.T) {
 	}
 }
 
+// TestGapBoundsTheChoice: a search with an optimality gap simulates no
+// more candidates than the exact one, and its choice is within the gap of
+// the exact choice; the printed rows still hold (checkChosen).
+func TestGapBoundsTheChoice(t *testing.T) {
+	for _, name := range []string{"tiny", "tied", "llama-7b"} {
+		job := testjob.Load(t, name)
+		exact := plan(t, job)
+		gapped, err := planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true,
+			NewEvaluator: compiler.NewEvaluator, Gap: planner.DefaultGap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkChosen(t, name+" with a gap", gapped)
+		if gapped.Simulated > exact.Simulated {
+			t.Errorf("%s: %d simulated with a gap, %d without", name, gapped.Simulated, exact.Simulated)
+		}
+		if g, e := gapped.Chosen.Step, exact.Chosen.Step; g > e*(1+planner.DefaultGap) {
+			t.Errorf("%s: chose %s (%.6g s) with a gap of %g, %s (%.6g s) without", name, gapped.Chosen.Plan.Name, g, planner.DefaultGap, exact.Chosen.Plan.Name, e)
+		}
+		t.Logf("%s: %d simulated exactly, %d within %g; chosen %.6g s and %.6g s", name, exact.Simulated, gapped.Simulated, planner.DefaultGap, exact.Chosen.Step, gapped.Chosen.Step)
+	}
+	job := testjob.Load(t, "tiny")
+	for _, g := range []float64{-0.01, 1, 2} {
+		if _, err := planner.Plan(job, planner.Options{Objective: planner.Step, Gap: g}); err == nil {
+			t.Errorf("gap %g was taken", g)
+		}
+	}
+}
+
 // TestChosenNeverSlowerSweep: the same on LLaMA-7B and LLaMA-2-70B at
 // every power of two from 8 to 16384 A800s (four sequences per GPU per
 // step).

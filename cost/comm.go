@@ -3,6 +3,7 @@ package cost
 import (
 	"math"
 	"math/bits"
+	"sync"
 
 	"amspc/ir"
 )
@@ -32,7 +33,35 @@ type Topology struct {
 	IntraBW, InterBW       float64 // bytes/s
 	IntraLatency, InterLat float64 // seconds per ring hop (Simple protocol)
 	Profile                *Profile
+
+	memo *collMemo // Collective's answers (NewTopology's; nil: none kept)
 }
+
+// collMemo keeps Collective's answers for the topology they were
+// computed on: a search asks the same few thousand questions of every
+// candidate (a third of a 70B search's time was this arithmetic).
+type collMemo struct {
+	sync.Mutex
+	on topoFields
+	m  map[collKey]CollCost
+}
+
+// topoFields are the fields Collective reads: the memo is dropped when
+// they change (a copy of the topology changed, or a test set one).
+type topoFields struct {
+	gpus, nodes                      int
+	intra, inter, intraLat, interLat float64
+	profile                          *Profile
+}
+
+type collKey struct {
+	c     Coll
+	bytes float64
+	g     ir.Factor
+}
+
+// collMemoMax bounds the memo; past it, it starts again.
+const collMemoMax = 1 << 20
 
 // NewTopology reads a cluster's network.
 func NewTopology(c *ir.Cluster) *Topology {
@@ -53,6 +82,7 @@ func NewTopology(c *ir.Cluster) *Topology {
 	if t.InterLat == 0 {
 		t.InterLat = ir.DefaultInterLatency
 	}
+	t.memo = &collMemo{}
 	return t
 }
 
@@ -133,6 +163,31 @@ func (t *Topology) Collective(c Coll, bytes float64, g ir.Factor) CollCost {
 	if n <= 1 || !(bytes > 0) {
 		return CollCost{}
 	}
+	if t.memo == nil {
+		return t.collective(c, bytes, g)
+	}
+	on := topoFields{t.GPUsPerNode, t.Nodes, t.IntraBW, t.InterBW, t.IntraLatency, t.InterLat, t.Profile}
+	k := collKey{c, bytes, g}
+	t.memo.Lock()
+	if t.memo.on != on || len(t.memo.m) >= collMemoMax {
+		t.memo.on, t.memo.m = on, map[collKey]CollCost{}
+	}
+	cc, ok := t.memo.m[k]
+	t.memo.Unlock()
+	if ok {
+		return cc
+	}
+	cc = t.collective(c, bytes, g)
+	t.memo.Lock()
+	if t.memo.on == on {
+		t.memo.m[k] = cc
+	}
+	t.memo.Unlock()
+	return cc
+}
+
+// collective is Collective's answer, computed.
+func (t *Topology) collective(c Coll, bytes float64, g ir.Factor) CollCost {
 	cc := t.analytic(c, bytes, g)
 	if t.Profile != nil {
 		if bw, ok := t.Profile.Bandwidth(c, g, bytes); ok {

@@ -17,6 +17,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Pos is a source position. Line and Col count from 1; the zero Pos means
@@ -315,12 +316,15 @@ type Graph struct {
 	Layers int      // number of repeated blocks stamped
 	Pos    Pos      // of the model section
 
+	mu     sync.Mutex // byName: distributions of one graph look up at once
 	byName map[string]*Value
 }
 
 // Lookup finds a value by name. The index is rebuilt when it is stale
 // (values appended directly, or renamed), so it is always right.
 func (g *Graph) Lookup(name string) *Value {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if v, ok := g.byName[name]; ok && v.Name == name {
 		return v
 	}
@@ -336,6 +340,8 @@ func (g *Graph) Lookup(name string) *Value {
 // Add appends a value (and its op, if any) to the graph.
 func (g *Graph) Add(v *Value) {
 	g.Values = append(g.Values, v)
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.byName != nil {
 		g.byName[v.Name] = v
 	}

@@ -260,6 +260,15 @@ func Run(job *ir.Job, opts Options) (s *State, err error) {
 	return s, nil
 }
 
+// Fork is a state for another distribution of s's graph: the graph
+// passes' results shared (the distribution passes only read them), the
+// distribution's own fields empty. Distributions of one graph may run
+// at once, each on its fork.
+func (s *State) Fork() *State {
+	return &State{Job: s.Job, Graph: s.Graph, LossScale: s.LossScale, Grads: s.Grads, States: s.States, Origin: s.Origin,
+		Specs: s.Specs, Partition: s.Partition, Fused: s.Fused, Recompute: s.Recompute}
+}
+
 // Distribute runs the distribution passes on a state the graph passes
 // made (Run without Options.Dist), for plan d: the step program is then
 // in s.Prog.

@@ -80,7 +80,7 @@ func untimed(s string) string {
 }
 
 var (
-	timedText = regexp.MustCompile(`(candidates in |bounds\) in )[0-9.]+ (s|ms|µs)`)
+	timedText = regexp.MustCompile(`(candidates in |bounds\) in |gap [0-9.]+%\) in )[0-9.]+ (s|ms|µs)`)
 	timedJSON = regexp.MustCompile(`("solve_time_s": )[0-9.e+-]+`)
 )
 

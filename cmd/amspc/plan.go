@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"amspc/compiler"
@@ -15,13 +16,14 @@ import (
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--shard PLAN] [--export deepspeed|fsdp|megatron|torchtitan] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("plan", "usage: amspc plan [--objective step|paper] [--json] [--wide] [--top K] [--gap PCT] [--shard PLAN] [--export deepspeed|fsdp|megatron|torchtitan] [--sweep nodes=N,...] [--sweep-batch per-gpu|fixed] [--cluster FILE] [--train FILE] FILE", stderr)
 	var lf loadFlags
 	lf.register(fs)
 	objective := fs.String("objective", "step", "what to minimise: step (predicted step time, overlap-aware) or paper (AMSP's T_comm)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	wide := fs.Bool("wide", false, "also show memory's parts, all communication, compute and tokens/s per GPU (wider than 120 columns)")
 	top := fs.Int("top", 3, "also show the `K` best candidates")
+	gapFlag := fs.String("gap", "1%", "with --objective step, stop simulating candidates once none can beat the best by more than `PCT` (branch and bound's optimality gap: the chosen plan is within it of the best in the space; 0 searches exactly)")
 	lf.registerShard(fs, "cost")
 	perGroup := fs.Bool("per-group", true, "also search per-group factors, recompute and micro-batch size (MILP)")
 	simulate := fs.Bool("simulate", true, "with --objective step, rank plans by simulating their compiled programs (every candidate a proven bound does not rule out); false: the analytic model only")
@@ -42,6 +44,11 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc plan: %v\n", err)
 		return exitUser
 	}
+	gap, err := parseGap(*gapFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc plan: %v\n", err)
+		return exitUser
+	}
 	if err := checkPlanOnlyFlags(fs, obj, *export); err != nil {
 		fmt.Fprintf(stderr, "amspc plan: %v\n", err)
 		return exitUser
@@ -50,7 +57,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	if job == nil {
 		return st
 	}
-	opts := planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg}
+	opts := planner.Options{Objective: obj, Top: *top, PerGroup: *perGroup, Config: cfg, Gap: gap}
 	if *simulate {
 		opts.NewEvaluator = compiler.NewEvaluator
 	}
@@ -114,6 +121,20 @@ func checkPlanFlags(fs *flag.FlagSet, top int, bucket int64, sweepBatch string) 
 		return fmt.Errorf("--sweep-batch %s needs --sweep", sweepBatch)
 	}
 	return nil
+}
+
+// parseGap reads --gap: a percentage (1%) or a fraction (0.01), at
+// least 0 and below 100 %.
+func parseGap(s string) (float64, error) {
+	t, isPct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	g, err := strconv.ParseFloat(t, 64)
+	if isPct {
+		g /= 100
+	}
+	if err != nil || !(g >= 0 && g < 1) {
+		return 0, fmt.Errorf("--gap %q: want a percentage from 0 to below 100 (1%%) or a fraction below 1 (0.01)", s)
+	}
+	return g, nil
 }
 
 // checkPlanOnlyFlags refuses plan's combinations where one flag would
@@ -283,6 +304,7 @@ type planResultJSON struct {
 	Candidates  int             `json:"candidates"`
 	Simulated   int             `json:"simulated"`
 	Pruned      int             `json:"pruned"`
+	Gap         float64         `json:"gap"`
 	SolveTime   float64         `json:"solve_time_s"`
 	Explanation []string        `json:"explanation"`
 	MILP        *struct {
@@ -296,7 +318,7 @@ type planResultJSON struct {
 
 func planJSON(r *planner.Result) *planResultJSON {
 	out := &planResultJSON{Objective: r.Objective.String(), Chosen: toEstimateJSON(r.Chosen), Fixed: toEstimateJSON(r.Fixed),
-		Candidates: r.Candidates, Simulated: r.Simulated, Pruned: r.Pruned, SolveTime: r.SolveTime.Seconds(), Explanation: r.Explain()}
+		Candidates: r.Candidates, Simulated: r.Simulated, Pruned: r.Pruned, Gap: r.Gap, SolveTime: r.SolveTime.Seconds(), Explanation: r.Explain()}
 	out.Baselines = []*estimateJSON{}
 	for _, e := range r.Baselines {
 		out.Baselines = append(out.Baselines, toEstimateJSON(e))
@@ -347,7 +369,7 @@ func printPlan(w io.Writer, name string, job *ir.Job, r *planner.Result, wide bo
 	}
 	s := fmt.Sprintf("searched %d candidates in %s", r.Candidates, dur(r.SolveTime.Seconds()))
 	if r.Simulated > 0 {
-		s = fmt.Sprintf("searched %d candidates (%d simulated, %d ruled out by their bounds) in %s", r.Candidates, r.Simulated, r.Pruned, dur(r.SolveTime.Seconds()))
+		s = fmt.Sprintf("searched %d candidates (%d simulated, %d ruled out by their bounds, gap %s) in %s", r.Candidates, r.Simulated, r.Pruned, strconv.FormatFloat(100*r.Gap, 'g', 4, 64)+"%", dur(r.SolveTime.Seconds()))
 	}
 	if mr := r.MILP; mr != nil {
 		s += fmt.Sprintf(" (MILP: %d columns, %d rows, %d nodes, %s)", mr.Columns, mr.Rows, mr.Nodes, mr.Solver)

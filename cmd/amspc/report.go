@@ -43,7 +43,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	if job == nil {
 		return st
 	}
-	opts := planner.Options{Objective: planner.Step, Top: *top, PerGroup: true, Config: cfg, NewEvaluator: compiler.NewEvaluator}
+	opts := planner.Options{Objective: planner.Step, Top: *top, PerGroup: true, Gap: planner.DefaultGap, Config: cfg, NewEvaluator: compiler.NewEvaluator}
 	var sw *sweep
 	var err error
 	if *sweepSpec != "" {
