@@ -1,25 +1,47 @@
 #!/bin/sh
-# Regenerates bench/validation.md: the planner's predicted step of every
-# tiny plan, and of the predicted best and worst five plans of a wider
-# model, against the step `amspc run`'s runtime measures on this machine,
-# after calibrating with `amspc profile`. Run it on a quiet machine
-# (about 8 minutes on 2 cores): sh bench/validate.sh
+# Regenerates bench/validation.md: the planner's predicted step against
+# the step `amspc run`'s runtime measures on this machine, after
+# calibrating with `amspc profile`, for four models of different shapes
+# (tiny; wide: d 512 x 2 blocks; deep: d 96 x 12; fewwide: d 1024 x 1)
+# on 8 local ranks (their files' 2 x 4 clusters) and on 2 (one node of
+# 2). On 8 ranks tiny runs every plan and the others their 5 predicted
+# fastest and 5 slowest (by the profile taken first); on 2 ranks every
+# model runs every plan. The predictions are costed with a profile of
+# the plans' own kernels and collectives measured between the rounds of
+# the steps' rotation (validate --calibrate), so that the machine's
+# drift falls on both. Run it on a quiet machine (about 10 minutes on
+# 2 cores): sh bench/validate.sh
 set -eu
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/amspc" ./cmd/amspc
 amspc="$tmp/amspc"
-# Collective sizes up to 64 MiB: the wide model's gathers are 13 MB.
-"$amspc" profile --shard auto --max-bytes 67108864 -o bench/profiles/tiny.csv testdata/models/tiny.amsp
-"$amspc" profile --shard auto --max-bytes 67108864 -o bench/profiles/wide.csv bench/models/wide.amsp
+printf 'cluster cpu_1x2 {\n  nodes = 1\n  gpus_per_node = 2\n  gpu = "cpu"\n  intra_node_bw = 10 GB/s\n  inter_node_bw = 1 GB/s\n}\n' >"$tmp/two.amsp"
+# models: name, file, the plans on 8 ranks.
+models="tiny:testdata/models/tiny.amsp:all wide:bench/models/wide.amsp:extremes=5 deep:bench/models/deep.amsp:extremes=5 fewwide:bench/models/fewwide.amsp:extremes=5"
+for m in $models; do
+	name=${m%%:*}
+	rest=${m#*:}
+	file=${rest%%:*}
+	# Collective sizes up to 64 MiB: the wide models' gathers are 13 MB
+	# and more.
+	"$amspc" profile --shard auto --max-bytes 67108864 -o bench/profiles/$name.csv "$file"
+	"$amspc" profile --shard auto --max-bytes 67108864 --cluster "$tmp/two.amsp" -o bench/profiles/$name-2.csv "$file"
+done
 {
 	echo "# The planner's predictions against measured steps"
 	echo
 	echo "Regenerate with \`sh bench/validate.sh\` (bench/README.md says what it does)."
 	echo
-	"$amspc" validate --markdown --plans all --steps 7 --profile bench/profiles/tiny.csv testdata/models/tiny.amsp
-	"$amspc" validate --markdown --plans extremes=5 --steps 7 --profile bench/profiles/wide.csv bench/models/wide.amsp
-} > "$tmp/validation.md"
+	for m in $models; do
+		name=${m%%:*}
+		rest=${m#*:}
+		file=${rest%%:*}
+		plans=${rest#*:}
+		"$amspc" validate --markdown --calibrate --plans "$plans" --steps 7 --profile bench/profiles/$name.csv "$file"
+		"$amspc" validate --markdown --calibrate --plans all --steps 7 --cluster "$tmp/two.amsp" --shard auto --profile bench/profiles/$name-2.csv "$file"
+	done
+} >"$tmp/validation.md"
 mv "$tmp/validation.md" bench/validation.md
 cat bench/validation.md

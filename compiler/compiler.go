@@ -187,7 +187,10 @@ func forMicroBatch(job *ir.Job, plan cost.Plan) (*ir.Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lowering again at micro-batch %d: %v", mb, err)
 		}
-		j.Shard = job.Shard
+		// The sections a caller may have replaced after loading, which
+		// lowering the sources again would not see (validate's
+		// calibration names a profile on a copy of the cluster).
+		j.Shard, j.Cluster = job.Shard, job.Cluster
 		return j, nil
 	}
 	cp := *job

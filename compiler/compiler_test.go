@@ -93,6 +93,27 @@ func TestCompileKeepsTheJob(t *testing.T) {
 	}
 }
 
+// TestRebatchKeepsTheCluster: a plan at another micro-batch lowers the
+// sources again, and the cluster a caller set on the job (validate's
+// calibration names a profile on a copy) is the one it is costed on.
+func TestRebatchKeepsTheCluster(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	cl := *job.Cluster
+	cl.IntraBW /= 100
+	j := *job
+	j.Cluster = &cl
+	one := ir.Factor{S0: 1, S1: 1}
+	for _, mb := range []int64{2, 1} {
+		r, err := compiler.Compile(&j, cost.Uniform("ddp", cost.Factors{P: one, G: one, OS: one}, ir.RecomputeNone, mb), compiler.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Job.Cluster.IntraBW != cl.IntraBW {
+			t.Errorf("micro-batch %d: compiled on intra_node_bw %g, the job's is %g", mb, r.Job.Cluster.IntraBW, cl.IntraBW)
+		}
+	}
+}
+
 // BenchmarkCompile70B times the whole compile of LLaMA-2-70B as amspc
 // compile runs it (parse, passes, schedule with its memory bound and
 // simulation, collective matching, encoding) under 8x1 P/G, fully

@@ -314,6 +314,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"profile", "--shard", "zero3", f.llama}, `memory`},
 		// validate
 		{[]string{"validate", "--plans", "bogus", tiny}, `-plans`},
+		{[]string{"validate", "--calibrate=maybe", tiny}, `-calibrate`},
+		{[]string{"validate", "--shard", "zero9", tiny}, `--shard`},
 		{[]string{"validate", "--plans", "extremes=0", tiny}, `-plans`},
 		{[]string{"validate", "--plans", "extremes=-1", tiny}, `-plans`},
 		{[]string{"validate", "--steps", "0", tiny}, `-steps`},

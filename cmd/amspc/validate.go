@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -57,11 +58,32 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 	}
-	if err := measureRows(rows, tokens, o.warmup, o.steps); err != nil {
+	var cal *calibration
+	between := func() error { return nil }
+	if o.calibrate {
+		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
+		between = cal.measure
+	}
+	if err := measureRows(rows, tokens, o.warmup, o.steps, between); err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
-	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: job.Cluster.Profile,
+	prof := job.Cluster.Profile
+	if cal != nil {
+		dir, err := os.MkdirTemp("", "amspc-validate")
+		if err != nil {
+			fmt.Fprintf(stderr, "amspc validate: %v\n", err)
+			return exitUser
+		}
+		defer os.RemoveAll(dir)
+		if _, err := predictCalibrated(job, rows, cal.profile(job, o.warmup+o.steps+1), dir); err != nil {
+			fmt.Fprintf(stderr, "amspc validate: %v\n", err)
+			return exitUser
+		}
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
+		prof = fmt.Sprintf("a profile of the plans' %d kernels and %d collectives measured between the rounds", len(cal.kernels), len(cal.colls))
+	}
+	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}
 	sum.score()
 	sum.Seconds = time.Since(start).Seconds()
@@ -83,19 +105,22 @@ type validateOptions struct {
 	plans, data    string
 	steps, warmup  int
 	markdown, json bool
+	calibrate      bool
 	extremes       int // from --plans extremes=N; 0: every plan
 }
 
 func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--markdown|--json] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--calibrate] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &validateOptions{}
 	o.lf.register(fs)
+	o.lf.registerShard(fs, "validate, among the rows, (auto: no fixed plan)")
 	fs.StringVar(&o.plans, "plans", "rows", "which `PLANS` to run: rows (the rows plan prints), all (every candidate of the space and every row), extremes=N (the N predicted fastest and N slowest of all)")
 	fs.IntVar(&o.steps, "steps", 5, "time `N` steps of each plan (the median is its measured step)")
 	fs.IntVar(&o.warmup, "warmup", 1, "run `K` steps of each plan before timing")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as Markdown (for bench/)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
+	fs.BoolVar(&o.calibrate, "calibrate", false, "predict with a profile of the plans' own kernels and collectives measured in the rotation (before the first round and after each), not one taken earlier: the machine's drift then falls on costs and steps alike (the plans are still chosen by --profile's or the cluster's figures)")
 	return fs, o
 }
 
@@ -149,7 +174,7 @@ func (o *validateOptions) compileRows(file string, job *ir.Job, stderr io.Writer
 		}
 		seen[key] = true
 		rows = append(rows, validationRow{Plan: p.Name, Factors: r.Bundle.Plan, Micro: r.Micro,
-			Recompute: p.Recompute.String(), Predicted: r.Timeline.Step, result: r})
+			Recompute: p.Recompute.String(), Predicted: r.Timeline.Step, result: r, plan: p})
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(stderr, "%s: no plan compiles\n", file)
@@ -172,7 +197,11 @@ type validationRow struct {
 	Predicted float64 `json:"predicted_s"`
 	Measured  float64 `json:"measured_s"`
 	Error     float64 `json:"error"` // predicted / measured - 1
-	result    *compiler.Result
+	// Spread is the timed steps' median absolute deviation over their
+	// median: how much this plan's own steps vary.
+	Spread float64 `json:"spread"`
+	result *compiler.Result
+	plan   cost.Plan
 }
 
 type validationSummary struct {
@@ -185,21 +214,72 @@ type validationSummary struct {
 	Warmup         int             `json:"warmup"`
 	Rows           []validationRow `json:"rows"`
 	MedianAbsError float64         `json:"median_abs_error"`
+	MaxAbsError    float64         `json:"max_abs_error"`
 	Spearman       float64         `json:"spearman"`
-	Seconds        float64         `json:"seconds"`
+	// Noise is the rows' median Spread; Distinct counts the pairs of
+	// plans whose measured steps differ by more than twice it, and
+	// Agreement is the share of them the predictions order as measured.
+	Noise     float64 `json:"noise"`
+	Distinct  int     `json:"distinct_pairs"`
+	Agreement float64 `json:"pair_agreement"`
+	Seconds   float64 `json:"seconds"`
 }
 
 // score sets how well the predictions did: the median absolute error
 // and the rank correlation of predicted and measured steps.
 func (s *validationSummary) score() {
-	var errs, pred, meas []float64
+	var errs, pred, meas, spreads []float64
 	for _, r := range s.Rows {
 		errs = append(errs, math.Abs(r.Error))
 		pred = append(pred, r.Predicted)
 		meas = append(meas, r.Measured)
+		spreads = append(spreads, r.Spread)
 	}
 	s.MedianAbsError = median(errs)
+	s.MaxAbsError = slices.Max(append(errs, 0))
 	s.Spearman = spearman(pred, meas)
+	s.Noise = median(spreads)
+	s.Distinct, s.Agreement = pairAgreement(pred, meas, 2*s.Noise)
+}
+
+// pairAgreement is, among the pairs whose measured values differ by more
+// than the relative noise (of the smaller), how many there are and the
+// share that pred orders as meas does (a tie in pred counts half; 0
+// when there are none).
+func pairAgreement(pred, meas []float64, noise float64) (int, float64) {
+	n, agree := 0, 0.0
+	for i := range meas {
+		for j := i + 1; j < len(meas); j++ {
+			lo, hi := i, j
+			if meas[j] < meas[i] {
+				lo, hi = j, i
+			}
+			if meas[hi]-meas[lo] <= noise*meas[lo] {
+				continue
+			}
+			n++
+			switch {
+			case pred[lo] < pred[hi]:
+				agree++
+			case pred[lo] == pred[hi]:
+				agree += 0.5
+			}
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return n, agree / float64(n)
+}
+
+// pairsText says how noisy the steps were and how well the predictions
+// order the plans the noise does not blur.
+func (s *validationSummary) pairsText() string {
+	t := fmt.Sprintf("noise %.1f%% (the plans' median spread of their own steps)", 100*s.Noise)
+	if s.Distinct == 0 {
+		return t + ", no two plans apart by more than twice it"
+	}
+	return fmt.Sprintf("%s; of the %d pairs of plans apart by more than twice it, %.0f%% predicted in the measured order", t, s.Distinct, 100*s.Agreement)
 }
 
 func (s *validationSummary) text(w io.Writer, file string) {
@@ -213,7 +293,8 @@ func (s *validationSummary) text(w io.Writer, file string) {
 	for _, r := range s.Rows {
 		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%%\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error)
 	}
-	fmt.Fprintf(w, "median |error| %.1f%%, Spearman rank correlation %.3f, in %s\n", 100*s.MedianAbsError, s.Spearman, dur(s.Seconds))
+	fmt.Fprintf(w, "median |error| %.1f%%, worst %.1f%%, Spearman rank correlation %.3f; %s; in %s\n",
+		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, s.pairsText(), dur(s.Seconds))
 }
 
 func (s *validationSummary) markdown(w io.Writer) {
@@ -221,14 +302,14 @@ func (s *validationSummary) markdown(w io.Writer) {
 	if s.Profile != "" {
 		prof = "`" + s.Profile + "`"
 	}
-	fmt.Fprintf(w, "### %s: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps per plan in rotation after %d.\n\n",
-		s.Model, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, s.Warmup)
+	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps per plan in rotation after %d.\n\n",
+		s.Model, s.Ranks, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, s.Warmup)
 	fmt.Fprintf(w, "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error)
 	}
-	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s).\n\n",
-		100*s.MedianAbsError, s.Spearman, len(s.Rows), dur(s.Seconds))
+	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, worst **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s); %s.\n\n",
+		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, len(s.Rows), dur(s.Seconds), s.pairsText())
 }
 
 // validationPlans are the plans to run: the rows `amspc plan` prints
@@ -236,7 +317,7 @@ func (s *validationSummary) markdown(w io.Writer) {
 // best candidates and the choice), and with all every uniform candidate
 // of the space too.
 func validationPlans(job *ir.Job, all bool) ([]cost.Plan, error) {
-	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true,
+	res, err := planner.Plan(job, planner.Options{Objective: planner.Step, Top: 3, PerGroup: true, Gap: planner.DefaultGap,
 		Config: cost.DefaultConfig, NewEvaluator: compiler.NewEvaluator})
 	if err != nil {
 		return nil, err
@@ -312,7 +393,7 @@ func ranks(xs []float64) []float64 {
 // noisy neighbour) slows every plan alike rather than the few that ran
 // then. As many plans are kept at once as fit in half the memory
 // available (by their predicted peaks).
-func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error {
+func measureRows(rows []validationRow, tokens []int32, warmup, steps int, between func() error) error {
 	budget := availableBytes() / 2
 	for lo := 0; lo < len(rows); {
 		hi, used := lo, 0.0
@@ -335,6 +416,9 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 			}
 		}
 		times := make([][]float64, len(batch))
+		if err := between(); err != nil {
+			return err
+		}
 		for round := 0; round < warmup+steps; round++ {
 			for k := range batch {
 				i := (k + round) % len(batch)
@@ -346,11 +430,19 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int) error 
 					times[i] = append(times[i], time.Since(t0).Seconds())
 				}
 			}
+			if err := between(); err != nil {
+				return err
+			}
 		}
 		for i := range batch {
 			row := &batch[i]
 			row.Measured = median(times[i])
 			row.Error = row.Predicted/row.Measured - 1
+			dev := make([]float64, len(times[i]))
+			for k, x := range times[i] {
+				dev[k] = math.Abs(x - row.Measured)
+			}
+			row.Spread = median(dev) / row.Measured
 			row.result = nil
 		}
 		lo = hi

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -70,5 +72,55 @@ func TestSpearman(t *testing.T) {
 	}
 	if got := ranks([]float64{3, 1, 3, 2}); got[0] != 3.5 || got[1] != 1 || got[2] != 3.5 || got[3] != 2 {
 		t.Errorf("ranks %v", got)
+	}
+}
+
+// pairAgreement counts only the pairs measured further apart than the
+// noise, and the share of them predicted in order.
+func TestPairAgreement(t *testing.T) {
+	meas := []float64{1.00, 1.01, 1.50, 2.00}
+	pred := []float64{1.2, 1.0, 1.1, 2.5} // 1.00 and 1.01 swapped: within the noise
+	n, a := pairAgreement(pred, meas, 0.05)
+	if n != 5 || a != 0.8 { // (1.00,1.50) is predicted backwards
+		t.Errorf("%d pairs, agreement %g; want 5 and 0.8", n, a)
+	}
+	if n, a := pairAgreement(pred, meas, 5); n != 0 || a != 0 {
+		t.Errorf("with a noise wider than every gap: %d pairs, %g", n, a)
+	}
+	if n, a := pairAgreement([]float64{1, 1}, []float64{1, 2}, 0); n != 1 || a != 0.5 {
+		t.Errorf("a tie in the predictions: %d pairs, %g", n, a)
+	}
+}
+
+// TestValidateCalibrated is the validation's short version, run by CI:
+// tiny's rows on 2 local ranks, the profile measured in the rotation,
+// and a loose bound on the median error (50 %: the machine runs other
+// tests meanwhile), so that a model that goes badly wrong cannot land
+// silently. bench/validation.md has the full run's figures.
+func TestValidateCalibrated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times steps of a dozen plans")
+	}
+	two := filepath.Join(t.TempDir(), "two.amsp")
+	if err := os.WriteFile(two, []byte(`cluster two { nodes = 1 gpus_per_node = 2 gpu = "cpu" intra_node_bw = 10 GB/s inter_node_bw = 1 GB/s }`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"validate", "--calibrate", "--steps", "3", "--json", "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("status %d: %s", st, stderr.String())
+	}
+	var sum validationSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Ranks != 2 || len(sum.Rows) < 4 || !strings.Contains(sum.Profile, "measured between the rounds") {
+		t.Fatalf("summary %+v", sum)
+	}
+	for _, r := range sum.Rows {
+		t.Logf("%-40s predicted %8.2f ms, measured %8.2f ms, %+6.1f%%", r.Plan, 1e3*r.Predicted, 1e3*r.Measured, 100*r.Error)
+	}
+	t.Logf("median |error| %.1f%%, worst %.1f%%, Spearman %.2f, noise %.1f%%", 100*sum.MedianAbsError, 100*sum.MaxAbsError, sum.Spearman, 100*sum.Noise)
+	if sum.MedianAbsError > 0.5 {
+		t.Errorf("median |error| %.1f%%: more than 50 %% off", 100*sum.MedianAbsError)
 	}
 }

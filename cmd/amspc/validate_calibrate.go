@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/cost/profile"
+	"amspc/engine"
+	"amspc/ir"
+)
+
+// A calibration measures, between the rounds of validate's rotation,
+// every distinct kernel and collective the rows' programs run, as
+// `amspc profile` measures them (every rank at once); the predictions
+// are then the rows' programs simulated on the medians of those
+// measurements. A profile taken minutes before the steps carries the
+// machine's drift into every prediction (on this machine's 2 vCPUs the
+// same step varies by 20 % from one ten minutes to the next); taken in
+// the rotation, the drift falls on the costs and the steps alike, and
+// what the validation measures is the model's error.
+type calibration struct {
+	topo    ir.Topology
+	reps    int
+	kernels []profKernel
+	colls   []collProbe
+	kt, ct  [][]float64 // a sample per round: kernels', collectives' seconds
+}
+
+// collProbe is one collective the programs run: its kind, its group's
+// shape and its size in float32 elements (the CPU ranks store every
+// float as float32).
+type collProbe struct {
+	c     ir.Coll
+	g     ir.Factor
+	elems int
+}
+
+// calibrationReps is the samples of each measurement in a round (their
+// median): fewer than profile's 7, since every round adds a sample.
+const calibrationReps = 3
+
+// newCalibration lists what rows' programs run.
+func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
+	results := make([]*compiler.Result, len(rows))
+	for i := range rows {
+		results[i] = rows[i].result
+	}
+	c := &calibration{topo: topo, reps: calibrationReps, kernels: distinctKernels(results)}
+	seen := map[collProbe]bool{}
+	for _, r := range results {
+		for t := range r.Bundle.Templates {
+			p := &r.Bundle.Templates[t]
+			for s := range p.Streams {
+				for i := range p.Streams[s] {
+					in := &p.Streams[s][i]
+					if in.Op != ir.Collective {
+						continue
+					}
+					g := in.Group.Outer.Div(in.Group.Inner)
+					n := g.Size()
+					elems := int(in.Bytes/4) / n * n
+					if n < 2 || elems == 0 {
+						continue
+					}
+					pr := collProbe{in.Coll, g, elems}
+					if !seen[pr] {
+						seen[pr] = true
+						c.colls = append(c.colls, pr)
+					}
+				}
+			}
+		}
+	}
+	sort.Slice(c.colls, func(i, j int) bool {
+		a, b := c.colls[i], c.colls[j]
+		if a.c != b.c {
+			return a.c < b.c
+		}
+		if a.g != b.g {
+			return a.g.S1 < b.g.S1 || a.g.S1 == b.g.S1 && a.g.S0 < b.g.S0
+		}
+		return a.elems < b.elems
+	})
+	c.kt = make([][]float64, len(c.kernels))
+	c.ct = make([][]float64, len(c.colls))
+	return c
+}
+
+// measure takes a round's samples.
+func (c *calibration) measure() error {
+	for i, k := range c.kernels {
+		s, err := engine.MeasureKernel(c.topo, k.prog, k.in, c.reps)
+		if err != nil {
+			return fmt.Errorf("calibrating %v %s: %v", k.in.Kern, profile.FormatShapes(k.shapes), err)
+		}
+		c.kt[i] = append(c.kt[i], s)
+	}
+	for i, p := range c.colls {
+		s, err := engine.MeasureCollective(c.topo, p.c, p.g, p.elems, c.reps)
+		if err != nil {
+			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
+		}
+		c.ct[i] = append(c.ct[i], s)
+	}
+	return nil
+}
+
+// profile is the medians of the rounds' samples as a profile.
+func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
+	meta := profileMeta(job, []string{"every validated plan"}, c.reps, "cpu")
+	meta = append(meta, profile.MetaEntry{Key: "calibration", Value: fmt.Sprintf("amspc validate --calibrate: the median of %d rounds, taken between the rounds of the steps' rotation", rounds)})
+	prof := &profile.Profile{Meta: meta}
+	for i, k := range c.kernels {
+		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: median(c.kt[i])})
+	}
+	for i, p := range c.colls {
+		bytes := float64(4 * p.elems)
+		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9})
+	}
+	return prof
+}
+
+// predictCalibrated compiles every row's plan again, costed by the
+// calibration's profile (written to dir, which the job's cluster then
+// names), and sets its prediction.
+func predictCalibrated(job *ir.Job, rows []validationRow, prof *profile.Profile, dir string) (string, error) {
+	path := filepath.Join(dir, "calibration.csv")
+	var b strings.Builder
+	if err := prof.Write(&b); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	j := *job
+	cl := *job.Cluster
+	cl.Profile = path
+	j.Cluster = &cl
+	for i := range rows {
+		r, err := compiler.Compile(&j, rows[i].plan, compiler.Options{Config: cost.DefaultConfig})
+		if err != nil {
+			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
+		}
+		rows[i].Predicted = r.Timeline.Step
+		rows[i].Error = rows[i].Predicted/rows[i].Measured - 1
+	}
+	return path, nil
+}
