@@ -60,11 +60,12 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	var cal *calibration
 	between := func() error { return nil }
+	reserve := 0.0
 	if o.calibrate {
 		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
-		between = cal.measure
+		between, reserve = cal.measure, cal.bytes()
 	}
-	if err := measureRows(rows, tokens, o.warmup, o.steps, between); err != nil {
+	if err := measureRows(rows, tokens, o.warmup, o.steps, between, reserve); err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
@@ -393,8 +394,8 @@ func ranks(xs []float64) []float64 {
 // noisy neighbour) slows every plan alike rather than the few that ran
 // then. As many plans are kept at once as fit in half the memory
 // available (by their predicted peaks).
-func measureRows(rows []validationRow, tokens []int32, warmup, steps int, between func() error) error {
-	budget := availableBytes() / 2
+func measureRows(rows []validationRow, tokens []int32, warmup, steps int, between func() error, reserve float64) error {
+	budget := availableBytes()/2 - reserve
 	for lo := 0; lo < len(rows); {
 		hi, used := lo, 0.0
 		for hi < len(rows) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -41,8 +42,9 @@ type collProbe struct {
 }
 
 // calibrationReps is the samples of each measurement in a round (their
-// median): fewer than profile's 7, since every round adds a sample.
-const calibrationReps = 3
+// median), after a warm-up: one, since every round adds a sample and the
+// rounds' median is the cost (a wide model's round takes tens of seconds).
+const calibrationReps = 1
 
 // newCalibration lists what rows' programs run.
 func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
@@ -91,14 +93,35 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 	return c
 }
 
+// bytes is about the most a round holds at once beyond the runs: a
+// kernel's operands or a collective's input and output on every rank,
+// twice over for the garbage of the one before (measure collects it
+// after each measurement, so the heap does not double under the runs).
+func (c *calibration) bytes() float64 {
+	most := 0.0
+	for _, p := range c.colls {
+		most = max(most, 8*float64(p.elems))
+	}
+	for _, k := range c.kernels {
+		n := 0.0
+		for _, id := range append(append([]int32{}, k.in.Args...), k.in.Outs...) {
+			n += float64(k.prog.Buffers[id].Bytes())
+		}
+		most = max(most, n)
+	}
+	return 2 * most * float64(c.topo.Ranks())
+}
+
 // measure takes a round's samples.
 func (c *calibration) measure() error {
+	defer runtime.GC()
 	for i, k := range c.kernels {
 		s, err := engine.MeasureKernel(c.topo, k.prog, k.in, c.reps)
 		if err != nil {
 			return fmt.Errorf("calibrating %v %s: %v", k.in.Kern, profile.FormatShapes(k.shapes), err)
 		}
 		c.kt[i] = append(c.kt[i], s)
+		runtime.GC()
 	}
 	for i, p := range c.colls {
 		s, err := engine.MeasureCollective(c.topo, p.c, p.g, p.elems, c.reps)
@@ -106,6 +129,7 @@ func (c *calibration) measure() error {
 			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
 		}
 		c.ct[i] = append(c.ct[i], s)
+		runtime.GC()
 	}
 	return nil
 }
