@@ -59,6 +59,12 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
+	inStepLine, err := o.inStep(job, ks, results)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc profile: %s: timing kernels in steps: %v\n", file, err)
+		return exitUser
+	}
+	addKernels(prof, ks)
 	kernelTime := time.Since(t0)
 	t0 = time.Now()
 	shapes, sizes, ok := o.measureCollectives(prof, topo, stderr)
@@ -77,6 +83,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s: %s on %d local ranks (%d x %d), GOMAXPROCS %d, plans %s\n",
 		file, job.Graph.Name, topo.Ranks(), c.Nodes, c.GPUsPerNode, runtime.GOMAXPROCS(0), strings.Join(labels, ", "))
 	fmt.Fprintf(stdout, "  kernels: %d distinct (rank 0 calls %d per step), measured in %s\n", len(ks), kernelCalls(results[0]), dur(kernelTime.Seconds()))
+	if inStepLine != "" {
+		fmt.Fprintln(stdout, inStepLine)
+	}
 	printSlowest(stdout, ks)
 	fmt.Fprintf(stdout, "  collectives: 4 kinds x %d group shapes x %d sizes (%s to %s), measured in %s\n",
 		len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
@@ -98,11 +107,12 @@ type profileOptions struct {
 	minBytes, maxBytes int64
 	tensorCores        bool
 	overhead           bool
+	inStepTimes        bool
 	devices            *engine.Devices
 }
 
 func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
-	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--overhead] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("profile", "usage: amspc profile [-o profile.csv] [--device cpu|cuda [--tensor-cores]] [--reps N] [--min-bytes N] [--max-bytes N] [--overhead] [--in-step=false] [--shard PLAN] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &profileOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "measure the kernels of")
@@ -112,6 +122,7 @@ func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
 	fs.Int64Var(&o.maxBytes, "max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
 	fs.StringVar(&o.device, "device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
+	fs.BoolVar(&o.inStepTimes, "in-step", true, "on CPU ranks, also run 3 traced steps of each plan and take each kernel's time as the steps ran it (its time alone, scaled by the median ratio of the two, where they do not run it); false: every kernel's time alone")
 	fs.BoolVar(&o.overhead, "overhead", false, "fit a kernel scale and an overhead per collective to steps of ZeRO-3 and DDP run on the local ranks (--device cpu; experimental: on a noisy machine the fit follows the noise)")
 	return fs, o
 }
@@ -204,10 +215,47 @@ func (o *profileOptions) measureKernels(prof *profile.Profile, topo ir.Topology,
 			return nil, false
 		}
 		ks[i].secs = s
-		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: s})
 	}
 	return ks, true
 }
+
+// addKernels adds the kernels' rows to prof.
+func addKernels(prof *profile.Profile, ks []profKernel) {
+	for _, k := range ks {
+		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: k.secs})
+	}
+}
+
+// inStep puts the kernels' times as the profile's plans' steps run them
+// (instep.go), on CPU ranks, and says what it did; an empty line where
+// --in-step=false or the device is not the CPU.
+func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, results []*compiler.Result) (string, error) {
+	if !o.inStepTimes || o.device != "cpu" {
+		return "", nil
+	}
+	tokens, _, err := loadTokens("", job.Train.Data)
+	if err != nil {
+		return "", err
+	}
+	times, err := inStepKernels(results, tokens, inStepSteps)
+	if err != nil {
+		return "", err
+	}
+	keys := make([]string, len(ks))
+	alone := make([]float64, len(ks))
+	for i, k := range ks {
+		keys[i], alone[i] = k.key, k.secs
+	}
+	secs, ratio, covered := applyInStep(keys, alone, times)
+	for i := range ks {
+		ks[i].secs = secs[i]
+	}
+	return fmt.Sprintf("  in steps: %d of the %d kernels timed in %d traced steps of each plan (a kernel takes %.2fx its time alone, the median; the others are scaled by it)",
+		covered, len(ks), inStepSteps, ratio), nil
+}
+
+// inStepSteps is how many traced steps of each plan the profile takes.
+const inStepSteps = 3
 
 // measureCollectives times every collective kind over every group shape
 // of the cluster at sizes from --min-bytes to --max-bytes, by factors of
@@ -320,7 +368,7 @@ func distinctKernels(results []*compiler.Result) []profKernel {
 						continue
 					}
 					k := profKernel{prog: p, in: in, shapes: profile.KernelShapes(p, in), dtype: p.Buffers[in.Outs[0]].DType}
-					k.key = fmt.Sprintf("%v %s %v", in.Kern, profile.FormatShapes(k.shapes), k.dtype)
+					k.key = kernelKey(p, in)
 					if !seen[k.key] {
 						seen[k.key] = true
 						out = append(out, k)

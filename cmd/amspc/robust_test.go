@@ -315,6 +315,8 @@ func badFlagCases(f fixtures) []badCase {
 		// validate
 		{[]string{"validate", "--plans", "bogus", tiny}, `-plans`},
 		{[]string{"validate", "--calibrate=maybe", tiny}, `-calibrate`},
+		{[]string{"validate", "--in-step=false", tiny}, `--in-step says how --calibrate`},
+		{[]string{"profile", "--in-step=maybe", "-o", filepath.Join(f.dir, "p.csv"), tiny}, `-in-step`},
 		{[]string{"validate", "--shard", "zero9", tiny}, `--shard`},
 		{[]string{"validate", "--plans", "extremes=0", tiny}, `-plans`},
 		{[]string{"validate", "--plans", "extremes=-1", tiny}, `-plans`},

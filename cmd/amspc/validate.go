@@ -32,6 +32,10 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok || !o.check(stderr) {
 		return exitUser
 	}
+	if setFlags(fs)["in-step"] && !o.calibrate {
+		fmt.Fprintln(stderr, "amspc validate: --in-step says how --calibrate costs kernels: give --calibrate too")
+		return exitUser
+	}
 	job, err := o.lf.load(file)
 	if err != nil {
 		return report(stderr, err)
@@ -63,6 +67,12 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	reserve := 0.0
 	if o.calibrate {
 		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
+		if o.inStep {
+			if err := cal.startProbes(file, job, tokens); err != nil {
+				fmt.Fprintf(stderr, "amspc validate: %s: %v\n", file, err)
+				return exitUser
+			}
+		}
 		between, reserve = cal.measure, cal.bytes()
 	}
 	if err := measureRows(rows, tokens, o.warmup, o.steps, between, reserve); err != nil {
@@ -83,6 +93,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		}
 		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
 		prof = fmt.Sprintf("a profile of the plans' %d kernels and %d collectives measured between the rounds", len(cal.kernels), len(cal.colls))
+		if cal.covered > 0 {
+			prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f", cal.covered, cal.ratio)
+		}
 	}
 	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}
@@ -107,11 +120,12 @@ type validateOptions struct {
 	steps, warmup  int
 	markdown, json bool
 	calibrate      bool
+	inStep         bool
 	extremes       int // from --plans extremes=N; 0: every plan
 }
 
 func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--calibrate] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--calibrate [--in-step=false]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &validateOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "validate, among the rows, (auto: no fixed plan)")
@@ -122,6 +136,7 @@ func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
 	fs.BoolVar(&o.calibrate, "calibrate", false, "predict with a profile of the plans' own kernels and collectives measured in the rotation (before the first round and after each), not one taken earlier: the machine's drift then falls on costs and steps alike (the plans are still chosen by --profile's or the cluster's figures)")
+	fs.BoolVar(&o.inStep, "in-step", true, "with --calibrate, also trace a step of each of the profile's plans every round and cost kernels as those steps ran them (as amspc profile does); false: every kernel's time alone")
 	return fs, o
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,6 +31,14 @@ type calibration struct {
 	kernels []profKernel
 	colls   []collProbe
 	kt, ct  [][]float64 // a sample per round: kernels', collectives' seconds
+	// probes are the profile's plans (profilePlans), a traced step of
+	// each taken every round: the kernels' times as a step runs them
+	// (instep.go).
+	probes []*inStepRun
+	// ratio is the median of a kernel's time in the probes' steps over
+	// its time alone; covered counts the kernels the probes ran.
+	ratio   float64
+	covered int
 }
 
 // collProbe is one collective the programs run: its kind, its group's
@@ -45,6 +54,23 @@ type collProbe struct {
 // median), after a warm-up: one, since every round adds a sample and the
 // rounds' median is the cost (a wide model's round takes tens of seconds).
 const calibrationReps = 1
+
+// startProbes starts the profile's plans of job, to be traced a step
+// each round.
+func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) error {
+	results, _, st := compileProfilePlans(file, job, profilePlans(job), io.Discard)
+	if st != exitOK {
+		return fmt.Errorf("the profile's plans do not compile")
+	}
+	for _, r := range results {
+		s, err := startInStep(r, tokens)
+		if err != nil {
+			return fmt.Errorf("%s: %v", r.Bundle.Plan, err)
+		}
+		c.probes = append(c.probes, s)
+	}
+	return nil
+}
 
 // newCalibration lists what rows' programs run.
 func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
@@ -109,7 +135,11 @@ func (c *calibration) bytes() float64 {
 		}
 		most = max(most, n)
 	}
-	return 2 * most * float64(c.topo.Ranks())
+	probes := 0.0
+	for _, pr := range c.probes {
+		probes += hostBytes(pr.r)
+	}
+	return 2*most*float64(c.topo.Ranks()) + probes
 }
 
 // measure takes a round's samples.
@@ -131,6 +161,11 @@ func (c *calibration) measure() error {
 		c.ct[i] = append(c.ct[i], s)
 		runtime.GC()
 	}
+	for _, pr := range c.probes {
+		if err := pr.step(); err != nil {
+			return fmt.Errorf("calibrating with %s: %v", pr.r.Bundle.Plan, err)
+		}
+	}
 	return nil
 }
 
@@ -139,8 +174,21 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	meta := profileMeta(job, []string{"every validated plan"}, c.reps, "cpu")
 	meta = append(meta, profile.MetaEntry{Key: "calibration", Value: fmt.Sprintf("amspc validate --calibrate: the median of %d rounds, taken between the rounds of the steps' rotation", rounds)})
 	prof := &profile.Profile{Meta: meta}
+	keys := make([]string, len(c.kernels))
+	alone := make([]float64, len(c.kernels))
 	for i, k := range c.kernels {
-		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: median(c.kt[i])})
+		keys[i], alone[i] = k.key, median(c.kt[i])
+	}
+	secs := alone
+	if len(c.probes) > 0 {
+		inStep := map[string][]float64{}
+		for _, pr := range c.probes {
+			pr.times(inStep)
+		}
+		secs, c.ratio, c.covered = applyInStep(keys, alone, inStep)
+	}
+	for i, k := range c.kernels {
+		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: secs[i]})
 	}
 	for i, p := range c.colls {
 		bytes := float64(4 * p.elems)
