@@ -9,7 +9,7 @@
 # model runs every plan. The predictions are costed with a profile of
 # the plans' own kernels and collectives measured between the rounds of
 # the steps' rotation (validate --calibrate), so that the machine's
-# drift falls on both. Run it on a quiet machine (about 10 minutes on
+# drift falls on both. Run it on a quiet machine (about 30 minutes on
 # 2 cores): sh bench/validate.sh
 set -eu
 cd "$(dirname "$0")/.."

@@ -87,7 +87,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 		defer os.RemoveAll(dir)
-		if _, err := predictCalibrated(job, rows, cal.profile(job, o.warmup+o.steps+1), dir); err != nil {
+		if _, err := predictCalibrated(job, rows, cal.profile(job, cal.rounds), dir); err != nil {
 			fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 			return exitUser
 		}
