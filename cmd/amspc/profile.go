@@ -358,27 +358,33 @@ type profKernel struct {
 func distinctKernels(results []*compiler.Result) []profKernel {
 	seen := map[string]bool{}
 	var out []profKernel
+	eachInstr(results, ir.Kernel, func(p *ir.Program, in *ir.Instr) {
+		k := profKernel{prog: p, in: in, shapes: profile.KernelShapes(p, in), dtype: p.Buffers[in.Outs[0]].DType}
+		k.key = kernelKey(p, in)
+		if !seen[k.key] {
+			seen[k.key] = true
+			out = append(out, k)
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// eachInstr calls f with every instruction of kind op of every template
+// of the results, in order.
+func eachInstr(results []*compiler.Result, op ir.OpCode, f func(p *ir.Program, in *ir.Instr)) {
 	for _, r := range results {
 		for t := range r.Bundle.Templates {
 			p := &r.Bundle.Templates[t]
 			for s := range p.Streams {
 				for i := range p.Streams[s] {
-					in := &p.Streams[s][i]
-					if in.Op != ir.Kernel {
-						continue
-					}
-					k := profKernel{prog: p, in: in, shapes: profile.KernelShapes(p, in), dtype: p.Buffers[in.Outs[0]].DType}
-					k.key = kernelKey(p, in)
-					if !seen[k.key] {
-						seen[k.key] = true
-						out = append(out, k)
+					if in := &p.Streams[s][i]; in.Op == op {
+						f(p, in)
 					}
 				}
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
-	return out
 }
 
 // groupShapes are the group shapes s0 x s1 the planner's collectives can

@@ -81,30 +81,18 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 	}
 	c := &calibration{topo: topo, reps: calibrationReps, kernels: distinctKernels(results)}
 	seen := map[collProbe]bool{}
-	for _, r := range results {
-		for t := range r.Bundle.Templates {
-			p := &r.Bundle.Templates[t]
-			for s := range p.Streams {
-				for i := range p.Streams[s] {
-					in := &p.Streams[s][i]
-					if in.Op != ir.Collective {
-						continue
-					}
-					g := in.Group.Outer.Div(in.Group.Inner)
-					n := g.Size()
-					elems := int(in.Bytes/4) / n * n
-					if n < 2 || elems == 0 {
-						continue
-					}
-					pr := collProbe{in.Coll, g, elems}
-					if !seen[pr] {
-						seen[pr] = true
-						c.colls = append(c.colls, pr)
-					}
-				}
-			}
+	eachInstr(results, ir.Collective, func(p *ir.Program, in *ir.Instr) {
+		g := in.Group.Outer.Div(in.Group.Inner)
+		n := g.Size()
+		elems := int(in.Bytes/4) / n * n
+		if n < 2 || elems == 0 {
+			return
 		}
-	}
+		if pr := (collProbe{in.Coll, g, elems}); !seen[pr] {
+			seen[pr] = true
+			c.colls = append(c.colls, pr)
+		}
+	})
 	sort.Slice(c.colls, func(i, j int) bool {
 		a, b := c.colls[i], c.colls[j]
 		if a.c != b.c {

@@ -93,10 +93,14 @@ func TestPairAgreement(t *testing.T) {
 }
 
 // TestValidateCalibrated is the validation's short version, run by CI:
-// tiny's rows on 2 local ranks, the profile measured in the rotation,
-// and a loose bound on the median error (50 %: the machine runs other
-// tests meanwhile), so that a model that goes badly wrong cannot land
-// silently. bench/validation.md has the full run's figures.
+// tiny's rows on 2 local ranks, the profile measured in the rotation.
+// CI runs other packages' tests on the same cores meanwhile, which slows
+// every step (by 2x in one CI run) in ways no profile of this process
+// sees, so the bound is on how the plans' predictions compare with each
+// other: each prediction and measurement over its own median, the median
+// of their relative differences under 30 %. A model that costs one kind
+// of plan wrongly (collectives, recompute, tensor parallelism) cannot
+// land silently; bench/validation.md has the full run's absolute figures.
 func TestValidateCalibrated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("times steps of a dozen plans")
@@ -116,11 +120,21 @@ func TestValidateCalibrated(t *testing.T) {
 	if sum.Ranks != 2 || len(sum.Rows) < 4 || !strings.Contains(sum.Profile, "measured between the rounds") {
 		t.Fatalf("summary %+v", sum)
 	}
+	var pred, meas []float64
 	for _, r := range sum.Rows {
-		t.Logf("%-40s predicted %8.2f ms, measured %8.2f ms, %+6.1f%%", r.Plan, 1e3*r.Predicted, 1e3*r.Measured, 100*r.Error)
+		pred = append(pred, r.Predicted)
+		meas = append(meas, r.Measured)
 	}
-	t.Logf("median |error| %.1f%%, worst %.1f%%, Spearman %.2f, noise %.1f%%", 100*sum.MedianAbsError, 100*sum.MaxAbsError, sum.Spearman, 100*sum.Noise)
-	if sum.MedianAbsError > 0.5 {
-		t.Errorf("median |error| %.1f%%: more than 50 %% off", 100*sum.MedianAbsError)
+	mp, mm := median(pred), median(meas)
+	var rel []float64
+	for i, r := range sum.Rows {
+		e := (pred[i]/mp)/(meas[i]/mm) - 1
+		rel = append(rel, math.Abs(e))
+		t.Logf("%-40s predicted %8.2f ms, measured %8.2f ms, %+6.1f%%; against the medians %+6.1f%%", r.Plan, 1e3*r.Predicted, 1e3*r.Measured, 100*r.Error, 100*e)
+	}
+	t.Logf("median |error| %.1f%%, worst %.1f%%, Spearman %.2f, noise %.1f%%; against the medians %.1f%%",
+		100*sum.MedianAbsError, 100*sum.MaxAbsError, sum.Spearman, 100*sum.Noise, 100*median(rel))
+	if m := median(rel); m > 0.3 {
+		t.Errorf("the plans' predictions against their median are %.1f%% off their measurements against theirs (median): more than 30 %%", 100*m)
 	}
 }
