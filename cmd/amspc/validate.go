@@ -62,40 +62,10 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 	}
-	var cal *calibration
-	between := func() error { return nil }
-	reserve := 0.0
-	if o.calibrate {
-		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
-		if o.inStep {
-			if err := cal.startProbes(file, job, tokens); err != nil {
-				fmt.Fprintf(stderr, "amspc validate: %s: %v\n", file, err)
-				return exitUser
-			}
-		}
-		between, reserve = cal.measure, cal.bytes()
-	}
-	if err := measureRows(rows, tokens, o.warmup, o.steps, between, reserve); err != nil {
+	prof, err := o.measure(file, job, rows, tokens)
+	if err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
-	}
-	prof := job.Cluster.Profile
-	if cal != nil {
-		dir, err := os.MkdirTemp("", "amspc-validate")
-		if err != nil {
-			fmt.Fprintf(stderr, "amspc validate: %v\n", err)
-			return exitUser
-		}
-		defer os.RemoveAll(dir)
-		if _, err := predictCalibrated(job, rows, cal.profile(job, cal.rounds), dir); err != nil {
-			fmt.Fprintf(stderr, "amspc validate: %v\n", err)
-			return exitUser
-		}
-		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
-		prof = fmt.Sprintf("a profile of the plans' %d kernels and %d collectives measured between the rounds", len(cal.kernels), len(cal.colls))
-		if cal.covered > 0 {
-			prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f", cal.covered, cal.ratio)
-		}
 	}
 	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}

@@ -222,3 +222,41 @@ func predictCalibrated(job *ir.Job, rows []validationRow, prof *profile.Profile,
 	}
 	return path, nil
 }
+
+// measure times the rows' steps (measureRows) and, with --calibrate,
+// costs them again with what the calibration measured between the
+// rounds; it returns what the predictions were costed with.
+func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow, tokens []int32) (string, error) {
+	var cal *calibration
+	between := func() error { return nil }
+	reserve := 0.0
+	if o.calibrate {
+		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
+		if o.inStep {
+			if err := cal.startProbes(file, job, tokens); err != nil {
+				return "", fmt.Errorf("%s: %v", file, err)
+			}
+		}
+		between, reserve = cal.measure, cal.bytes()
+	}
+	if err := measureRows(rows, tokens, o.warmup, o.steps, between, reserve); err != nil {
+		return "", err
+	}
+	if cal == nil {
+		return job.Cluster.Profile, nil
+	}
+	dir, err := os.MkdirTemp("", "amspc-validate")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if _, err := predictCalibrated(job, rows, cal.profile(job, cal.rounds), dir); err != nil {
+		return "", err
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
+	prof := fmt.Sprintf("a profile of the plans' %d kernels and %d collectives measured between the rounds", len(cal.kernels), len(cal.colls))
+	if cal.covered > 0 {
+		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f", cal.covered, cal.ratio)
+	}
+	return prof, nil
+}
