@@ -43,12 +43,14 @@ type calibration struct {
 }
 
 // collProbe is one collective the programs run: its kind, its group's
-// shape and its size in float32 elements (the CPU ranks store every
-// float as float32).
+// shape, its size in elements (the CPU ranks store every float as
+// float32, so a bf16 collective moves as many float32s) and its size in
+// bytes as the program counts them (which the cost model looks up).
 type collProbe struct {
 	c     ir.Coll
 	g     ir.Factor
 	elems int
+	bytes int64
 }
 
 // calibrationReps is the samples of each measurement in a round (their
@@ -84,11 +86,15 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 	eachInstr(results, ir.Collective, func(p *ir.Program, in *ir.Instr) {
 		g := in.Group.Outer.Div(in.Group.Inner)
 		n := g.Size()
-		elems := int(in.Bytes/4) / n * n
+		size := int64(4) // a collective naming no buffer moves float32s
+		if bufs := append(append([]int32{}, in.Args...), in.Outs...); len(bufs) > 0 {
+			size = int64(p.Buffers[bufs[0]].DType.Size())
+		}
+		elems := int(in.Bytes/size) / n * n
 		if n < 2 || elems == 0 {
 			return
 		}
-		if pr := (collProbe{in.Coll, g, elems}); !seen[pr] {
+		if pr := (collProbe{in.Coll, g, elems, in.Bytes}); !seen[pr] {
 			seen[pr] = true
 			c.colls = append(c.colls, pr)
 		}
@@ -190,7 +196,7 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: secs[i]})
 	}
 	for i, p := range c.colls {
-		bytes := float64(4 * p.elems)
+		bytes := float64(p.bytes)
 		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9})
 	}
 	return prof
