@@ -281,7 +281,19 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 			c.PackedB = p
 		}
 	}
-	return k.be.Launch(s, c)
+	if err := k.be.Launch(s, c); err != nil {
+		return err
+	}
+	if k.reps != nil { // a host kernel is done when Launch returns
+		for _, id := range in.Outs {
+			if r, ok := k.reps.wholeRoot(k, id); ok {
+				k.mu.Lock()
+				k.reps.settled(r)
+				k.mu.Unlock()
+			}
+		}
+	}
+	return nil
 }
 
 // sharedPack is the packing of a matmul's operand 1 when it lies in a

@@ -706,7 +706,7 @@ func (k *rank) collective(s int, in *ir.Instr) (err error) {
 		defer func() {
 			if err == nil {
 				k.mu.Lock()
-				k.reps.gathered(r)
+				k.reps.settled(r)
 				k.mu.Unlock()
 			}
 		}()

@@ -21,12 +21,14 @@ import (
 // of the stage is the same (the sharers) hold the same parameter values
 // at the same point of their programs (what makes data parallelism
 // correct, and what every plan's test of training like one rank checks).
-// A point is named by how many whole all-gathers have written the P
-// buffer, its generation: right after such a gather the buffer holds the
-// gathered values, the same on every sharer. Any other write (the
-// optimizer's in-place update of the rank's shard, a load, a checkpoint's
-// restore) ends that until the next whole gather, and meanwhile the rank
-// packs its own copy.
+// A point is named by how many whole writes of the step's program have
+// written the P buffer, its generation: right after an all-gather into
+// the whole buffer, or a kernel that writes all of it (DDP's optimizer
+// updating every copy in place, the cast of a whole master copy), the
+// buffer holds the same values on every sharer, since the sharers run
+// one program on equal data. Any other write (the optimizer's in-place
+// update of the rank's shard, a load, a checkpoint's restore) ends that
+// until the next whole write, and meanwhile the rank packs its own copy.
 //
 // A packing lives until every sharer is done with it: a sharer is done
 // after its last use of it in the generation (the program's uses of that
@@ -93,11 +95,11 @@ type replicaSharer interface {
 type replicaState struct {
 	memo   *replicaMemo
 	group  []replicaGroupKey // per root buffer; stage -1 when not a P buffer
-	gen    []uint64          // whole all-gathers into it so far
-	stable []bool            // the last write was a whole all-gather
+	gen    []uint64          // whole writes of it so far
+	stable []bool            // the last write was a whole write
 	// uses counts, per root buffer, each operand's uses in this generation
 	// against the uses the program makes in a step; nil where a step does
-	// not gather the buffer whole exactly once.
+	// not write the buffer whole exactly once.
 	uses []map[useKey]*useCount
 }
 
@@ -148,15 +150,23 @@ func newReplicaState(memo *replicaMemo, k *rank) *replicaState {
 	}
 	memo.mu.Unlock()
 
-	gathers := make([]int, len(p.Buffers))
+	whole := make([]int, len(p.Buffers))
 	for _, ins := range p.Streams {
 		for _, in := range ins {
 			switch {
 			case in.Op == ir.Collective && in.Coll == ir.AllGather:
 				if r, _ := k.offset(in.Out); r == in.Out {
-					gathers[r]++
+					whole[r]++
 				}
-			case in.Op == ir.Kernel && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA):
+			case in.Op == ir.Kernel:
+				for _, id := range in.Outs {
+					if r, ok := st.wholeRoot(k, id); ok {
+						whole[r]++
+					}
+				}
+				if in.Kern != ir.MatMul && in.Kern != ir.MatMulGradA {
+					continue
+				}
 				r, off := k.offset(in.Args[1])
 				if st.group[r].stage < 0 {
 					continue
@@ -172,7 +182,7 @@ func newReplicaState(memo *replicaMemo, k *rank) *replicaState {
 			}
 		}
 	}
-	for r, n := range gathers {
+	for r, n := range whole {
 		if n != 1 {
 			st.uses[r] = nil
 		}
@@ -201,8 +211,9 @@ func (st *replicaState) wrote(r int, id int32) {
 	}
 }
 
-// gathered records a whole all-gather into root buffer id, after wrote.
-func (st *replicaState) gathered(id int32) {
+// settled records a whole write of root buffer id (an all-gather into
+// all of it, or a kernel writing all of it), after wrote.
+func (st *replicaState) settled(id int32) {
 	if st == nil || st.group[id].stage < 0 {
 		return
 	}
@@ -211,6 +222,16 @@ func (st *replicaState) gathered(id int32) {
 	for _, u := range st.uses[id] {
 		u.done = 0
 	}
+}
+
+// wholeRoot is the root of buffer id when id is a P buffer's root or a
+// view of all of it (a kernel writing it is a whole write).
+func (st *replicaState) wholeRoot(k *rank, id int32) (int32, bool) {
+	r, off := k.offset(id)
+	if st.group[r].stage < 0 || off != 0 || k.p.Buffers[id].Elems != k.p.Buffers[r].Elems {
+		return r, false
+	}
+	return r, true
 }
 
 // finish marks sharer i done with e; the last frees it. Callers hold

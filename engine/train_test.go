@@ -169,7 +169,7 @@ func (w copyingWorld) Comm(r int) engine.Comm { return struct{ engine.Comm }{w.L
 // whole into every rank's copy; every use checks the copy is the one
 // packed, replica.go; a rank is done with a packing after its last use
 // in the step, and none is alive after it) against ranks that pack their own; DDP, whose optimizer
-// writes every copy, shares none.
+// writes every copy whole, shares them from that write on.
 func TestSharedGathersAreExact(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	for _, c := range []struct {
@@ -182,7 +182,7 @@ func TestSharedGathersAreExact(t *testing.T) {
 		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)}, true, false},
 		{cost.Factors{P: F(1, 1), G: F(4, 2), OS: F(4, 2)}, false, true},
 		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(4, 2)}, false, true},
-		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, false, false},
+		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, false, true},
 	} {
 		b := compile(t, 2, 4, c.f)
 		tr := b.Train
