@@ -18,6 +18,7 @@ import (
 	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/passes"
+	"amspc/planner"
 )
 
 // runProfile measures, on the backend amspc runs on (local ranks: one
@@ -174,6 +175,9 @@ func compileProfilePlans(file string, job *ir.Job, plans []cost.Plan, stderr io.
 	var labels []string
 	for _, p := range plans {
 		r, err := compiler.Compile(job, p, compiler.Options{Passes: passes.Options{}})
+		if err != nil && p.Tensor > 1 {
+			continue // a tensor-parallel probe the model cannot run
+		}
 		if st := passError(stderr, file, err); st != exitOK {
 			return nil, nil, st
 		}
@@ -317,8 +321,8 @@ func profiledStep(prof *profile.Profile, r *compiler.Result) float64 {
 // printAllReduce prints the all-reduce bandwidth at the largest size
 // inside a node and across the cluster.
 func printAllReduce(w io.Writer, prof *profile.Profile, c *ir.Cluster, largest int64) {
-	for _, f := range []ir.Factor{{S0: c.GPUsPerNode, S1: 1}, {S0: c.GPUsPerNode, S1: c.Nodes}} {
-		if f.Size() < 2 {
+	for i, f := range []ir.Factor{{S0: c.GPUsPerNode, S1: 1}, {S0: c.GPUsPerNode, S1: c.Nodes}} {
+		if f.Size() < 2 || i > 0 && c.Nodes == 1 { // one node: the same group twice
 			continue
 		}
 		bw, _ := prof.Bandwidth(cost.AllReduce, f, float64(largest))
@@ -329,7 +333,11 @@ func printAllReduce(w io.Writer, prof *profile.Profile, c *ir.Cluster, largest i
 // profilePlans are the plans whose kernels are measured: the shard
 // section's, or for shard auto ZeRO-3 and DDP, whose optimizer and cast
 // kernels run on the smallest and the largest shards any plan has (the
-// planner's other choices interpolate between them).
+// planner's other choices interpolate between them), and for each
+// tensor-parallel degree the planner searches, FSDP with it and sequence
+// parallelism, whose matmuls, attention and sequence-sharded kernels no
+// other plan runs (probes a model cannot run, compileProfilePlans
+// drops).
 func profilePlans(job *ir.Job) []cost.Plan {
 	t, c := job.Train, job.Cluster
 	if sh := job.Shard; sh != nil && sh.Mode != ir.ShardAuto {
@@ -339,6 +347,12 @@ func profilePlans(job *ir.Job) []cost.Plan {
 	plans := []cost.Plan{cost.Uniform("ZeRO-3", cost.Factors{P: dp, G: dp, OS: dp}, t.Recompute, t.MicroBatch)}
 	if dp.Size() > 1 {
 		plans = append(plans, cost.Uniform("DDP", cost.Factors{P: one, G: one, OS: one}, t.Recompute, t.MicroBatch))
+	}
+	for _, tp := range planner.TensorDegrees(dp) {
+		rest := dp.DataMesh(tp)
+		p := cost.Uniform(fmt.Sprintf("FSDP+TP%d+SP", tp), cost.Factors{P: rest, G: rest, OS: rest}, t.Recompute, t.MicroBatch)
+		p.Tensor, p.Sequence = tp, true
+		plans = append(plans, p)
 	}
 	return plans
 }

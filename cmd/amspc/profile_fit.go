@@ -155,7 +155,12 @@ func (o *profileOptions) fitOverhead(file string, job *ir.Job, prof *profile.Pro
 	cl.Profile = tmp.Name()
 	pj.Cluster = &cl
 	pj.Shard = nil // the probes: ZeRO-3 and DDP
-	plans := profilePlans(&pj)
+	var plans []cost.Plan
+	for _, p := range profilePlans(&pj) {
+		if p.Tensor <= 1 {
+			plans = append(plans, p)
+		}
+	}
 	probes, _, st := compileProfilePlans(file, &pj, plans, stderr)
 	if st != exitOK {
 		return nil, st

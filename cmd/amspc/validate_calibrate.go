@@ -31,7 +31,7 @@ type calibration struct {
 	kernels []profKernel
 	colls   []collProbe
 	kt, ct  [][]float64 // a sample per round: kernels', collectives' seconds
-	// probes are the profile's plans (profilePlans), a traced step of
+	// probes are the profile's plans (profilePlans, under shard auto), a traced step of
 	// each taken every round: the kernels' times as a step runs them
 	// (instep.go).
 	probes []*inStepRun
@@ -58,10 +58,13 @@ type collProbe struct {
 // rounds' median is the cost (a wide model's round takes tens of seconds).
 const calibrationReps = 1
 
-// startProbes starts the profile's plans of job, to be traced a step
-// each round.
+// startProbes starts the profile's plans of job under shard auto (a
+// file's fixed shard section would make its one plan the only probe),
+// to be traced a step each round.
 func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) error {
-	results, _, st := compileProfilePlans(file, job, profilePlans(job), io.Discard)
+	auto := *job
+	auto.Shard = nil
+	results, _, st := compileProfilePlans(file, &auto, profilePlans(&auto), io.Discard)
 	if st != exitOK {
 		return fmt.Errorf("the profile's plans do not compile")
 	}
