@@ -42,6 +42,37 @@ func ExportCheckpoint(dir, out string, optimizer bool) (*Manifest, error) {
 	return m, nil
 }
 
+// Weights is a checkpoint's params, read whole on demand.
+type Weights struct {
+	Manifest *Manifest
+	dir      string
+	pr       *pieceReader
+}
+
+// OpenWeights opens the checkpoint in dir for reading its params whole.
+func OpenWeights(dir string) (*Weights, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Weights{Manifest: m, dir: dir, pr: newPieceReader(dir, m)}, nil
+}
+
+// Param is param name's values, full fp32, row-major in its shape.
+func (w *Weights) Param(name string) ([]float32, error) {
+	for i := range w.Manifest.Tensors {
+		if t := &w.Manifest.Tensors[i]; t.Name == name {
+			n, _ := ir64(t.Shape)
+			data := make([]float32, n)
+			if err := w.pr.read(t, 0, data); err != nil {
+				return nil, fmt.Errorf("%s: %v", w.dir, err)
+			}
+			return data, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: the checkpoint of model %s has no param %s", w.dir, w.Manifest.Model, name)
+}
+
 // ParamShape is a param of the model a checkpoint is for.
 type ParamShape struct {
 	Name  string
