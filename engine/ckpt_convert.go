@@ -150,9 +150,19 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 			m.Tensors = append(m.Tensors, mt)
 		}
 	}
+	if err := writeImported(dir, sub, m, tensors); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// writeImported writes an imported checkpoint's one file of tensors and
+// its manifest m into dir.
+func writeImported(dir, sub string, m *Manifest, tensors []stTensor) error {
+	model, step := m.Model, m.Step
 	slices.SortFunc(m.Tensors, func(a, b ManifestTensor) int { return strings.Compare(a.Name, b.Name) })
 	if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	prev, _ := previous(dir)
 	file := filepath.ToSlash(filepath.Join(sub, "weights.safetensors"))
@@ -163,10 +173,10 @@ func ImportWeights(path, model string, params []ParamShape, dir string) (*Manife
 	}
 	if err != nil {
 		os.RemoveAll(filepath.Join(dir, sub))
-		return nil, err
+		return err
 	}
 	removeStale(dir, prev, m)
-	return m, nil
+	return nil
 }
 
 // nonFinite is the index of the first NaN or infinity in x, else -1.

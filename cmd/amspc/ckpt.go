@@ -3,10 +3,15 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"amspc/cost"
 	"amspc/engine"
+	"amspc/frontend"
+	"amspc/importer/hf"
+	"amspc/internal/outfile"
 )
 
 const ckptUsage = `usage: amspc ckpt COMMAND ...
@@ -17,6 +22,9 @@ commands:
   verify DIR                               check every file's size and SHA-256 against the manifest; exit 1
                                            naming each damaged or missing file
   export DIR -o FILE [--optimizer]         write its full tensors as one safetensors file
+  export DIR --hf OUT_DIR --config config.json
+                                           write its weights in Hugging Face's names and layout (sharded at
+                                           5 GB), with the config the model was imported from
   import FILE --model MODEL.amsp -o DIR [--overwrite]
                                            make a checkpoint of a safetensors file's tensors (refused over a
                                            checkpoint of another model or a later step unless --overwrite)`
@@ -122,12 +130,21 @@ func ckptVerify(args []string, stdout, stderr io.Writer) int {
 }
 
 func ckptExport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("ckpt export", "usage: amspc ckpt export DIR -o FILE [--optimizer]", stderr)
+	fs := newFlagSet("ckpt export", "usage: amspc ckpt export DIR -o FILE [--optimizer] | amspc ckpt export DIR --hf OUT_DIR --config MODEL_DIR|config.json", stderr)
 	out := fs.String("o", "", "write the tensors to `FILE` (safetensors)")
 	optimizer := fs.Bool("optimizer", false, "also write Adam's moments (NAME.adam_m, NAME.adam_v), so that import can resume training where the checkpoint was")
+	hfOut := fs.String("hf", "", "write the weights in Hugging Face's names and layout into the directory `OUT_DIR` (model.safetensors, or 5 GB shards with model.safetensors.index.json, and config.json), for transformers' from_pretrained")
+	config := fs.String("config", "", "with --hf, the Hugging Face `config.json` (or its directory) the model was imported from (amspc import hf)")
 	dir, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
+	}
+	if *hfOut != "" || *config != "" {
+		if *out != "" || *optimizer || *hfOut == "" || *config == "" {
+			fmt.Fprintln(stderr, "amspc ckpt export: --hf OUT_DIR takes --config config.json, and neither -o nor --optimizer")
+			return exitUser
+		}
+		return exportHF(dir, *hfOut, *config, stdout, stderr)
 	}
 	if err := notAnInput("-o", *out, checkpointFiles(dir)...); err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
@@ -168,10 +185,7 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err)
 	}
-	var params []engine.ParamShape
-	for _, v := range job.Graph.Params() {
-		params = append(params, engine.ParamShape{Name: v.Name, Shape: v.Shape})
-	}
+	params := paramShapes(job)
 	// From the header alone: the memory the import holds, and the step
 	// it writes.
 	info, err := engine.InspectImport(file)
@@ -196,5 +210,52 @@ func ckptImport(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	fmt.Fprintf(stdout, "wrote %s: model %s at step %d, %d tensors; train from it with amspc run --resume %s\n", *out, m.Model, m.Step, len(m.Tensors), *out)
+	return exitOK
+}
+
+// exportHF writes the checkpoint in dir in Hugging Face's names and
+// layout into out, with the config it was imported from.
+func exportHF(dir, out, config string, stdout, stderr io.Writer) int {
+	if fi, err := os.Stat(config); err == nil && fi.IsDir() {
+		config = filepath.Join(config, "config.json")
+	}
+	text, err := os.ReadFile(config)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: --config: %v\n", err)
+		return exitUser
+	}
+	res, err := hf.Convert(text, hf.Options{Source: config})
+	if err != nil {
+		return report(stderr, err)
+	}
+	job, err := frontend.Load(frontend.Source{Name: res.Model + ".amsp", Text: res.Text})
+	if err != nil {
+		return report(stderr, err)
+	}
+	m, err := engine.ReadManifest(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
+		return exitUser
+	}
+	if id := engine.NewModelID(m.Model, paramShapes(job)); m.ModelHash != id.Hash { // the name may be --name's
+		fmt.Fprintf(stderr, "amspc ckpt export: %s holds model %s, whose params are not those %s describes (another model, or other sizes)\n", dir, m.Model, config)
+		return exitUser
+	}
+	if err := notAnInput("--hf", out, dir); err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
+		return exitUser
+	}
+	files, err := engine.ExportForeign(dir, foreignMapping(res.Weights), out, engine.ForeignShard)
+	if err == nil {
+		err = outfile.Write(filepath.Join(out, "config.json"), nil, func(w io.Writer) error {
+			_, err := w.Write(text)
+			return err
+		})
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
+		return exitUser
+	}
+	fmt.Fprintf(stdout, "wrote %s: model %s after step %d in Hugging Face's names and layout, %d weight file(s) and config.json\n", out, m.Model, m.Step, len(files))
 	return exitOK
 }

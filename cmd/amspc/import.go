@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"amspc/cost"
+	"amspc/engine"
 	"amspc/frontend"
 	"amspc/importer/hf"
 	"amspc/internal/outfile"
+	"amspc/ir"
 )
 
-const importUsage = "usage: amspc import hf [-o FILE] [--force] [--name NAME] [--nodes N] [--gpus-per-node N] [--gpu PRESET]\n" +
-	"                       [--seq N] [--micro-batch N] [--global-batch N|'N tokens'] [--precision bf16|fp16|fp32] config.json"
+const importUsage = "usage: amspc import hf [-o FILE] [--force] [--ckpt DIR [--overwrite]] [--name NAME] [--nodes N] [--gpus-per-node N] [--gpu PRESET]\n" +
+	"                       [--seq N] [--micro-batch N] [--global-batch N|'N tokens'] [--precision bf16|fp16|fp32] MODEL_DIR|config.json"
 
 // runImport writes the .amsp job of a model published elsewhere: today a
 // Hugging Face config.json (package importer/hf says what it maps, what it
@@ -23,6 +27,8 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("import", importUsage, stderr)
 	out := fs.String("o", "", "write the job to `FILE` (default: standard output)")
 	force := fs.Bool("force", false, "let -o overwrite an existing file")
+	ckpt := fs.String("ckpt", "", "also import the weights (model.safetensors, or the shards model.safetensors.index.json names, beside config.json) into the checkpoint `DIR`, which amspc run --resume DIR trains from")
+	overwrite := fs.Bool("overwrite", false, "with --ckpt, replace a checkpoint in DIR of another model or of a later step")
 	var o hf.Options
 	fs.StringVar(&o.Name, "name", "", "the model's `NAME` (default: from _name_or_path, else the file's name)")
 	fs.Int64Var(&o.Nodes, "nodes", hf.Defaults.Nodes, "cluster nodes")
@@ -47,16 +53,24 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUser
 	}
-	if err := notAnInput("-o", *out, files[1]); err != nil {
+	cfgPath := files[1]
+	if fi, err := os.Stat(cfgPath); err == nil && fi.IsDir() {
+		cfgPath = filepath.Join(cfgPath, "config.json")
+	}
+	if err := notAnInput("-o", *out, cfgPath); err != nil {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
 	}
-	config, err := os.ReadFile(files[1])
+	if *overwrite && *ckpt == "" {
+		fmt.Fprintf(stderr, "amspc import: --overwrite replaces the checkpoint of --ckpt, and there is none\n")
+		return exitUser
+	}
+	config, err := os.ReadFile(cfgPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
 	}
-	o.Source, o.Output = files[1], *out
+	o.Source, o.Output = cfgPath, *out
 	res, err := hf.Convert(config, o)
 	var list frontend.ErrorList
 	switch {
@@ -65,6 +79,11 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
+	}
+	if *ckpt != "" {
+		if st := importHFWeights(filepath.Dir(cfgPath), res, *ckpt, *overwrite, stdout, stderr); st != exitOK {
+			return st
+		}
 	}
 	if *out == "" {
 		_, err := stdout.Write(res.Text)
@@ -78,8 +97,65 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
 	}
-	fmt.Fprintf(stdout, "%s: wrote %s: model %s, %s parameters\n", files[1], *out, res.Model, commas(res.Params))
+	fmt.Fprintf(stdout, "%s: wrote %s: model %s, %s parameters\n", cfgPath, *out, res.Model, commas(res.Params))
 	return exitOK
+}
+
+// importHFWeights writes the step-0 checkpoint of the imported job res
+// into ckpt from the Hugging Face weights in dir.
+func importHFWeights(dir string, res *hf.Result, ckpt string, overwrite bool, stdout, stderr io.Writer) int {
+	job, err := frontend.Load(frontend.Source{Name: res.Model + ".amsp", Text: res.Text})
+	if err != nil {
+		return report(stderr, err)
+	}
+	files, err := engine.ForeignFiles(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc import: --ckpt: %v\n", err)
+		return exitUser
+	}
+	var need int64
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			need += 3 * fi.Size() // the file, and its tensors widened to fp32
+		}
+	}
+	if avail := availableBytes(); float64(need) > avail {
+		fmt.Fprintf(stderr, "amspc import: importing the weights in %s needs about %s of memory, more than the %s available\n", dir, cost.GiB(float64(need)), cost.GiB(avail))
+		return exitUser
+	}
+	params := paramShapes(job)
+	release, err := engine.PrepareSave(ckpt, engine.NewModelID(job.Graph.Name, params), 0, "", overwrite, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc import: --ckpt: %v\n", err)
+		return exitUser
+	}
+	defer release()
+	m, err := engine.ImportForeign(files, foreignMapping(res.Weights), hf.Skipped, job.Graph.Name, params, uint64(job.Train.Seed), ckpt)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc import: --ckpt: %v\n", err)
+		return exitUser
+	}
+	fmt.Fprintf(stderr, "%s: wrote checkpoint %s: model %s at step 0, %d params from %d file(s); train from it with amspc run --resume %s\n",
+		dir, ckpt, m.Model, len(m.Tensors), len(files), ckpt)
+	return exitOK
+}
+
+// foreignMapping is the importer's mapping as the engine takes it.
+func foreignMapping(ws []hf.Weight) []engine.Foreign {
+	out := make([]engine.Foreign, len(ws))
+	for i, w := range ws {
+		out[i] = engine.Foreign{Param: w.Param, Name: w.HF, Transpose: w.Transpose, Offset: w.Offset, Copy: w.Copy}
+	}
+	return out
+}
+
+// paramShapes lists the job's params as checkpoints name them.
+func paramShapes(job *ir.Job) []engine.ParamShape {
+	var params []engine.ParamShape
+	for _, v := range job.Graph.Params() {
+		params = append(params, engine.ParamShape{Name: v.Name, Shape: v.Shape})
+	}
+	return params
 }
 
 // checkImportFlags refuses what the importer would otherwise read as

@@ -67,10 +67,11 @@ func init() {
 		{"trace", "write a plan's predicted timeline as a Chrome/Perfetto trace", runTrace},
 		{"report", "write a plan comparison as one self-contained HTML page of charts", runReport},
 		{"run", "compile and train a job on CPU ranks, printing the loss of every step", runRun},
-		{"ckpt", "inspect checkpoints; export them as one safetensors file, import one", runCkpt},
+		{"ckpt", "inspect checkpoints; export them as one safetensors file or as Hugging Face weights, import one", runCkpt},
+		{"sample", "generate text from a checkpoint on the CPU (a KV cache; deterministic with a seed)", runSample},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
 		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
-		{"import", "write the .amsp job of a Hugging Face config.json (LLaMA, Mistral, Qwen2)", runImport},
+		{"import", "write the .amsp job of a Hugging Face model (LLaMA, Mistral, Qwen2, Gemma) and import its weights", runImport},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"completion", "print a bash or zsh completion script", runCompletion},
 		{"version", "print amspc's version", func(args []string, stdout, stderr io.Writer) int {

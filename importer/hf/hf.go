@@ -118,6 +118,11 @@ type Result struct {
 	Text   []byte // the .amsp file
 	Model  string // the model's identifier
 	Params int64  // its parameter count, as amspc check counts it
+	// Weights maps every param of the job to its tensor in a Hugging
+	// Face checkpoint of the model; Tied says the head is the
+	// embedding's transpose.
+	Weights []Weight
+	Tied    bool
 }
 
 // Convert imports a config.json. Config errors are a frontend.ErrorList
@@ -163,7 +168,7 @@ func Convert(config []byte, opts Options) (*Result, error) {
 	}
 	params := cost.Stats(job.Graph).Params
 	text := append(header(s, opts.Source, params), body...)
-	return &Result{Text: text, Model: name, Params: params}, nil
+	return &Result{Text: text, Model: name, Params: params, Weights: weights(s), Tied: s.tied}, nil
 }
 
 func sortErrors(errs frontend.ErrorList) {
