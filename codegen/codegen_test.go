@@ -147,6 +147,7 @@ func twoBundle() *Bundle {
 		Topo:         ir.Topology{GPUsPerNode: 2, Nodes: 1},
 		Plan:         "1x1/1x1/1x1",
 		Micro:        1,
+		Train:        Train{Schedule: ir.LRSchedule{Kind: ir.WSDLR, Warmup: 3, Decay: 5, MinLR: 1e-5}},
 		Templates:    []ir.Program{tmpl(cast), tmpl(kern(ir.SiLU, 1, 0), cast)},
 		RankTemplate: []int32{0, 1},
 	}
@@ -212,22 +213,23 @@ func TestFloatAttrsBitExact(t *testing.T) {
 // already written).
 func TestEncodeCoversEveryField(t *testing.T) {
 	known := map[reflect.Type]string{
-		reflect.TypeFor[Bundle]():       "Model Topo Plan Micro Tensor Machine Train Templates RankTemplate",
-		reflect.TypeFor[ir.Topology]():  "GPUsPerNode Nodes",
-		reflect.TypeFor[Machine]():      "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
-		reflect.TypeFor[ir.Program]():   "Buffers Streams Events Layouts Inputs",
-		reflect.TypeFor[ir.Buffer]():    "Name DType Elems Parent Offset Part Shape",
-		reflect.TypeFor[ir.Group]():     "Outer Inner",
-		reflect.TypeFor[ir.Factor]():    "S0 S1",
-		reflect.TypeFor[ir.Instr]():     "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
-		reflect.TypeFor[ir.Attr]():      "Name Val",
-		reflect.TypeFor[ir.AttrVal]():   "Type Int Float Bool",
-		reflect.TypeFor[ir.Pos]():       "File Line Col",
-		reflect.TypeFor[ir.Layout]():    "Stage Padded Params PShard OSShard P Master M V",
-		reflect.TypeFor[ir.Slot]():      "Name Offset Elems Decay Init Split Shape",
-		reflect.TypeFor[ir.Init]():      "Kind Std Of",
-		reflect.TypeFor[ir.DataInput](): "Buf Shift",
-		reflect.TypeFor[Train]():        "SeqLen MicroBatch GlobalBatch Steps Seed",
+		reflect.TypeFor[Bundle]():        "Model Topo Plan Micro Tensor Machine Train Templates RankTemplate",
+		reflect.TypeFor[ir.Topology]():   "GPUsPerNode Nodes",
+		reflect.TypeFor[Machine]():       "PeakFLOPS Efficiency IntraBW InterBW IntraLatency InterLatency MemoryBytes MemBW MatMulHalf SharedCores",
+		reflect.TypeFor[ir.Program]():    "Buffers Streams Events Layouts Inputs",
+		reflect.TypeFor[ir.Buffer]():     "Name DType Elems Parent Offset Part Shape",
+		reflect.TypeFor[ir.Group]():      "Outer Inner",
+		reflect.TypeFor[ir.Factor]():     "S0 S1",
+		reflect.TypeFor[ir.Instr]():      "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[ir.Attr]():       "Name Val",
+		reflect.TypeFor[ir.AttrVal]():    "Type Int Float Bool",
+		reflect.TypeFor[ir.Pos]():        "File Line Col",
+		reflect.TypeFor[ir.Layout]():     "Stage Padded Params PShard OSShard P Master M V",
+		reflect.TypeFor[ir.Slot]():       "Name Offset Elems Decay Init Split Shape",
+		reflect.TypeFor[ir.Init]():       "Kind Std Of",
+		reflect.TypeFor[ir.DataInput]():  "Buf Shift",
+		reflect.TypeFor[Train]():         "SeqLen MicroBatch GlobalBatch Steps Seed Schedule",
+		reflect.TypeFor[ir.LRSchedule](): "Kind Warmup Decay MinLR",
 	}
 	seen := map[reflect.Type]bool{}
 	var walk func(typ reflect.Type)
@@ -308,7 +310,7 @@ func TestDecodeRefuses(t *testing.T) {
 	cases = append(cases, tc{"text file", []byte("model tiny\n"), ErrNotPlan, "not a plan"})
 	v1 := bytes.Clone(data)
 	binary.LittleEndian.PutUint32(v1[len(magic):], 1)
-	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 4"})
+	cases = append(cases, tc{"version 1", v1, ErrVersion, "format version 1, this compiler reads version 5"})
 
 	// Payloads that pass the checksum but do not decode consistently.
 	var e encoder
@@ -326,6 +328,10 @@ func TestDecodeRefuses(t *testing.T) {
 	for range 5 { // the train settings
 		e.i(0)
 	}
+	e.byte(0) // a constant learning rate
+	e.i(0)
+	e.i(0)
+	e.f64(0)
 	e.u(1 << 40)
 	cases = append(cases, tc{"huge template count", reseal(e.buf), ErrCorrupt, "template count 1099511627776 exceeds"})
 	cases = append(cases, tc{"payload cut short", reseal(payloadOf(data)[:40]), ErrCorrupt, "payload"})

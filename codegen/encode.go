@@ -45,7 +45,8 @@ import (
 // the GEMM efficiency curve) and whether a rank's streams share cores.
 // Version 4: the tensor-parallel degree, and each param slot's whole
 // shape and the dimension a rank holds a part of.
-const FormatVersion = 4
+// Version 5: the train section's learning-rate schedule.
+const FormatVersion = 5
 
 const (
 	magic      = "AMSPPLAN"
@@ -181,6 +182,10 @@ func (e *encoder) bundle(b *Bundle) {
 	for _, v := range [...]int64{t.SeqLen, t.MicroBatch, t.GlobalBatch, t.Steps, t.Seed} {
 		e.i(v)
 	}
+	e.byte(uint8(t.Schedule.Kind))
+	e.i(t.Schedule.Warmup)
+	e.i(t.Schedule.Decay)
+	e.f64(t.Schedule.MinLR)
 	e.u(uint64(len(b.Templates)))
 	for i := range b.Templates {
 		e.program(&b.Templates[i])
@@ -454,6 +459,12 @@ func (d *decoder) bundle() *Bundle {
 	t := &b.Train
 	for _, v := range [...]*int64{&t.SeqLen, &t.MicroBatch, &t.GlobalBatch, &t.Steps, &t.Seed} {
 		*v = d.i()
+	}
+	sc := &t.Schedule
+	sc.Kind = ir.ScheduleKind(d.byte())
+	sc.Warmup, sc.Decay, sc.MinLR = d.i(), d.i(), d.f64()
+	if sc.Kind > ir.WSDLR || sc.Warmup < 0 || sc.Decay < 0 || !(sc.MinLR >= 0) || math.IsInf(sc.MinLR, 0) {
+		d.fail("learning-rate schedule %v is not one the compiler writes", *sc)
 	}
 	if n := d.count("template", minProgram); n > 0 {
 		b.Templates = make([]ir.Program, n)

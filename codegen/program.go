@@ -29,10 +29,12 @@ type Machine struct {
 }
 
 // Train is what running a bundle needs of the train section: the data
-// windows, the default step count and the seed.
+// windows, the default step count, the seed and the learning rate's
+// schedule (the optimizer's lr, its peak, is in the AdamW kernels).
 type Train struct {
 	SeqLen, MicroBatch, GlobalBatch int64
 	Steps, Seed                     int64
+	Schedule                        ir.LRSchedule
 }
 
 // Bundle is a compiled plan: the job's shape, its templates, and the

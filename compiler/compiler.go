@@ -74,7 +74,7 @@ func Compile(job *ir.Job, plan cost.Plan, opts Options) (*Result, error) {
 	t := r.Job.Train
 	b := r.State.Bundle
 	b.Plan, b.Machine = Label(plan), machineOf(r.Job.Cluster)
-	b.Train = codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed}
+	b.Train = codegen.Train{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, Steps: t.Steps, Seed: t.Seed, Schedule: t.Schedule}
 	r.Bundle = b
 	return r, nil
 }

@@ -127,6 +127,9 @@ type KernelCall struct {
 	ArgShapes, OutShapes [][]int64
 	// Step is the optimizer's step, from 1 (AdamW's bias correction).
 	Step int
+	// LRAt, for an AdamW kernel, is the learning rate of a step: the
+	// kernel's lr (the peak) on the train section's schedule.
+	LRAt func(step int) float64
 	// Decayed lists the elements of an AdamW shard that take weight
 	// decay.
 	Decayed []kernels.Range
@@ -136,6 +139,15 @@ type KernelCall struct {
 	// already packed (kernels.PackB or PackBT): local ranks that read one
 	// shared gather of a weight pack it once for all of them.
 	PackedB *kernels.PackedB
+}
+
+// lr is an AdamW kernel's learning rate at its step: LRAt's, else (a
+// call made outside a run: the profile's) the kernel's lr.
+func (c *KernelCall) lr() float64 {
+	if c.LRAt != nil {
+		return c.LRAt(c.Step)
+	}
+	return c.attr("lr").Float
 }
 
 // attr is the instruction's attribute name.

@@ -706,7 +706,7 @@ func (b *deviceBackend) releaseAll(s int, addrs []uint64) {
 
 // opCall is what gpu.PlanOp needs of an instruction.
 func (b *deviceBackend) opCall(c *KernelCall) *gpu.OpCall {
-	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, TensorCores: b.opts.TensorCoreAttention}
+	oc := &gpu.OpCall{Op: c.Instr.Kern, ArgShapes: c.ArgShapes, OutShapes: c.OutShapes, Attr: c.attr, Step: c.Step, LRAt: c.LRAt, TensorCores: b.opts.TensorCoreAttention}
 	for _, m := range c.Args {
 		oc.ArgTypes, oc.ArgElems = append(oc.ArgTypes, m.DType), append(oc.ArgElems, m.N)
 	}

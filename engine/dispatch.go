@@ -248,6 +248,9 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 	c := &k.calls[s]
 	*c = KernelCall{Instr: in, Step: k.step, Losses: &k.losses,
 		Args: c.Args[:0], Outs: c.Outs[:0], ArgShapes: c.ArgShapes[:0], OutShapes: c.OutShapes[:0]}
+	if in.Kern == ir.AdamWStep || in.Kern == ir.AdamWCopy {
+		c.LRAt = k.lrAt(in)
+	}
 	for _, id := range in.Args {
 		c.Args = append(c.Args, k.m(id))
 		c.ArgShapes = append(c.ArgShapes, k.shape(id))
@@ -402,9 +405,20 @@ func cpuAdamW(c *KernelCall) error {
 		}
 		pc = c.out(3)
 	}
-	kernels.AdamWCopy(w, m, v, g, pc, c.Step, c.attr("lr").Float, c.attr("beta1").Float, c.attr("beta2").Float,
+	kernels.AdamWCopy(w, m, v, g, pc, c.Step, c.lr(), c.attr("beta1").Float, c.attr("beta2").Float,
 		c.attr("eps").Float, c.attr("weight_decay").Float, c.Decayed)
 	return nil
+}
+
+// lrAt is an AdamW kernel's learning rate of a step: its lr on the
+// schedule of the bundle's train section, whose decay ends at the run's
+// horizon.
+func (k *rank) lrAt(in *ir.Instr) func(step int) float64 {
+	if k.b == nil { // the profile's rank: the kernel's lr
+		return nil
+	}
+	peak, sched, horizon := attr(in, "lr").Float, k.b.Train.Schedule, int64(k.horizon)
+	return func(step int) float64 { return sched.LR(peak, int64(step), horizon) }
 }
 
 // decayed lists the ranges of this rank's os-shard (n elements) of stage

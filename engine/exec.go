@@ -79,7 +79,9 @@ type rank struct {
 	gate chan struct{}
 
 	step int // 1-based optimizer step
-	ran  int // steps this rank has run in this process
+	// horizon is the step the learning rate's decay ends at (Run.Horizon).
+	horizon int
+	ran     int // steps this rank has run in this process
 	// hostColls says the program has collectives, which run through the
 	// host unless the device runs them (dc).
 	hostColls bool

@@ -225,8 +225,30 @@ type Run struct {
 	// StandIn, if set, runs one rank alone with stand-in collectives
 	// (standin.go); World must be nil.
 	StandIn *StandIn
+	// Horizon is the step the learning rate's schedule decays to its end
+	// at: the run's last step, counting a resumed checkpoint's (0: the
+	// bundle's train steps).
+	Horizon int
 	ranks   []*rank // this process's ranks, in World.Local order
 	step    int
+}
+
+// LR is the learning rate of step (from 1): the optimizer's lr on the
+// bundle's schedule, ending its decay at the run's horizon; 0 for a
+// bundle without an optimizer step.
+func (r *Run) LR(step int) float64 {
+	horizon := r.Horizon
+	if horizon <= 0 {
+		horizon = int(r.Bundle.Train.Steps)
+	}
+	for _, ins := range r.Bundle.Template(0).Streams {
+		for i := range ins {
+			if in := &ins[i]; in.Op == ir.Kernel && (in.Kern == ir.AdamWStep || in.Kern == ir.AdamWCopy) {
+				return r.Bundle.Train.Schedule.LR(attr(in, "lr").Float, int64(step), int64(horizon))
+			}
+		}
+	}
+	return 0
 }
 
 // Start prepares every rank: buffers, initial params.
@@ -270,6 +292,10 @@ func (r *Run) Start() error {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
 		k.standIn = r.StandIn
+		k.horizon = r.Horizon
+		if k.horizon <= 0 {
+			k.horizon = int(r.Bundle.Train.Steps)
+		}
 		if k.host {
 			// A device's work runs on the device: the gate shares the
 			// cores among CPU ranks' kernels, and a device rank holding

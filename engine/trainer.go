@@ -84,6 +84,7 @@ type Progress interface {
 type StepReport struct {
 	Step, Last      int     // the step taken (from 1) and the run's last
 	Loss            float64 // the mean over every token of the global batch
+	LR              float64 // the step's learning rate (the train section's schedule)
 	Seconds         float64 // the step's wall time
 	TokensPerSecond float64 // the global batch's tokens over Seconds
 	// Elapsed is the wall time since the run's first step began;
@@ -170,7 +171,7 @@ func (t *Trainer) Start() (*Run, error) {
 // started.
 func (t *Trainer) newRun() *Run {
 	tr := t.Bundle.Train
-	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World, Trace: t.Trace, StandIn: t.StandIn,
+	r := &Run{Bundle: t.Bundle, Seed: uint64(tr.Seed), World: t.World, Trace: t.Trace, StandIn: t.StandIn, Horizon: t.Steps,
 		Data: &Data{Tokens: t.Tokens, SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
 	if t.Devices != nil {
 		r.NewBackend = t.Devices.Backend
@@ -278,7 +279,7 @@ func (t *Trainer) steps(ctx context.Context, res *TrainResult) error {
 		dt := time.Since(t0).Seconds()
 		res.StepSeconds = append(res.StepSeconds, dt)
 		elapsed := time.Since(start).Seconds()
-		p.Step(StepReport{Step: i + 1, Last: last, Loss: loss, Seconds: dt, TokensPerSecond: tokens / dt,
+		p.Step(StepReport{Step: i + 1, Last: last, Loss: loss, LR: r.LR(i + 1), Seconds: dt, TokensPerSecond: tokens / dt,
 			Elapsed: elapsed, Remaining: elapsed / float64(i+1-first) * float64(last-i-1)})
 		if t.SaveEvery > 0 && (i+1)%t.SaveEvery == 0 && i+1 < last {
 			if err := t.save(r, p); err != nil {

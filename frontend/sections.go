@@ -375,7 +375,7 @@ func gpuNames() string {
 	return strings.Join(names, ", ")
 }
 
-var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "recompute", "steps", "seed", "data"}
+var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "lr_schedule", "clip_grad_norm", "recompute", "steps", "seed", "data"}
 
 // lowerTrain resolves a train section. It returns the settings it could
 // read even when others are wrong (a bad seq_len or micro_batch is left 0),
@@ -457,6 +457,19 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 		ok = ok && good
 		out.Optimizer = opt
 	}
+	if st, set := s.byKey["lr_schedule"]; set {
+		sched, good := lowerSchedule(d, st)
+		ok = ok && good
+		out.Schedule = sched
+		if good && sched.Kind != ir.ConstantLR && sched.MinLR > out.Optimizer.LR {
+			d.errorf(pos(st.Value.Pos), "lr_schedule's min_lr %s is above the optimizer's lr %s: a decay would raise the rate", ir.FormatFloat(sched.MinLR), ir.FormatFloat(out.Optimizer.LR))
+			ok = false
+		}
+	}
+	if st, set := s.byKey["clip_grad_norm"]; set {
+		d.errorf(pos(st.Pos), "train.clip_grad_norm is not supported yet (the global norm across every plan's shards needs a collective the compiler does not emit yet)")
+		ok = false
+	}
 	switch p, st, good := s.str("data"); {
 	case !good:
 		ok = false
@@ -480,6 +493,68 @@ func besideFile(st *Setting, path string) string {
 		return path
 	}
 	return filepath.Join(filepath.Dir(st.Pos.Filename), path)
+}
+
+// lowerSchedule reads lr_schedule: constant, or constant(warmup=N),
+// cosine(warmup=N, min_lr=X), linear(warmup=N, min_lr=X),
+// wsd(warmup=N, decay=N, min_lr=X); every argument optional (0).
+func lowerSchedule(d *diag, st *Setting) (ir.LRSchedule, bool) {
+	const usage = "train.lr_schedule must be constant, cosine(warmup=, min_lr=), linear(warmup=, min_lr=) or wsd(warmup=, decay=, min_lr=)"
+	var out ir.LRSchedule
+	name, c := "", st.Value.Call
+	switch {
+	case st.Value.Ident != nil:
+		name = *st.Value.Ident
+	case c != nil:
+		name = c.Name
+	}
+	kind, known := ir.ParseSchedule(name)
+	if !known {
+		d.errorf(pos(st.Value.Pos), "%s", usage)
+		return out, false
+	}
+	out.Kind = kind
+	if c == nil {
+		return out, true
+	}
+	ok := true
+	seen := map[string]bool{}
+	for _, a := range c.Args {
+		p := pos(a.Pos)
+		allowed := a.Key == "warmup" || a.Key == "min_lr" && kind != ir.ConstantLR || a.Key == "decay" && kind == ir.WSDLR
+		switch {
+		case a.Key == "":
+			d.errorf(p, "%s's arguments are named: %s", name, usage)
+			ok = false
+			continue
+		case !allowed:
+			d.errorf(p, "%s has no argument %s (%s)", name, a.Key, usage)
+			ok = false
+			continue
+		case seen[a.Key]:
+			d.errorf(p, "%s: %s given twice", name, a.Key)
+			ok = false
+			continue
+		}
+		seen[a.Key] = true
+		v, good := constNumber(a.Value)
+		p = pos(a.Value.Pos)
+		switch {
+		case !good || v < 0 || math.IsInf(v, 0):
+			d.errorf(p, "%s %s must be a number 0 or more", name, a.Key)
+			ok = false
+		case a.Key == "min_lr":
+			out.MinLR = v
+		case v != math.Trunc(v) || v > 1<<40:
+			d.errorf(p, "%s %s = %s must be a whole number of steps", name, a.Key, ir.FormatFloat(v))
+			ok = false
+		case a.Key == "warmup":
+			out.Warmup = int64(v)
+		default:
+			out.Decay = int64(v)
+		}
+	}
+	return out, ok
 }
 
 func lowerOptimizer(d *diag, st *Setting) (ir.AdamW, bool) {

@@ -202,6 +202,7 @@ type Train struct {
 	GlobalBatch int64 // sequences per step
 	Precision   Precision
 	Optimizer   AdamW
+	Schedule    LRSchedule
 	Recompute   Recompute
 	Steps       int64
 	Seed        int64

@@ -241,6 +241,7 @@ type trainSummary struct {
 	Precision     string   `json:"precision"`
 	Recompute     string   `json:"recompute"`
 	Optimizer     ir.AdamW `json:"optimizer"`
+	Schedule      string   `json:"lr_schedule,omitempty"`
 	Steps         int64    `json:"steps"`
 	Seed          int64    `json:"seed"`
 }
@@ -319,6 +320,9 @@ func summariseTrain(t *ir.Train, dp int) (*trainSummary, error) {
 	ts := &trainSummary{SeqLen: t.SeqLen, MicroBatch: t.MicroBatch, GlobalBatch: t.GlobalBatch, TokensPerStep: t.TokensPerStep(),
 		Precision: t.Precision.String(), Recompute: t.Recompute.String(), Optimizer: t.Optimizer,
 		Steps: t.Steps, Seed: t.Seed}
+	if t.Schedule != (ir.LRSchedule{}) {
+		ts.Schedule = t.Schedule.String()
+	}
 	if dp > 0 {
 		m, err := t.MicroBatches(dp)
 		if err != nil {
@@ -381,6 +385,9 @@ func printSummary(w io.Writer, name string, job *ir.Job, s *checkSummary) {
 		p("precision", "%s, recompute %s", t.Precision, t.Recompute)
 		p("optimizer", "adamw(lr=%s, beta1=%s, beta2=%s, eps=%s, weight_decay=%s)",
 			ir.FormatFloat(o.LR), ir.FormatFloat(o.Beta1), ir.FormatFloat(o.Beta2), ir.FormatFloat(o.Eps), ir.FormatFloat(o.WeightDecay))
+		if t.Schedule != "" {
+			p("lr schedule", "%s", t.Schedule)
+		}
 	}
 	sh := job.Shard
 	if sh.Mode == ir.ShardAuto {

@@ -154,8 +154,12 @@ func TestImportTestdataListed(t *testing.T) {
 			if !listed[strings.TrimSuffix(base, ".amsp")+".json"] {
 				t.Errorf("%s is the golden of no config", base)
 			}
+		case "":
+			if base != "tiny-llama" { // a model with its weights (import_weights_test.go)
+				t.Errorf("%s: testdata/hf's one model directory is tiny-llama", base)
+			}
 		default:
-			t.Errorf("%s: testdata/hf holds configs (.json) and goldens (.amsp)", base)
+			t.Errorf("%s: testdata/hf holds configs (.json), goldens (.amsp) and tiny-llama", base)
 		}
 	}
 }

@@ -373,6 +373,9 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"ckpt", "import", f.tensors, "--model", tiny, "-o", f.tiny}, `tiny.amsp`},
 		{[]string{"ckpt", "import", f.tensors, "--model", tiny, "--overwrite=x", "-o", filepath.Join(f.dir, "ck")}, `-overwrite`},
 		{[]string{"ckpt", "import", f.tensors, "--model", f.llama, "-o", filepath.Join(f.dir, "ck")}, `llama|tensor|param`},
+		{[]string{"run", "--more", "0", "--resume", f.ckpt, tiny}, `-more`},
+		{[]string{"run", "--more", "3", tiny}, `-more`},
+		{[]string{"run", "--more", "3", "--steps", "4", "--resume", f.ckpt, tiny}, `-more`},
 		// sample
 		{[]string{"sample", f.ckpt, "--prompt", "a"}, `-model`},
 		{[]string{"sample", f.ckpt, "--model", "/nonexistent/m.amsp", "--prompt", "a"}, `/nonexistent/m.amsp`},

@@ -62,6 +62,7 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 type runOptions struct {
 	lf                           loadFlags
 	steps, saveEvery, traceSteps int
+	more                         int // --more: steps after the resumed checkpoint
 	data, logPath, save, resume  string
 	cpuProfile, device, progress string
 	trace, collectives           string
@@ -74,10 +75,11 @@ type runOptions struct {
 }
 
 func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
-	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE [--standin-scale F]] [--graphs=false]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
+	fs := newFlagSet("run", "usage: amspc run [--steps N] [--device cpu|cuda|sim [--tensor-cores] [--collectives MODE [--standin-scale F]] [--graphs=false]] [--cpuprofile FILE] [--trace FILE [--trace-steps N]] [--data PATH] [--log FILE] [--progress MODE] [--save DIR [--save-every K] [--overwrite]] [--resume DIR [--more N]] [--shard PLAN] [--cluster FILE] [--train FILE] FILE|PLAN", stderr)
 	o := &runOptions{set: map[string]bool{}}
 	o.lf.register(fs)
-	fs.IntVar(&o.steps, "steps", 0, "train `N` steps (default: the train section's steps; 0 with --save writes the initial weights)")
+	fs.IntVar(&o.steps, "steps", 0, "train up to step `N`, counting a resumed checkpoint's steps (default: the train section's steps; 0 with --save writes the initial weights); the learning rate's schedule ends its decay there")
+	fs.IntVar(&o.more, "more", 0, "with --resume, train `N` steps more than the checkpoint's (instead of --steps)")
 	fs.StringVar(&o.data, "data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
 	fs.StringVar(&o.logPath, "log", "", "append one JSON object per step to `FILE`")
 	o.lf.registerShard(fs, "train under")
@@ -215,6 +217,9 @@ func (o *runOptions) checkSteps(stderr io.Writer) bool {
 	case o.steps < 0:
 		fmt.Fprintf(stderr, "amspc run: --steps %d: want 0 or more\n", o.steps)
 		return false
+	case o.set["more"] && (o.more < 1 || o.resume == "" || o.set["steps"]):
+		fmt.Fprintf(stderr, "amspc run: --more %d: want 1 or more steps after a checkpoint of --resume, without --steps\n", o.more)
+		return false
 	case o.set["steps"] && o.steps == 0 && o.save == "":
 		fmt.Fprintln(stderr, "amspc run: --steps 0 trains nothing; with --save DIR it writes the initial weights as a checkpoint")
 		return false
@@ -314,10 +319,17 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 	if !o.set["steps"] {
 		n = int(plan.bundle.Train.Steps)
 	}
+	if o.set["more"] {
+		m, err := engine.ReadManifest(o.resume)
+		if err != nil {
+			return proc.refuse(fmt.Errorf("--resume: %w", err))
+		}
+		n = m.Step + o.more
+	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	defer stop(nil)
 	progress := &runProgress{stdout: stdout, bar: o.bar, logPath: o.logPath, stop: stop,
-		header: o.header(file, plan.bundle, pw, n, what)}
+		header: o.header(file, plan.bundle, pw, n, what), schedule: plan.bundle.Train.Schedule != (ir.LRSchedule{})}
 	defer func() { status = max(status, progress.close(stderr)) }()
 	var prof cpuProfile
 	defer func() { status = max(status, prof.stop(stderr)) }()
@@ -521,15 +533,16 @@ func (p *runProcess) end(status int) {
 // turns SIGINT, SIGTERM and SIGHUP (the terminal closed) into a stop at
 // the next step boundary (every process at the same one).
 type runProgress struct {
-	stdout  io.Writer
-	bar     bool
-	header  string
-	logPath string
-	log     *outfile.Checked // nil without --log
-	logFile *os.File
-	stop    context.CancelCauseFunc
-	sigs    chan os.Signal
-	done    chan struct{}
+	stdout   io.Writer
+	bar      bool
+	schedule bool // the lr moves: each step's line shows it
+	header   string
+	logPath  string
+	log      *outfile.Checked // nil without --log
+	logFile  *os.File
+	stop     context.CancelCauseFunc
+	sigs     chan os.Signal
+	done     chan struct{}
 }
 
 func (p *runProgress) Resumed(dir string, step int) {
@@ -563,6 +576,10 @@ func (p *runProgress) Begin(first, last int) error {
 func (p *runProgress) Step(s engine.StepReport) {
 	line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
 		s.Step, s.Last, s.Loss, s.TokensPerSecond, s.Elapsed, s.Remaining)
+	if p.schedule {
+		line = fmt.Sprintf("step %4d/%d  loss %.4f  lr %.3g  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
+			s.Step, s.Last, s.Loss, s.LR, s.TokensPerSecond, s.Elapsed, s.Remaining)
+	}
 	if p.bar {
 		// A live bar: one line rewritten in place, the last kept.
 		done := s.Step * 30 / s.Last
@@ -574,7 +591,7 @@ func (p *runProgress) Step(s engine.StepReport) {
 		fmt.Fprintln(p.stdout, line)
 	}
 	if p.log != nil {
-		b, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds})
+		b, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds})
 		fmt.Fprintf(p.log, "%s\n", b)
 	}
 }

@@ -175,6 +175,13 @@ func TestRunInitialCheckpoint(t *testing.T) {
 	if !strings.Contains(out, "nothing to do: the checkpoint is at step 2") || strings.Contains(out, "rank 0's time") {
 		t.Errorf("resume at --steps:\n%s", out)
 	}
+	// --more N: N steps after the checkpoint's, the same as --steps to
+	// its step + N.
+	more := printedLosses(runOK("--more", "2", "--resume", every, "--progress", "lines", tiny))
+	upTo := printedLosses(runOK("--steps", "4", "--resume", every, "--progress", "lines", tiny))
+	if len(more) != 2 || strings.Join(more, " ") != strings.Join(upTo, " ") {
+		t.Errorf("losses of --more 2 %v, of --steps 4 %v, after step 2", more, upTo)
+	}
 	// A fresh run over the step-2 checkpoint: refused without --overwrite
 	// (the directory belongs to that run), replaced with it.
 	var so, se bytes.Buffer

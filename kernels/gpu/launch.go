@@ -230,7 +230,10 @@ type OpCall struct {
 	ArgElems, OutElems []int64
 	Attr               func(name string) ir.AttrVal
 	Step               int
-	Decayed            [][2]int
+	// LRAt, when set, is an AdamW op's learning rate of a step (the
+	// train section's schedule); nil: its lr attribute every step.
+	LRAt    func(step int) float64
+	Decayed [][2]int
 	// TensorCores lets bf16 attention run on tensor cores (mma.cu).
 	TensorCores bool
 	// Storage asks for a Stored plan where the op has one
@@ -525,7 +528,11 @@ func planAdamWStored(c *OpCall, p *Plan, _ bool) error {
 // (AdamWArgs), which the kernels read from device memory.
 func adamwFactors(c *OpCall) ScratchBuf {
 	fa := c.fa
-	k := AdamWArgs(c.Step, fa("lr"), fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
+	lr := fa("lr")
+	if c.LRAt != nil {
+		lr = c.LRAt(c.Step)
+	}
+	k := AdamWArgs(c.Step, lr, fa("beta1"), fa("beta2"), fa("eps"), fa("weight_decay"))
 	return ScratchBuf{Bytes: 8 * int64(len(k)), Init: float64Bytes(k[:]), Keep: true, PerStep: true}
 }
 
