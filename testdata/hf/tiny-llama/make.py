@@ -18,7 +18,7 @@ attention with a causal mask and an fp32 softmax, LlamaMLP), so that
 amspc's logits from `amspc import hf` are checked against the function a
 transformers user gets, not against amspc's own idea of it.
 
-    python3 testdata/hf/tiny-llama/make.py
+    /usr/bin/python3 testdata/hf/tiny-llama/make.py   # Debian's python3-torch
 """
 import json
 import math
