@@ -81,7 +81,11 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	if *ckpt != "" {
-		if st := importHFWeights(filepath.Dir(cfgPath), res, *ckpt, *overwrite, stdout, stderr); st != exitOK {
+		say := stdout
+		if *out == "" {
+			say = stderr // standard output carries the job
+		}
+		if st := importHFWeights(filepath.Dir(cfgPath), res, *ckpt, *overwrite, say, stderr); st != exitOK {
 			return st
 		}
 	}
@@ -102,8 +106,8 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 }
 
 // importHFWeights writes the step-0 checkpoint of the imported job res
-// into ckpt from the Hugging Face weights in dir.
-func importHFWeights(dir string, res *hf.Result, ckpt string, overwrite bool, stdout, stderr io.Writer) int {
+// into ckpt from the Hugging Face weights in dir, saying so on say.
+func importHFWeights(dir string, res *hf.Result, ckpt string, overwrite bool, say, stderr io.Writer) int {
 	job, err := frontend.Load(frontend.Source{Name: res.Model + ".amsp", Text: res.Text})
 	if err != nil {
 		return report(stderr, err)
@@ -135,7 +139,7 @@ func importHFWeights(dir string, res *hf.Result, ckpt string, overwrite bool, st
 		fmt.Fprintf(stderr, "amspc import: --ckpt: %v\n", err)
 		return exitUser
 	}
-	fmt.Fprintf(stderr, "%s: wrote checkpoint %s: model %s at step 0, %d params from %d file(s); train from it with amspc run --resume %s\n",
+	fmt.Fprintf(say, "%s: wrote checkpoint %s: model %s at step 0, %d params from %d file(s); train from it with amspc run --resume %s\n",
 		dir, ckpt, m.Model, len(m.Tensors), len(files), ckpt)
 	return exitOK
 }
