@@ -246,6 +246,7 @@ def main():
     p.add_argument("--init", metavar="FILE", help="start from the weights of FILE (safetensors, amspc's names and layouts)")
     p.add_argument("--log", metavar="FILE", help="write one JSON line per step: step (from 1), loss, step_time_s, tokens_per_s")
     p.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    p.add_argument("--clip", type=float, default=0.0, help="clip the gradients' global norm at MAX (torch.nn.utils.clip_grad_norm_; amspc's train.clip_grad_norm); the log gets grad_norm")
     a = p.parse_args()
     if a.write_tokens:
         g = torch.Generator().manual_seed(1)
@@ -298,13 +299,16 @@ def main():
             loss = run(win[:, :-1], win[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, a.clip).item() if a.clip > 0 else None
         opt.step()
         if dev.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         if log:
-            log.write(json.dumps({"step": step + 1, "loss": loss.item(), "step_time_s": times[-1],
-                                  "tokens_per_s": tokens / times[-1]}) + "\n")
+            rec = {"step": step + 1, "loss": loss.item(), "step_time_s": times[-1], "tokens_per_s": tokens / times[-1]}
+            if norm is not None:
+                rec["grad_norm"] = norm
+            log.write(json.dumps(rec) + "\n")
             log.flush()
     if log:
         log.close()

@@ -135,6 +135,8 @@ type KernelCall struct {
 	Decayed []kernels.Range
 	// Losses gets the loss of a CrossEntropy (the mean over its rows).
 	Losses *[]float64
+	// GradNorm gets the gradient's global norm a ClipGrad computes.
+	GradNorm *float64
 	// PackedB, for a MatMul or MatMulGradA on the host, is operand 1
 	// already packed (kernels.PackB or PackBT): local ranks that read one
 	// shared gather of a weight pack it once for all of them.

@@ -226,6 +226,27 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 			c.Args[0].DType == ir.BF16, float32(c.attr("scale").Float))
 		return nil
 	},
+	ir.GradSumSq: func(c *KernelCall) error {
+		c.out(0)[0] = float32(kernels.SumSquares(c.arg(0)))
+		return nil
+	},
+	ir.ClipGrad: func(c *KernelCall) error {
+		g, sums := c.out(0), c.arg(1)
+		if a := c.arg(0); &a[0] != &g[0] {
+			copy(g, a)
+		}
+		norm, coef := clipCoef(sums, c.attr("max_norm").Float)
+		if c.GradNorm != nil {
+			*c.GradNorm = norm
+		}
+		if coef < 1 {
+			kernels.Scale(g, g, coef)
+			if c.Outs[0].DType == ir.BF16 {
+				kernels.RoundBF16To(g, g)
+			}
+		}
+		return nil
+	},
 	ir.Cast: func(c *KernelCall) error {
 		o, x := c.out(0), c.arg(0)
 		switch dt := ir.DType(c.attr("dtype").Int); dt {
@@ -246,7 +267,7 @@ var cpuKernels = map[ir.OpKind]cpuKernel{
 // into a KernelCall, launched on the rank's backend.
 func (k *rank) kernel(s int, in *ir.Instr) error {
 	c := &k.calls[s]
-	*c = KernelCall{Instr: in, Step: k.step, Losses: &k.losses,
+	*c = KernelCall{Instr: in, Step: k.step, Losses: &k.losses, GradNorm: &k.gradNorm,
 		Args: c.Args[:0], Outs: c.Outs[:0], ArgShapes: c.ArgShapes[:0], OutShapes: c.OutShapes[:0]}
 	if in.Kern == ir.AdamWStep || in.Kern == ir.AdamWCopy {
 		c.LRAt = k.lrAt(in)
@@ -408,6 +429,19 @@ func cpuAdamW(c *KernelCall) error {
 	kernels.AdamWCopy(w, m, v, g, pc, c.Step, c.lr(), c.attr("beta1").Float, c.attr("beta2").Float,
 		c.attr("eps").Float, c.attr("weight_decay").Float, c.Decayed)
 	return nil
+}
+
+// clipCoef is the gradient's global norm, the square root of the
+// stages' sums of squares added in stage order in float64, and the
+// factor clip_grad scales by: min(1, maxNorm / (norm + 1e-6)), as
+// torch.nn.utils.clip_grad_norm_.
+func clipCoef(sums []float32, maxNorm float64) (norm, coef float64) {
+	var total float64
+	for _, s := range sums {
+		total += float64(s)
+	}
+	norm = math.Sqrt(total)
+	return norm, min(1, maxNorm/(norm+1e-6))
 }
 
 // lrAt is an AdamW kernel's learning rate of a step: its lr on the

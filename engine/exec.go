@@ -79,6 +79,8 @@ type rank struct {
 	gate chan struct{}
 
 	step int // 1-based optimizer step
+	// gradNorm is the step's gradient norm, where the step clips it.
+	gradNorm float64
 	// horizon is the step the learning rate's decay ends at (Run.Horizon).
 	horizon int
 	ran     int // steps this rank has run in this process

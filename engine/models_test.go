@@ -3,12 +3,14 @@ package engine_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"amspc/codegen"
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/engine"
 	"amspc/internal/testjob"
 	"amspc/ir"
 	"amspc/passes"
@@ -192,32 +194,78 @@ func TestSelectiveRecompute(t *testing.T) {
 	}
 }
 
-// TestSchedulesTrainLikeOneRank: under a learning-rate schedule (cosine,
-// linear and WSD, each with warmup) every preset plan of tiny on 2 x 4
-// ranks trains like one rank, within 1e-5 at every step; and the
-// schedule is applied: its losses are not the constant rate's.
-func TestSchedulesTrainLikeOneRank(t *testing.T) {
+// TestSchedulesAndClippingTrainLikeOneRank: under a learning-rate
+// schedule (cosine, linear and WSD, each with warmup) and with the
+// gradients clipped by their global norm (at micro-batches of 2 and 1),
+// every preset plan of tiny on 2 x 4 ranks trains like one rank, within
+// 1e-5 at every step, and finds the single rank's gradient norm; the
+// schedule and the clipping are applied: their losses are not those
+// without them.
+func TestSchedulesAndClippingTrainLikeOneRank(t *testing.T) {
 	const steps = 8
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	one := F(1, 1)
-	train1 := func(sched string) string {
-		return `train { seq_len = 64 micro_batch = 2 global_batch = 32 precision = fp32 steps = 8
-  optimizer = adamw(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) lr_schedule = ` + sched + ` }`
+	section := func(mb int, extra string) string {
+		return fmt.Sprintf(`train { seq_len = 64 micro_batch = %d global_batch = 32 precision = fp32 steps = 8
+  optimizer = adamw(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1) %s }`, mb, extra)
 	}
-	constant := train(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}, train1("constant")), steps)
-	for _, sched := range []string{"cosine(warmup=2, min_lr=1e-4)", "linear(warmup=3, min_lr=0)", "wsd(warmup=1, decay=3, min_lr=3e-4)"} {
-		ref := train(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}, train1(sched)), steps)
-		if ref[steps-1] == constant[steps-1] {
-			t.Errorf("%s: the last loss %.9g is the constant rate's", sched, ref[steps-1])
+	plain := trainNorms(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}, section(2, "")), steps)
+	for _, c := range []struct {
+		extra string
+		mb    int
+	}{
+		{"lr_schedule = cosine(warmup=2, min_lr=1e-4)", 2},
+		{"lr_schedule = linear(warmup=3, min_lr=0)", 2},
+		{"lr_schedule = wsd(warmup=1, decay=3, min_lr=3e-4)", 2},
+		{"clip_grad_norm = 0.3", 2},
+		{"clip_grad_norm = 0.3 lr_schedule = cosine(warmup=2, min_lr=1e-4)", 1},
+	} {
+		ref := trainNorms(t, compileModel(t, "tiny", 1, 1, cost.Factors{P: one, G: one, OS: one}, section(c.mb, c.extra)), steps)
+		if ref.loss[steps-1] == plain.loss[steps-1] {
+			t.Errorf("%s: the last loss %.9g is the plain run's", c.extra, ref.loss[steps-1])
+		}
+		clips := strings.Contains(c.extra, "clip")
+		if clips && (len(ref.norm) != steps || slices.Max(ref.norm) <= 0.3) {
+			t.Errorf("%s: gradient norms %v: want one a step, some above the clip", c.extra, ref.norm)
 		}
 		for _, b := range planner.Baselines(F(4, 2), 4) {
-			got := train(t, compileModel(t, "tiny", 2, 4, b.Factors, train1(sched)), steps)
-			for i := range ref {
-				if d := math.Abs(got[i]-ref[i]) / math.Abs(ref[i]); d > 1e-5 {
-					t.Errorf("%s %s step %d: loss %.9g, single rank %.9g (relative difference %.2g)", sched, b.Name, i, got[i], ref[i], d)
+			got := trainNorms(t, compileModel(t, "tiny", 2, 4, b.Factors, section(c.mb, c.extra)), steps)
+			for i := range ref.loss {
+				if d := math.Abs(got.loss[i]-ref.loss[i]) / math.Abs(ref.loss[i]); d > 1e-5 {
+					t.Errorf("%s %s step %d: loss %.9g, single rank %.9g (relative difference %.2g)", c.extra, b.Name, i, got.loss[i], ref.loss[i], d)
+					break
+				}
+			}
+			for i := range ref.norm {
+				if d := math.Abs(got.norm[i]-ref.norm[i]) / ref.norm[i]; d > 1e-5 {
+					t.Errorf("%s %s step %d: gradient norm %.9g, single rank %.9g", c.extra, b.Name, i, got.norm[i], ref.norm[i])
 					break
 				}
 			}
 		}
 	}
+}
+
+// normsRun is a run's losses and, where it clips, gradient norms.
+type normsRun struct{ loss, norm []float64 }
+
+func trainNorms(t *testing.T, b *codegen.Bundle, steps int) normsRun {
+	t.Helper()
+	tr := b.Train
+	r := &engine.Run{Bundle: b, Seed: 1, Data: &engine.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out normsRun
+	for i := range steps {
+		l, err := r.Step()
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		out.loss = append(out.loss, l)
+		if n, ok := r.GradNorm(); ok {
+			out.norm = append(out.norm, n)
+		}
+	}
+	return out
 }

@@ -233,6 +233,28 @@ type Run struct {
 	step    int
 }
 
+// GradNorm is the last step's gradient norm where the plan clips it
+// (train's clip_grad_norm; every rank computes the same), and whether it
+// does.
+func (r *Run) GradNorm() (float64, bool) {
+	if len(r.ranks) == 0 || !r.clips() {
+		return 0, false
+	}
+	return r.ranks[0].gradNorm, true
+}
+
+// clips says whether the plan clips its gradients.
+func (r *Run) clips() bool {
+	for _, ins := range r.Bundle.Template(0).Streams {
+		for i := range ins {
+			if ins[i].Op == ir.Kernel && ins[i].Kern == ir.ClipGrad {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // LR is the learning rate of step (from 1): the optimizer's lr on the
 // bundle's schedule, ending its decay at the run's horizon; 0 for a
 // bundle without an optimizer step.

@@ -82,9 +82,13 @@ type Progress interface {
 
 // A StepReport is one step of a training run, as Progress hears it.
 type StepReport struct {
-	Step, Last      int     // the step taken (from 1) and the run's last
-	Loss            float64 // the mean over every token of the global batch
-	LR              float64 // the step's learning rate (the train section's schedule)
+	Step, Last int     // the step taken (from 1) and the run's last
+	Loss       float64 // the mean over every token of the global batch
+	LR         float64 // the step's learning rate (the train section's schedule)
+	// GradNorm is the gradient's global norm before clipping, where the
+	// plan clips (Clips).
+	GradNorm        float64
+	Clips           bool
 	Seconds         float64 // the step's wall time
 	TokensPerSecond float64 // the global batch's tokens over Seconds
 	// Elapsed is the wall time since the run's first step began;
@@ -279,7 +283,8 @@ func (t *Trainer) steps(ctx context.Context, res *TrainResult) error {
 		dt := time.Since(t0).Seconds()
 		res.StepSeconds = append(res.StepSeconds, dt)
 		elapsed := time.Since(start).Seconds()
-		p.Step(StepReport{Step: i + 1, Last: last, Loss: loss, LR: r.LR(i + 1), Seconds: dt, TokensPerSecond: tokens / dt,
+		norm, clips := r.GradNorm()
+		p.Step(StepReport{Step: i + 1, Last: last, Loss: loss, LR: r.LR(i + 1), GradNorm: norm, Clips: clips, Seconds: dt, TokensPerSecond: tokens / dt,
 			Elapsed: elapsed, Remaining: elapsed / float64(i+1-first) * float64(last-i-1)})
 		if t.SaveEvery > 0 && (i+1)%t.SaveEvery == 0 && i+1 < last {
 			if err := t.save(r, p); err != nil {

@@ -467,8 +467,13 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 		}
 	}
 	if st, set := s.byKey["clip_grad_norm"]; set {
-		d.errorf(pos(st.Pos), "train.clip_grad_norm is not supported yet (the global norm across every plan's shards needs a collective the compiler does not emit yet)")
-		ok = false
+		v, unit, good := s.quantity(st, unitCount)
+		if good && (unit != "" || !(v > 0) || math.IsInf(v, 0)) {
+			d.errorf(pos(st.Value.Pos), "train.clip_grad_norm = %s must be a number above 0 (leave it out for no clipping)", quantityText(st))
+			good = false
+		}
+		ok = ok && good
+		out.ClipGradNorm = v
 	}
 	switch p, st, good := s.str("data"); {
 	case !good:

@@ -203,11 +203,14 @@ type Train struct {
 	Precision   Precision
 	Optimizer   AdamW
 	Schedule    LRSchedule
-	Recompute   Recompute
-	Steps       int64
-	Seed        int64
-	Data        string
-	Pos         Pos
+	// ClipGradNorm scales every step's gradients so that their global
+	// norm is at most it, as torch.nn.utils.clip_grad_norm_; 0: off.
+	ClipGradNorm float64
+	Recompute    Recompute
+	Steps        int64
+	Seed         int64
+	Data         string
+	Pos          Pos
 	// GlobalBatchPos is where global_batch is written, for errors about
 	// uneven splits found later (when the data-parallel size is known).
 	GlobalBatchPos Pos

@@ -72,6 +72,13 @@ const (
 	// after another (each part contiguous), from_parts undoes it.
 	ToParts
 	FromParts
+	// Gradient clipping by global norm, made by the lower pass:
+	// grad_sumsq(g) is the sum of the squares of a gradient shard (one
+	// element, f32); clip_grad(g, sums, max_norm=C) scales g in place
+	// by min(1, C / (sqrt(sum of sums) + 1e-6)), torch's
+	// clip_grad_norm_, the sums being every stage's total.
+	GradSumSq
+	ClipGrad
 	numOps
 )
 

@@ -125,6 +125,7 @@ func collectives(s *State) error {
 			}
 		}
 	}
+	take(-1, ir.Optimize, -1) // clipping's norm, before any stage's step
 	for i, st := range ds.stages {
 		take(-1, ir.Optimize, i)
 		if st.params > 0 {

@@ -322,9 +322,28 @@ func lower(s *State) error {
 			emit(ir.Finish, in)
 		}
 	}
+	sums, err := ds.clipNorm(p, emit, s.Job.Train.ClipGradNorm)
+	if err != nil {
+		return err
+	}
+	lastClip := -1
+	for i, st := range ds.stages {
+		if st.params > 0 {
+			lastClip = i
+		}
+	}
 	for i, st := range ds.stages {
 		if st.params == 0 {
 			continue
+		}
+		if sums >= 0 {
+			clip := ir.Instr{Op: ir.Kernel, Kern: ir.ClipGrad, Args: []int32{st.osSel, sums}, Outs: []int32{st.osSel},
+				Attrs: []ir.Attr{ir.FloatAttr("max_norm", s.Job.Train.ClipGradNorm)}, Stage: int32(i), Micro: -1,
+				Comment: "clip to the global norm"}
+			emit(ir.Optimize, clip)
+			if i == lastClip {
+				emit(ir.Optimize, ir.Instr{Op: ir.Free, Buf: sums, Stage: int32(i), Micro: -1})
+			}
 		}
 		w := st.master
 		if w < 0 {
@@ -349,6 +368,49 @@ func lower(s *State) error {
 		}
 	}
 	return nil
+}
+
+// clipNorm emits, before the optimizer, the gradient's global norm for
+// clipping at maxNorm (0: none, and it returns -1): each stage's sum of
+// squares over this rank's os-slice of its reduced gradient, summed over
+// the ranks of the rank's os block, which hold every slice once (their
+// replicas in other blocks hold the same values), into that stage's
+// element of the buffer it returns; every rank then holds every stage's
+// sum, and clip_grad adds them in stage order, the same on every rank.
+func (ds *dist) clipNorm(p *ir.Program, emit func(ir.Phase, ir.Instr), maxNorm float64) (int32, error) {
+	if maxNorm == 0 {
+		return -1, nil
+	}
+	if ds.tp > 1 {
+		return -1, &UserError{Msg: "clip_grad_norm with tensor parallelism is not supported yet (the norm of parts and of replicated params over the tensor-parallel group)"}
+	}
+	n := 0
+	for _, st := range ds.stages {
+		if st.params > 0 {
+			n++
+		}
+	}
+	sums := newBuf(p, "clip.sumsq", ir.F32, int64(n))
+	p.Buffers[sums].Shape = []int64{int64(n)}
+	// Allocated here, not by liveness, which takes a write for a
+	// definition of the whole buffer: each stage's sum is a part of it.
+	emit(ir.Optimize, ir.Instr{Op: ir.Alloc, Buf: sums, Stage: -1, Micro: -1})
+	k := 0
+	for _, st := range ds.stages {
+		if st.params == 0 {
+			continue
+		}
+		mine := ds.view(p, fmt.Sprintf("clip.sumsq[%s]", st.name), sums, 1, int64(k), ir.Group{})
+		k++
+		emit(ir.Optimize, ir.Instr{Op: ir.Kernel, Kern: ir.GradSumSq, Args: []int32{st.osSel}, Outs: []int32{mine},
+			Stage: -1, Micro: -1, Comment: "this rank's share of the gradient's squared norm (" + st.name + ")"})
+		if g := ds.group(st.f.OS, one); g.Size() > 1 {
+			in := collInstr(p, ir.AllReduce, mine, mine, g, "the stage's squared norm: every os-slice once")
+			in.Stage, in.Micro = -1, -1
+			emit(ir.Optimize, in)
+		}
+	}
+	return sums, nil
 }
 
 // kernels lists the kernels of stage computing values vs, in order, each

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -154,5 +155,70 @@ func TestExportHFRoundTrips(t *testing.T) {
 	if st := run([]string{"ckpt", "export", ckpt, "--hf", filepath.Join(dir, "bad"), "--config", "../../testdata/hf/Qwen2-0.5B.json"}, &stdout, &stderr); st != exitUser ||
 		!strings.Contains(stderr.String(), "whose params are not those") {
 		t.Errorf("export under another model's config: exit %d, %q", st, stderr.String())
+	}
+}
+
+// TestClipFindsPyTorchsNorm: the gradient norm amspc's clip_grad_norm
+// computes (and logs) for a stream of tiny-llama's reference text's
+// first tokens repeated is the one torch.nn.utils.clip_grad_norm_
+// returns for its window (make.py), on one rank and on 2 x 2 ranks
+// under ZeRO-3 (where every rank holds a quarter of each gradient, and
+// every rank's window is that one).
+func TestClipFindsPyTorchsNorm(t *testing.T) {
+	var ref struct {
+		Tokens   []int32
+		GradSeq  int     `json:"grad_seq"`
+		GradNorm float64 `json:"grad_norm"`
+	}
+	b, err := os.ReadFile(filepath.Join(tinyLlama, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file, ckpt := importTinyLlama(t, dir)
+	text := make([]byte, len(ref.Tokens))
+	for i, id := range ref.Tokens {
+		text[i] = byte(id)
+	}
+	data := filepath.Join(dir, "text.txt")
+	if err := os.WriteFile(data, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ cluster, shard, batch string }{
+		{"nodes = 1 gpus_per_node = 1", "ddp", "1"},
+		{"nodes = 2 gpus_per_node = 2", "zero3", "4"},
+	} {
+		tr := filepath.Join(dir, "train.amsp")
+		section := fmt.Sprintf("train { seq_len = %d micro_batch = 1 global_batch = %s precision = fp32\n  optimizer = adamw(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)\n  clip_grad_norm = 1 }\ncluster c { %s gpu = \"cpu\" }\n",
+			ref.GradSeq, c.batch, c.cluster)
+		if err := os.WriteFile(tr, []byte(section), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		one := filepath.Join(dir, "one.txt")
+		if err := os.WriteFile(one, []byte(strings.Repeat(string(text[:ref.GradSeq]), 8)+string(text[0])), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		log := filepath.Join(dir, c.shard+".jsonl")
+		var stdout, stderr bytes.Buffer
+		args := []string{"run", "--resume", ckpt, "--steps", "1", "--train", tr, "--cluster", tr, "--shard", c.shard, "--data", one, "--log", log, "--progress", "lines", file}
+		if st := run(args, &stdout, &stderr); st != exitOK {
+			t.Fatalf("amspc %s: exit %d\n%s", strings.Join(args, " "), st, stderr.String())
+		}
+		lb, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			GradNorm *float64 `json:"grad_norm"`
+		}
+		if err := json.Unmarshal(lb, &rec); err != nil || rec.GradNorm == nil {
+			t.Fatalf("%s: log %q has no grad_norm (%v)", c.shard, lb, err)
+		}
+		if d := math.Abs(*rec.GradNorm-ref.GradNorm) / ref.GradNorm; d > 1e-5 {
+			t.Errorf("%s: gradient norm %.9g, PyTorch's %.9g", c.shard, *rec.GradNorm, ref.GradNorm)
+		}
 	}
 }

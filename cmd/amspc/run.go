@@ -576,9 +576,16 @@ func (p *runProgress) Begin(first, last int) error {
 func (p *runProgress) Step(s engine.StepReport) {
 	line := fmt.Sprintf("step %4d/%d  loss %.4f  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
 		s.Step, s.Last, s.Loss, s.TokensPerSecond, s.Elapsed, s.Remaining)
-	if p.schedule {
-		line = fmt.Sprintf("step %4d/%d  loss %.4f  lr %.3g  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
-			s.Step, s.Last, s.Loss, s.LR, s.TokensPerSecond, s.Elapsed, s.Remaining)
+	if p.schedule || s.Clips {
+		extra := ""
+		if p.schedule {
+			extra += fmt.Sprintf("  lr %.3g", s.LR)
+		}
+		if s.Clips {
+			extra += fmt.Sprintf("  grad norm %.3g", s.GradNorm)
+		}
+		line = fmt.Sprintf("step %4d/%d  loss %.4f%s  %8.0f tokens/s  %6.2fs elapsed  %6.2fs left",
+			s.Step, s.Last, s.Loss, extra, s.TokensPerSecond, s.Elapsed, s.Remaining)
 	}
 	if p.bar {
 		// A live bar: one line rewritten in place, the last kept.
@@ -591,7 +598,11 @@ func (p *runProgress) Step(s engine.StepReport) {
 		fmt.Fprintln(p.stdout, line)
 	}
 	if p.log != nil {
-		b, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds})
+		rec := map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds}
+		if s.Clips {
+			rec["grad_norm"] = s.GradNorm
+		}
+		b, _ := json.Marshal(rec)
 		fmt.Fprintf(p.log, "%s\n", b)
 	}
 }

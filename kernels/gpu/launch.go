@@ -363,7 +363,12 @@ type opPlan func(c *OpCall, p *Plan, raw bool) error
 // Unsupported lists the ops that have no launch plan, each with the
 // reason (TestEveryOpHasAKernel in package engine reads it with
 // HasPlan): an op must be in one of opPlans and Unsupported.
-var Unsupported = ir.CollectiveOps()
+var Unsupported = func() map[ir.OpKind]string {
+	m := ir.CollectiveOps()
+	const clip = "gradient clipping has CPU kernels only so far (its device kernels are not written yet): a plan with clip_grad_norm runs on CPU ranks"
+	m[ir.GradSumSq], m[ir.ClipGrad] = clip, clip
+	return m
+}()
 
 // planParts is the plan of to_parts (whole, the tensor x, is operand 0)
 // or from_parts (whole is result 0): kernel over the whole tensor's

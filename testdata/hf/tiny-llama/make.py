@@ -10,7 +10,13 @@ What it writes beside itself:
                      rotate-half layout transformers' LLaMA uses
   reference.json     the text's token ids (bytes), the logits of its every
                      position (fp32, computed from the bf16 weights widened
-                     to fp32) and the mean cross-entropy of each next token
+                     to fp32) and the mean cross-entropy of each next token;
+                     and the global norm of the gradient of the loss of the
+                     window of the text's first GRAD_SEQ tokens and its first
+                     again (every window of a stream of the first GRAD_SEQ
+                     tokens repeated: one per data-parallel rank), what
+                     torch.nn.utils.clip_grad_norm_ returns, which amspc's
+                     clip_grad_norm must find
 
 The forward is transformers' LlamaForCausalLM written out (modeling_llama:
 LlamaRMSNorm, rotate_half and apply_rotary_pos_emb, repeat_kv, eager
@@ -49,6 +55,8 @@ CONFIG = {
     "torch_dtype": "bfloat16",
     "_name_or_path": "amspc/tiny-llama",
 }
+
+GRAD_SEQ = 64
 
 TEXT = b"amspc imports a Hugging Face LLaMA: its logits must match, bit for bit near enough."
 
@@ -104,7 +112,7 @@ def forward(w, ids):
     hd = d // heads
     eps = c["rms_norm_eps"]
     s = ids.shape[0]
-    w = {k: t.float() for k, t in w.items()}
+    w = {k: t.float() if t.dtype != torch.float32 else t for k, t in w.items()}
     x = w["model.embed_tokens.weight"][ids]  # [s, d]
     # LlamaRotaryEmbedding (default rope), apply_rotary_pos_emb
     inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
@@ -161,6 +169,10 @@ def main():
     with torch.no_grad():
         logits = forward(w, ids)
         loss = torch.nn.functional.cross_entropy(logits[:-1], ids[1:]).item()
+    leaves = {k: t.float().requires_grad_() for k, t in w.items()}
+    win = torch.cat((ids[:GRAD_SEQ], ids[:1]))
+    torch.nn.functional.cross_entropy(forward(leaves, win[:-1]), win[1:]).backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(list(leaves.values()), float("inf")).item()
     with open(os.path.join(HERE, "config.json"), "w") as f:
         json.dump(CONFIG, f, indent=2)
         f.write("\n")
@@ -168,6 +180,8 @@ def main():
     ref = {
         "tokens": ids.tolist(),
         "loss": loss,
+        "grad_seq": GRAD_SEQ,
+        "grad_norm": grad_norm,
         "logits": [[float(x) for x in row] for row in logits.tolist()],
     }
     with open(os.path.join(HERE, "reference.json"), "w") as f:
