@@ -473,7 +473,7 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 			good = false
 		}
 		ok = ok && good
-		out.ClipGradNorm = v
+		out.ClipGradNorm, out.ClipGradNormPos = v, pos(st.Value.Pos)
 	}
 	switch p, st, good := s.str("data"); {
 	case !good:

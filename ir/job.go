@@ -205,12 +205,13 @@ type Train struct {
 	Schedule    LRSchedule
 	// ClipGradNorm scales every step's gradients so that their global
 	// norm is at most it, as torch.nn.utils.clip_grad_norm_; 0: off.
-	ClipGradNorm float64
-	Recompute    Recompute
-	Steps        int64
-	Seed         int64
-	Data         string
-	Pos          Pos
+	ClipGradNorm    float64
+	ClipGradNormPos Pos // where clip_grad_norm is written
+	Recompute       Recompute
+	Steps           int64
+	Seed            int64
+	Data            string
+	Pos             Pos
 	// GlobalBatchPos is where global_batch is written, for errors about
 	// uneven splits found later (when the data-parallel size is known).
 	GlobalBatchPos Pos

@@ -322,7 +322,7 @@ func lower(s *State) error {
 			emit(ir.Finish, in)
 		}
 	}
-	sums, err := ds.clipNorm(p, emit, s.Job.Train.ClipGradNorm)
+	sums, err := ds.clipNorm(p, emit, s.Job.Train.ClipGradNorm, s.Job.Train.ClipGradNormPos)
 	if err != nil {
 		return err
 	}
@@ -377,12 +377,12 @@ func lower(s *State) error {
 // replicas in other blocks hold the same values), into that stage's
 // element of the buffer it returns; every rank then holds every stage's
 // sum, and clip_grad adds them in stage order, the same on every rank.
-func (ds *dist) clipNorm(p *ir.Program, emit func(ir.Phase, ir.Instr), maxNorm float64) (int32, error) {
+func (ds *dist) clipNorm(p *ir.Program, emit func(ir.Phase, ir.Instr), maxNorm float64, at ir.Pos) (int32, error) {
 	if maxNorm == 0 {
 		return -1, nil
 	}
 	if ds.tp > 1 {
-		return -1, &UserError{Msg: "clip_grad_norm with tensor parallelism is not supported yet (the norm of parts and of replicated params over the tensor-parallel group)"}
+		return -1, &UserError{Pos: at, Msg: "clip_grad_norm with tensor parallelism is not supported yet (the norm of parts and of replicated params over the tensor-parallel group)"}
 	}
 	n := 0
 	for _, st := range ds.stages {
