@@ -81,6 +81,10 @@ type rank struct {
 	step int // 1-based optimizer step
 	// gradNorm is the step's gradient norm, where the step clips it.
 	gradNorm float64
+	// evaluating: the step is an evaluation (eval.go), which leaves out
+	// the instructions evalSkip marks.
+	evaluating bool
+	evalSkip   *[ir.NumStreams][]bool
 	// horizon is the step the learning rate's decay ends at (Run.Horizon).
 	horizon int
 	ran     int // steps this rank has run in this process
@@ -523,7 +527,10 @@ func (k *rank) endStep() error {
 // enqueueStep runs (on a device backend, enqueues) the instructions of
 // one step: three goroutines, one per stream.
 func (k *rank) enqueueStep(abort <-chan struct{}) error {
-	k.rec = k.trace.begin()
+	k.rec = nil
+	if !k.evaluating {
+		k.rec = k.trace.begin()
+	}
 	k.events = make([]chan struct{}, k.p.Events)
 	for i := range k.events {
 		k.events[i] = make(chan struct{})
@@ -572,9 +579,16 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			err = k.fail(s, cur, fmt.Errorf("%v", r))
 		}
 	}()
+	var skip []bool
+	if k.evaluating {
+		skip = k.evalSkip[s]
+	}
 	for i := range ins {
 		in := &ins[i]
 		cur = in
+		if skip != nil && skip[i] {
+			continue
+		}
 		if k.gate != nil {
 			switch {
 			case in.Op == ir.Kernel && !held:

@@ -422,11 +422,15 @@ func (r *Run) Step() (float64, error) {
 			return 0, err
 		}
 	}
-	// The step's loss: the mean of every micro-batch mean on every rank
-	// (each covers the same number of tokens), summed in rank order. A
-	// process that does not run every rank gathers the others' losses
-	// first (their bits, over the world's control stream), so the sum is
-	// the same as on local ranks.
+	return r.meanLoss()
+}
+
+// meanLoss is the step's loss: the mean of every micro-batch mean on
+// every rank (each covers the same number of tokens), summed in rank
+// order. A process that does not run every rank gathers the others'
+// losses first (their bits, over the world's control stream), so the
+// sum is the same as on local ranks.
+func (r *Run) meanLoss() (float64, error) {
 	var all [][]float64
 	if r.alone() {
 		// (A stand-in run's one rank: its losses mean nothing.)
