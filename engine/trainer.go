@@ -42,6 +42,9 @@ type Trainer struct {
 	SaveEvery int
 	Overwrite bool
 	Warn      io.Writer
+	// Eval, if set, evaluates held-out data every Eval.Every steps and
+	// after the last (Run.Eval); its losses go in the steps' reports.
+	Eval *Evaluation
 	// Progress hears the run's events; nil: nobody.
 	Progress Progress
 	// CheckFit, if set, is called after the checks and before anything
@@ -85,6 +88,9 @@ type StepReport struct {
 	Step, Last int     // the step taken (from 1) and the run's last
 	Loss       float64 // the mean over every token of the global batch
 	LR         float64 // the step's learning rate (the train section's schedule)
+	// EvalLoss is the held-out loss evaluated after the step (Evaluated).
+	EvalLoss  float64
+	Evaluated bool
 	// GradNorm is the gradient's global norm before clipping, where the
 	// plan clips (Clips).
 	GradNorm        float64
@@ -94,6 +100,21 @@ type StepReport struct {
 	// Elapsed is the wall time since the run's first step began;
 	// Remaining extrapolates it to Last at the mean pace so far.
 	Elapsed, Remaining float64
+}
+
+// Evaluation is what a run evaluates, and when.
+type Evaluation struct {
+	Tokens  []int32 // held out from training
+	Every   int     // evaluate after every Every-th step (0: after the last only)
+	Batches int     // global batches each time (0: enough to cover Tokens once)
+}
+
+// batches is the global batches an evaluation of d takes.
+func (e *Evaluation) batches(d *Data) int {
+	if e.Batches > 0 {
+		return e.Batches
+	}
+	return max(1, (d.Windows()+d.Global-1)/d.Global)
 }
 
 // A TrainResult is what a training run did.
@@ -196,6 +217,15 @@ func (t *Trainer) Train(ctx context.Context) (*TrainResult, error) {
 	if err := CheckVocab(t.Bundle, t.Tokens); err != nil {
 		return nil, &TrainError{Stage: StageCheck, Agreed: true, Err: err}
 	}
+	if e := t.Eval; e != nil {
+		err := CheckVocab(t.Bundle, e.Tokens)
+		if d := (Data{Tokens: e.Tokens, SeqLen: int(t.Bundle.Train.SeqLen)}); err == nil && d.Windows() < 1 {
+			err = fmt.Errorf("the evaluation data has %d tokens, fewer than one window of %d", len(e.Tokens), d.SeqLen+1)
+		}
+		if err != nil {
+			return nil, &TrainError{Stage: StageCheck, Agreed: true, Err: fmt.Errorf("evaluation data: %w", err)}
+		}
+	}
 	if t.CheckFit != nil {
 		if err := t.CheckFit(t.localRanks()); err != nil {
 			return nil, err
@@ -284,8 +314,18 @@ func (t *Trainer) steps(ctx context.Context, res *TrainResult) error {
 		res.StepSeconds = append(res.StepSeconds, dt)
 		elapsed := time.Since(start).Seconds()
 		norm, clips := r.GradNorm()
-		p.Step(StepReport{Step: i + 1, Last: last, Loss: loss, LR: r.LR(i + 1), GradNorm: norm, Clips: clips, Seconds: dt, TokensPerSecond: tokens / dt,
-			Elapsed: elapsed, Remaining: elapsed / float64(i+1-first) * float64(last-i-1)})
+		rep := StepReport{Step: i + 1, Last: last, Loss: loss, LR: r.LR(i + 1), GradNorm: norm, Clips: clips, Seconds: dt, TokensPerSecond: tokens / dt,
+			Elapsed: elapsed, Remaining: elapsed / float64(i+1-first) * float64(last-i-1)}
+		if e := t.Eval; e != nil && (e.Every > 0 && (i+1)%e.Every == 0 || i+1 == last) {
+			d := *r.Data
+			d.Tokens = e.Tokens
+			l, err := r.Eval(&d, e.batches(&d))
+			if err != nil {
+				return &TrainError{Stage: StageStep, Step: i + 1, Err: fmt.Errorf("evaluating: %w", err)}
+			}
+			rep.EvalLoss, rep.Evaluated = l, true
+		}
+		p.Step(rep)
 		if t.SaveEvery > 0 && (i+1)%t.SaveEvery == 0 && i+1 < last {
 			if err := t.save(r, p); err != nil {
 				return err

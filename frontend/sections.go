@@ -375,7 +375,7 @@ func gpuNames() string {
 	return strings.Join(names, ", ")
 }
 
-var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "lr_schedule", "clip_grad_norm", "recompute", "steps", "seed", "data"}
+var trainKeys = []string{"seq_len", "micro_batch", "global_batch", "precision", "optimizer", "lr_schedule", "clip_grad_norm", "recompute", "steps", "seed", "data", "eval_every", "eval_tokens"}
 
 // lowerTrain resolves a train section. It returns the settings it could
 // read even when others are wrong (a bad seq_len or micro_batch is left 0),
@@ -401,6 +401,8 @@ func lowerTrain(d *diag, t *TrainSection) (out *ir.Train, ok bool) {
 	take("seq_len", maxSeqLen, &out.SeqLen, true)
 	take("micro_batch", maxBatch, &out.MicroBatch, false)
 	take("steps", 1<<40, &out.Steps, false)
+	take("eval_every", 1<<40, &out.EvalEvery, false)
+	take("eval_tokens", 1<<40, &out.EvalTokens, false)
 	if st, set := s.byKey["seed"]; set {
 		v, unit, good := s.quantity(st, unitCount)
 		if good && (unit != "" || v != math.Trunc(v) || v < 0 || v > 1<<62) {

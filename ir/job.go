@@ -211,7 +211,11 @@ type Train struct {
 	Steps           int64
 	Seed            int64
 	Data            string
-	Pos             Pos
+	// EvalEvery and EvalTokens: amspc run evaluates the loss of the last
+	// EvalTokens tokens of the data, held out from training, after every
+	// EvalEvery-th step and the last (0: not set).
+	EvalEvery, EvalTokens int64
+	Pos                   Pos
 	// GlobalBatchPos is where global_batch is written, for errors about
 	// uneven splits found later (when the data-parallel size is known).
 	GlobalBatchPos Pos

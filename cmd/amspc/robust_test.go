@@ -374,6 +374,13 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"ckpt", "import", f.tensors, "--model", tiny, "--overwrite=x", "-o", filepath.Join(f.dir, "ck")}, `-overwrite`},
 		{[]string{"ckpt", "import", f.tensors, "--model", f.llama, "-o", filepath.Join(f.dir, "ck")}, `llama|tensor|param`},
 		{[]string{"run", "--more", "0", "--resume", f.ckpt, tiny}, `-more`},
+		{[]string{"run", "--steps", "1", "--eval-data", "/nonexistent/eval.txt", tiny}, `/nonexistent/eval.txt`},
+		{[]string{"run", "--steps", "1", "--eval-data", tiny, "--eval-tokens", "1000", tiny}, `-eval-data and --eval-tokens`},
+		{[]string{"run", "--steps", "1", "--eval-tokens", "0", tiny}, `-eval-tokens`},
+		{[]string{"run", "--steps", "1", "--eval-tokens", "99999999", tiny}, `eval_tokens 99999999`},
+		{[]string{"run", "--steps", "1", "--eval-every", "0", tiny}, `-eval-every`},
+		{[]string{"run", "--steps", "1", "--eval-every", "2", tiny}, `-eval-every and --eval-batches need held-out data`},
+		{[]string{"run", "--steps", "1", "--eval-batches", "-1", "--eval-tokens", "1000", tiny}, `-eval-batches`},
 		{[]string{"run", "--more", "3", tiny}, `-more`},
 		{[]string{"run", "--more", "3", "--steps", "4", "--resume", f.ckpt, tiny}, `-more`},
 		// sample

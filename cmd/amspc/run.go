@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -51,6 +52,9 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 		return st
 	}
 	tokens, what, err := loadTokens(o.data, plan.dataPath)
+	if err == nil {
+		tokens, what, err = o.evaluation(plan, tokens, what)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc run: %v\n", err)
 		return exitUser
@@ -63,6 +67,10 @@ type runOptions struct {
 	lf                           loadFlags
 	steps, saveEvery, traceSteps int
 	more                         int // --more: steps after the resumed checkpoint
+	evalData                     string
+	evalTokens, evalEvery        int64
+	evalBatches                  int
+	eval                         *engine.Evaluation // what the flags and the train section ask
 	data, logPath, save, resume  string
 	cpuProfile, device, progress string
 	trace, collectives           string
@@ -80,6 +88,10 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train up to step `N`, counting a resumed checkpoint's steps (default: the train section's steps; 0 with --save writes the initial weights); the learning rate's schedule ends its decay there")
 	fs.IntVar(&o.more, "more", 0, "with --resume, train `N` steps more than the checkpoint's (instead of --steps)")
+	fs.StringVar(&o.evalData, "eval-data", "", "evaluate the loss of `PATH` (read as --data is) under the plan, without training on it")
+	fs.Int64Var(&o.evalTokens, "eval-tokens", 0, "hold out the last `N` tokens of the data from training and evaluate their loss (default: the train section's eval_tokens)")
+	fs.Int64Var(&o.evalEvery, "eval-every", 0, "evaluate after every `K`-th step and the last (default: the train section's eval_every, else a tenth of the steps)")
+	fs.IntVar(&o.evalBatches, "eval-batches", 0, "evaluate `N` global batches of the held-out data each time (default: enough to cover it once)")
 	fs.StringVar(&o.data, "data", "", "train on `PATH`: text as bytes (vocab 256), or a .bin/.tok file of uint16 little-endian tokens (default: the embedded README and docs)")
 	fs.StringVar(&o.logPath, "log", "", "append one JSON object per step to `FILE`")
 	o.lf.registerShard(fs, "train under")
@@ -217,6 +229,9 @@ func (o *runOptions) checkSteps(stderr io.Writer) bool {
 	case o.steps < 0:
 		fmt.Fprintf(stderr, "amspc run: --steps %d: want 0 or more\n", o.steps)
 		return false
+	case o.set["eval-tokens"] && o.evalTokens < 1, o.set["eval-every"] && o.evalEvery < 1, o.set["eval-batches"] && o.evalBatches < 1:
+		fmt.Fprintf(stderr, "amspc run: --eval-tokens %d, --eval-every %d, --eval-batches %d: want 1 or more where given\n", o.evalTokens, o.evalEvery, o.evalBatches)
+		return false
 	case o.set["more"] && (o.more < 1 || o.resume == "" || o.set["steps"]):
 		fmt.Fprintf(stderr, "amspc run: --more %d: want 1 or more steps after a checkpoint of --resume, without --steps\n", o.more)
 		return false
@@ -248,6 +263,7 @@ type trainPlan struct {
 	bundle                *codegen.Bundle
 	predicted             *simulator.Timeline
 	dataPath, profilePath string
+	evalEvery, evalTokens int64 // the train section's
 }
 
 // loadTrainPlan reads a plan bundle (or compile's output directory) as it
@@ -278,7 +294,8 @@ func loadTrainPlan(file string, lf *loadFlags, stderr io.Writer) (*trainPlan, in
 	if st != exitOK {
 		return nil, st
 	}
-	return &trainPlan{bundle: cj.Bundle, predicted: cj.Timeline, dataPath: job.Train.Data, profilePath: job.Cluster.Profile}, exitOK
+	return &trainPlan{bundle: cj.Bundle, predicted: cj.Timeline, dataPath: job.Train.Data, profilePath: job.Cluster.Profile,
+		evalEvery: job.Train.EvalEvery, evalTokens: job.Train.EvalTokens}, exitOK
 }
 
 // train trains the plan on tokens: as the one process of the run, or
@@ -371,7 +388,10 @@ func (o *runOptions) train(file string, plan *trainPlan, tokens []int32, what st
 func (o *runOptions) trainer(plan *trainPlan, tokens []int32, pw *procWorld, n int, progress engine.Progress, prof *cpuProfile, stderr io.Writer) *engine.Trainer {
 	t := &engine.Trainer{Bundle: plan.bundle, Tokens: tokens, Devices: o.devices, Steps: n,
 		Resume: o.resume, Save: o.save, SaveEvery: o.saveEvery, Overwrite: o.overwrite, Warn: stderr,
-		Progress: progress}
+		Progress: progress, Eval: o.eval}
+	if e := o.eval; e != nil && e.Every == 0 {
+		e.Every = max(1, n/10)
+	}
 	if pw != nil {
 		t.World = pw.world
 	}
@@ -597,10 +617,20 @@ func (p *runProgress) Step(s engine.StepReport) {
 	} else {
 		fmt.Fprintln(p.stdout, line)
 	}
+	if s.Evaluated {
+		ev := fmt.Sprintf("eval after step %d: loss %.4f (perplexity %.4g) on the held-out data", s.Step, s.EvalLoss, math.Exp(s.EvalLoss))
+		if p.bar && s.Step != s.Last {
+			ev = "\n" + ev
+		}
+		fmt.Fprintln(p.stdout, ev)
+	}
 	if p.log != nil {
 		rec := map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "tokens_per_s": s.TokensPerSecond, "step_time_s": s.Seconds}
 		if s.Clips {
 			rec["grad_norm"] = s.GradNorm
+		}
+		if s.Evaluated {
+			rec["eval_loss"] = s.EvalLoss
 		}
 		b, _ := json.Marshal(rec)
 		fmt.Fprintf(p.log, "%s\n", b)
@@ -751,6 +781,46 @@ func isPlan(path string) bool {
 
 // loadTokens reads the training data: a token file of uint16 little-endian
 // tokens (.bin, .tok), any other file as bytes, or the embedded corpus.
+// evaluation resolves what the run evaluates (o.eval; nil: nothing)
+// from --eval-data, --eval-tokens and the train section's eval_tokens,
+// which hold the data's last tokens out: it returns the tokens left to
+// train on, and their description.
+func (o *runOptions) evaluation(plan *trainPlan, tokens []int32, what string) ([]int32, string, error) {
+	held := plan.evalTokens
+	if o.set["eval-tokens"] {
+		held = o.evalTokens
+	}
+	every := plan.evalEvery
+	if o.set["eval-every"] {
+		every = o.evalEvery
+	}
+	seq := plan.bundle.Train.SeqLen
+	var eval []int32
+	switch {
+	case o.evalData != "" && o.set["eval-tokens"]:
+		return nil, "", fmt.Errorf("--eval-data and --eval-tokens: evaluate a file, or tokens held out of the data, not both")
+	case o.evalData != "":
+		e, _, err := loadTokens(o.evalData, "")
+		if err != nil {
+			return nil, "", fmt.Errorf("--eval-data: %w", err)
+		}
+		eval = e
+	case held > 0:
+		if held < seq+1 || int64(len(tokens))-held < seq+1 {
+			return nil, "", fmt.Errorf("eval_tokens %d: the held-out part and the rest of the %d tokens must each hold a window of %d", held, len(tokens), seq+1)
+		}
+		eval = tokens[int64(len(tokens))-held:]
+		tokens = tokens[:int64(len(tokens))-held]
+		what += fmt.Sprintf(", less the last %d tokens held out for evaluation", held)
+	case o.set["eval-every"] || o.set["eval-batches"]:
+		return nil, "", fmt.Errorf("--eval-every and --eval-batches need held-out data: --eval-data PATH, --eval-tokens N or the train section's eval_tokens")
+	default:
+		return tokens, what, nil
+	}
+	o.eval = &engine.Evaluation{Tokens: eval, Every: int(every), Batches: o.evalBatches}
+	return tokens, what, nil
+}
+
 func loadTokens(flagPath, trainPath string) ([]int32, string, error) {
 	path := flagPath
 	if path == "" {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -223,5 +224,55 @@ func TestRunCPUProfile(t *testing.T) {
 		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("--steps %s: %s is not a gzipped profile (%d bytes)", steps, prof, len(b))
 		}
+	}
+}
+
+// TestRunEvaluates: --eval-tokens holds the data's last tokens out and
+// evaluates them after every --eval-every-th step and the last, in the
+// output and the log, without changing the training: the losses are
+// those of a run on the same tokens that does not evaluate.
+func TestRunEvaluates(t *testing.T) {
+	tiny := "../../testdata/models/tiny.amsp"
+	dir := t.TempDir()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const held = 4096
+	rest := filepath.Join(dir, "rest.txt")
+	if err := os.WriteFile(rest, data[:len(data)-held], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(dir, "all.txt")
+	if err := os.WriteFile(full, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "log.jsonl")
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"run", "--steps", "3", "--progress", "lines", "--data", full, "--eval-tokens", fmt.Sprint(held), "--eval-every", "2", "--log", log, tiny}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("exit %d\n%s", st, stderr.String())
+	}
+	out := stdout.String()
+	for _, s := range []string{"eval after step 2: loss", "eval after step 3: loss", "less the last 4096 tokens held out"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("no %q in:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "eval after step 1:") {
+		t.Errorf("evaluated after step 1:\n%s", out)
+	}
+	var plain bytes.Buffer
+	if st := run([]string{"run", "--steps", "3", "--progress", "lines", "--data", rest, tiny}, &plain, &stderr); st != exitOK {
+		t.Fatalf("exit %d\n%s", st, stderr.String())
+	}
+	if a, b := printedLosses(out), printedLosses(plain.String()); strings.Join(a, " ") != strings.Join(b, " ") || len(a) != 3 {
+		t.Errorf("losses %v evaluating, %v on the same tokens without", a, b)
+	}
+	lb, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(lb), `"eval_loss"`); n != 2 {
+		t.Errorf("%d eval_loss records in the log, want 2:\n%s", n, lb)
 	}
 }
