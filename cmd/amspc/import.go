@@ -42,7 +42,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitUser
 	}
-	if err := checkImportFlags(fs, o, *out, *force); err != nil {
+	if err := checkImportFlags(fs, o, *out, *force, *ckpt, *overwrite); err != nil {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
 		return exitUser
 	}
@@ -59,10 +59,6 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := notAnInput("-o", *out, cfgPath); err != nil {
 		fmt.Fprintf(stderr, "amspc import: %v\n", err)
-		return exitUser
-	}
-	if *overwrite && *ckpt == "" {
-		fmt.Fprintf(stderr, "amspc import: --overwrite replaces the checkpoint of --ckpt, and there is none\n")
 		return exitUser
 	}
 	config, err := os.ReadFile(cfgPath)
@@ -164,11 +160,11 @@ func paramShapes(job *ir.Job) []engine.ParamShape {
 
 // checkImportFlags refuses what the importer would otherwise read as
 // "unset" and replace by its default: a count of 0 or an empty string
-// given on the command line. It also refuses --force without -o, which
+// given on the command line. It also refuses --force without -o and --overwrite without --ckpt, which
 // would be dropped. The importer checks the rest (negative counts, a GPU
 // that is not a preset, a global batch that does not split); this
 // repeats its limits so that an explicit 0 reads as the same error.
-func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool) error {
+func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool, ckpt string, overwrite bool) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, c := range []struct {
@@ -191,6 +187,8 @@ func checkImportFlags(fs *flag.FlagSet, o hf.Options, out string, force bool) er
 		return fmt.Errorf("--global-batch %q: want a number of sequences, or N tokens (multipliers K M G Ki Mi Gi)", o.GlobalBatch)
 	case force && out == "":
 		return fmt.Errorf("--force overwrites the file of -o, and there is none")
+	case overwrite && ckpt == "":
+		return fmt.Errorf("--overwrite replaces the checkpoint of --ckpt, and there is none")
 	}
 	return nil
 }
