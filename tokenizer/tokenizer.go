@@ -1,0 +1,222 @@
+// Package tokenizer reads Hugging Face tokenizer.json files and encodes
+// text with them: byte-level BPE (GPT-2's), its words split by GPT-2's
+// pre-tokenizer. Other models, normalizers and pre-tokenizers are refused
+// by name as not supported yet.
+package tokenizer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Tokenizer is a loaded tokenizer.json.
+type Tokenizer struct {
+	tokens  []string         // by id: the token in the model's alphabet (byte-level characters)
+	vocab   map[string]int32 // token -> id
+	ranks   map[pair]int32   // a merge's rank: lower merges first
+	split   func(string, func(string))
+	added   []added // sorted longest first, then by content
+	hash    string
+	mu      sync.Mutex
+	cache   map[string][]int32
+	maxSize int
+}
+
+type pair struct{ a, b string }
+
+type added struct {
+	content string
+	id      int32
+	special bool
+}
+
+// file is what the reader takes of tokenizer.json.
+type file struct {
+	AddedTokens []struct {
+		ID      int32  `json:"id"`
+		Content string `json:"content"`
+		Special bool   `json:"special"`
+	} `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Model         struct {
+		Type                    string           `json:"type"`
+		Vocab                   map[string]int32 `json:"vocab"`
+		Merges                  json.RawMessage  `json:"merges"`
+		ByteFallback            bool             `json:"byte_fallback"`
+		ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+		Dropout                 *float64         `json:"dropout"`
+	} `json:"model"`
+}
+
+// Load reads a tokenizer.json.
+func Load(data []byte) (*Tokenizer, error) {
+	var f file
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("not a tokenizer.json: %v", err)
+	}
+	m := &f.Model
+	switch {
+	case m.Type != "BPE":
+		return nil, fmt.Errorf("model type %q is not supported yet (byte-level BPE is)", m.Type)
+	case m.ByteFallback:
+		return nil, fmt.Errorf("BPE with byte_fallback (SentencePiece's: Llama 2, Mistral) is not supported yet")
+	case m.Dropout != nil && *m.Dropout != 0:
+		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encodings random)", *m.Dropout)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "", m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return nil, fmt.Errorf("BPE with subword prefixes or word suffixes is not supported yet")
+	case len(f.Normalizer) > 0 && string(f.Normalizer) != "null":
+		return nil, fmt.Errorf("normalizer %s is not supported yet", brief(f.Normalizer))
+	}
+	split, err := preTokenizer(f.PreTokenizer)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{vocab: m.Vocab, ranks: map[pair]int32{}, split: split, cache: map[string][]int32{}, maxSize: 1 << 16}
+	n := int32(0)
+	for _, id := range m.Vocab {
+		n = max(n, id+1)
+	}
+	for _, a := range f.AddedTokens {
+		n = max(n, a.ID+1)
+	}
+	t.tokens = make([]string, n)
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("token %q has id %d", tok, id)
+		}
+		t.tokens[id] = tok
+	}
+	merges, err := readMerges(m.Merges)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range merges {
+		if _, ok := m.Vocab[p.a+p.b]; !ok {
+			return nil, fmt.Errorf("merge %d (%q %q) makes %q, which is not in the vocabulary", i, p.a, p.b, p.a+p.b)
+		}
+		if _, dup := t.ranks[p]; !dup {
+			t.ranks[p] = int32(i)
+		}
+	}
+	for _, a := range f.AddedTokens {
+		t.added = append(t.added, added{a.Content, a.ID, a.Special})
+		if t.tokens[a.ID] == "" {
+			t.tokens[a.ID] = a.Content
+		}
+	}
+	sort.Slice(t.added, func(i, j int) bool {
+		if len(t.added[i].content) != len(t.added[j].content) {
+			return len(t.added[i].content) > len(t.added[j].content)
+		}
+		return t.added[i].content < t.added[j].content
+	})
+	sum := sha256.Sum256(data)
+	t.hash = hex.EncodeToString(sum[:])
+	return t, nil
+}
+
+// readMerges reads merges as "a b" strings or [a, b] pairs.
+func readMerges(raw json.RawMessage) ([]pair, error) {
+	var strs []string
+	if err := json.Unmarshal(raw, &strs); err == nil {
+		out := make([]pair, len(strs))
+		for i, s := range strs {
+			a, b, ok := strings.Cut(s, " ")
+			if !ok {
+				return nil, fmt.Errorf("merge %d %q is not two tokens", i, s)
+			}
+			out[i] = pair{a, b}
+		}
+		return out, nil
+	}
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, fmt.Errorf("merges are neither \"a b\" strings nor [a, b] pairs: %v", err)
+	}
+	out := make([]pair, len(pairs))
+	for i, p := range pairs {
+		out[i] = pair{p[0], p[1]}
+	}
+	return out, nil
+}
+
+func brief(raw json.RawMessage) string {
+	s := string(raw)
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return s
+}
+
+// Hash is the SHA-256 of the tokenizer.json read.
+func (t *Tokenizer) Hash() string { return t.hash }
+
+// VocabSize is one more than the largest id.
+func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// ID is a token's id (an added token's content, or a vocabulary entry).
+func (t *Tokenizer) ID(token string) (int32, bool) {
+	for _, a := range t.added {
+		if a.content == token {
+			return a.id, true
+		}
+	}
+	id, ok := t.vocab[token]
+	return id, ok
+}
+
+// Encode is text's ids: added tokens where they appear (longest first),
+// the text between them pre-tokenized into words, each word's bytes in
+// the byte-level alphabet merged by rank.
+func (t *Tokenizer) Encode(text string) []int32 {
+	var out []int32
+	for len(text) > 0 {
+		at, a := t.nextAdded(text)
+		t.split(text[:at], func(word string) { out = t.word(out, word) })
+		if a == nil {
+			break
+		}
+		out = append(out, a.id)
+		text = text[at+len(a.content):]
+	}
+	return out
+}
+
+// nextAdded finds the first added token in text (the longest of those
+// starting there), or returns len(text) and nil.
+func (t *Tokenizer) nextAdded(text string) (int, *added) {
+	at, best := len(text), (*added)(nil)
+	for i := range t.added { // longest first: a shorter one at the same place does not win
+		a := &t.added[i]
+		if j := strings.Index(text[:min(len(text), at+len(a.content))], a.content); j >= 0 && j < at {
+			at, best = j, a
+		}
+	}
+	return at, best
+}
+
+// word appends one pre-tokenized word's ids to out.
+func (t *Tokenizer) word(out []int32, word string) []int32 {
+	t.mu.Lock()
+	ids, ok := t.cache[word]
+	t.mu.Unlock()
+	if ok {
+		return append(out, ids...)
+	}
+	ids = t.bpe(word)
+	t.mu.Lock()
+	if len(t.cache) >= t.maxSize {
+		clear(t.cache)
+	}
+	t.cache[word] = ids
+	t.mu.Unlock()
+	return append(out, ids...)
+}
