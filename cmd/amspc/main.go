@@ -71,6 +71,7 @@ func init() {
 		{"sample", "generate text from a checkpoint on the CPU (a KV cache; deterministic with a seed)", runSample},
 		{"profile", "measure kernels and collectives on the local ranks; write the profile plan reads", runProfile},
 		{"validate", "train plans a few steps on the local ranks and compare measured with predicted step times", runValidate},
+		{"tokenize", "encode text files with a Hugging Face tokenizer.json into a token file run reads (or print the ids)", runTokenize},
 		{"import", "write the .amsp job of a Hugging Face model (LLaMA, Mistral, Qwen2, Gemma) and import its weights", runImport},
 		{"grammar", "print the language's grammar (EBNF)", runGrammar},
 		{"completion", "print a bash or zsh completion script", runCompletion},

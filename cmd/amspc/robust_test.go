@@ -183,6 +183,9 @@ type badCase struct {
 	want string // a regexp stderr must match; the flag's name
 }
 
+// gpt2Tokenizer is GPT-2's tokenizer.json (testdata/tokenizers/gpt2).
+var gpt2Tokenizer, _ = filepath.Abs("../../testdata/tokenizers/gpt2/tokenizer.json")
+
 func badFlagCases(f fixtures) []badCase {
 	tiny, plan := f.tiny, f.plan
 	return []badCase{
@@ -383,6 +386,18 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"run", "--steps", "1", "--eval-batches", "-1", "--eval-tokens", "1000", tiny}, `-eval-batches`},
 		{[]string{"run", "--more", "3", tiny}, `-more`},
 		{[]string{"run", "--more", "3", "--steps", "4", "--resume", f.ckpt, tiny}, `-more`},
+		// tokenize
+		{[]string{"tokenize", "--ids", tiny}, `-tokenizer`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, tiny}, `-o FILE or --ids`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, "--ids", "-o", filepath.Join(f.dir, "t.tokens"), tiny}, `-o FILE or --ids`},
+		{[]string{"tokenize", "--tokenizer", "/nonexistent/tokenizer.json", "--ids", tiny}, `/nonexistent/tokenizer.json`},
+		{[]string{"tokenize", "--tokenizer", f.hf, "--ids", tiny}, `model type`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, "--ids", "/nonexistent/in.txt"}, `/nonexistent/in.txt`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, "-o", tiny, tiny}, `-o .*is the input`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, "--ids", "--bos=x", tiny}, `-bos`},
+		{[]string{"tokenize", "--tokenizer", gpt2Tokenizer, "--ids", "--eos=x", tiny}, `-eos`},
+		{[]string{"run", "--steps", "1", "--tokenizer", "/nonexistent/tokenizer.json", tiny}, `/nonexistent/tokenizer.json`},
+		{[]string{"run", "--steps", "1", "--tokenizer", gpt2Tokenizer, tiny}, `50256|vocab`},
 		// sample
 		{[]string{"sample", f.ckpt, "--prompt", "a"}, `-model`},
 		{[]string{"sample", f.ckpt, "--model", "/nonexistent/m.amsp", "--prompt", "a"}, `/nonexistent/m.amsp`},

@@ -26,6 +26,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/simulator"
+	"amspc/tokenizer"
 )
 
 // runRun compiles a job and trains it on CPU ranks (goroutines of this
@@ -51,7 +52,14 @@ func runRun(args []string, stdout, stderr io.Writer) (status int) {
 	if st != exitOK {
 		return st
 	}
-	tokens, what, err := loadTokens(o.data, plan.dataPath)
+	var err error
+	if o.tokenizer != "" {
+		if o.tk, err = loadTokenizer(o.tokenizer); err != nil {
+			fmt.Fprintf(stderr, "amspc run: --tokenizer: %v\n", err)
+			return exitUser
+		}
+	}
+	tokens, what, err := loadTokensWith(o.data, plan.dataPath, o.tk)
 	if err == nil {
 		tokens, what, err = o.evaluation(plan, tokens, what)
 	}
@@ -67,7 +75,8 @@ type runOptions struct {
 	lf                           loadFlags
 	steps, saveEvery, traceSteps int
 	more                         int // --more: steps after the resumed checkpoint
-	evalData                     string
+	evalData, tokenizer          string
+	tk                           *tokenizer.Tokenizer // --tokenizer's
 	evalTokens, evalEvery        int64
 	evalBatches                  int
 	eval                         *engine.Evaluation // what the flags and the train section ask
@@ -88,6 +97,7 @@ func newRunFlags(stderr io.Writer) (*flag.FlagSet, *runOptions) {
 	o.lf.register(fs)
 	fs.IntVar(&o.steps, "steps", 0, "train up to step `N`, counting a resumed checkpoint's steps (default: the train section's steps; 0 with --save writes the initial weights); the learning rate's schedule ends its decay there")
 	fs.IntVar(&o.more, "more", 0, "with --resume, train `N` steps more than the checkpoint's (instead of --steps)")
+	fs.StringVar(&o.tokenizer, "tokenizer", "", "encode text data (--data, --eval-data) with the Hugging Face `tokenizer.json` (a token file of amspc tokenize must come from it)")
 	fs.StringVar(&o.evalData, "eval-data", "", "evaluate the loss of `PATH` (read as --data is) under the plan, without training on it")
 	fs.Int64Var(&o.evalTokens, "eval-tokens", 0, "hold out the last `N` tokens of the data from training and evaluate their loss (default: the train section's eval_tokens)")
 	fs.Int64Var(&o.evalEvery, "eval-every", 0, "evaluate after every `K`-th step and the last (default: the train section's eval_every, else a tenth of the steps)")
@@ -800,7 +810,7 @@ func (o *runOptions) evaluation(plan *trainPlan, tokens []int32, what string) ([
 	case o.evalData != "" && o.set["eval-tokens"]:
 		return nil, "", fmt.Errorf("--eval-data and --eval-tokens: evaluate a file, or tokens held out of the data, not both")
 	case o.evalData != "":
-		e, _, err := loadTokens(o.evalData, "")
+		e, _, err := loadTokensWith(o.evalData, "", o.tk)
 		if err != nil {
 			return nil, "", fmt.Errorf("--eval-data: %w", err)
 		}
@@ -822,19 +832,47 @@ func (o *runOptions) evaluation(plan *trainPlan, tokens []int32, what string) ([
 }
 
 func loadTokens(flagPath, trainPath string) ([]int32, string, error) {
+	return loadTokensWith(flagPath, trainPath, nil)
+}
+
+// loadTokensWith reads the data: amspc tokenize's token files (checked
+// against tk's hash when given), llm.c's .bin (its 256-int32 header),
+// nanoGPT's raw uint16 .bin or .tok (extensions in any case), else text:
+// encoded by tk, or bytes (vocab 256) without one.
+func loadTokensWith(flagPath, trainPath string, tk *tokenizer.Tokenizer) ([]int32, string, error) {
 	path := flagPath
 	if path == "" {
 		path = trainPath
 	}
 	if path == "" {
 		b := amspc.DefaultCorpus()
+		if tk != nil {
+			ids := tk.Encode(string(b))
+			return ids, fmt.Sprintf("the embedded corpus (%d bytes, %d tokens)", len(b), len(ids)), nil
+		}
 		return bytesToTokens(b), fmt.Sprintf("the embedded corpus (%d bytes)", len(b)), nil
 	}
 	b, err := readBounded(path, maxData)
 	if err != nil {
 		return nil, "", err
 	}
-	if ext := pathExt(path); ext == ".bin" || ext == ".tok" {
+	switch ext := tokenizer.Ext(path); {
+	case tokenizer.IsFile(b):
+		ids, fi, err := tokenizer.DecodeFile(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %v", path, err)
+		}
+		if tk != nil && fi.Hash != tk.Hash() {
+			return nil, "", fmt.Errorf("%s: made by another tokenizer (SHA-256 %s...) than --tokenizer's (%s...)", path, fi.Hash[:12], tk.Hash()[:12])
+		}
+		return ids, fmt.Sprintf("%s (%d tokens)", path, len(ids)), nil
+	case (ext == ".bin" || ext == ".tok") && tokenizer.IsLLMC(b):
+		ids, err := tokenizer.DecodeLLMC(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %v", path, err)
+		}
+		return ids, fmt.Sprintf("%s (llm.c, %d tokens)", path, len(ids)), nil
+	case ext == ".bin" || ext == ".tok":
 		if len(b)%2 != 0 {
 			return nil, "", fmt.Errorf("%s: a token file holds 2 bytes per token, but has %d bytes", path, len(b))
 		}
@@ -843,6 +881,9 @@ func loadTokens(flagPath, trainPath string) ([]int32, string, error) {
 			out[i] = int32(binary.LittleEndian.Uint16(b[2*i:]))
 		}
 		return out, fmt.Sprintf("%s (%d tokens)", path, len(out)), nil
+	case tk != nil:
+		ids := tk.Encode(string(b))
+		return ids, fmt.Sprintf("%s (%d bytes, %d tokens)", path, len(b), len(ids)), nil
 	}
 	return bytesToTokens(b), fmt.Sprintf("%s (%d bytes)", path, len(b)), nil
 }
