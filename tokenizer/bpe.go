@@ -29,6 +29,11 @@ func (t *Tokenizer) bpe(word string) []int32 {
 	for i := 0; i < len(word); i++ {
 		syms = append(syms, byteChar[word[i]])
 	}
+	if t.ignoreMerges {
+		if id, ok := t.vocab[strings.Join(syms, "")]; ok {
+			return []int32{id}
+		}
+	}
 	for len(syms) > 1 {
 		best, at := int32(-1), -1
 		for i := 0; i+1 < len(syms); i++ {

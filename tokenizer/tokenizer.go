@@ -1,7 +1,9 @@
 // Package tokenizer reads Hugging Face tokenizer.json files and encodes
-// text with them: byte-level BPE (GPT-2's), its words split by GPT-2's
-// pre-tokenizer. Other models, normalizers and pre-tokenizers are refused
-// by name as not supported yet.
+// text with them: byte-level BPE, its words split by GPT-2's pre-tokenizer
+// or by Llama 3's (a Split on its regex, then ByteLevel without its own;
+// also GPT-4's cl100k). Other models (SentencePiece-style BPE with byte
+// fallback: Llama 2, Mistral), normalizers and pre-tokenizers are
+// refused by name as not supported yet.
 package tokenizer
 
 import (
@@ -16,15 +18,19 @@ import (
 
 // Tokenizer is a loaded tokenizer.json.
 type Tokenizer struct {
-	tokens  []string         // by id: the token in the model's alphabet (byte-level characters)
-	vocab   map[string]int32 // token -> id
-	ranks   map[pair]int32   // a merge's rank: lower merges first
-	split   func(string, func(string))
-	added   []added // sorted longest first, then by content
-	hash    string
-	mu      sync.Mutex
-	cache   map[string][]int32
-	maxSize int
+	tokens []string         // by id: the token in the model's alphabet (byte-level characters)
+	vocab  map[string]int32 // token -> id
+	ranks  map[pair]int32   // a merge's rank: lower merges first
+	split  func(string, func(string))
+	// ignoreMerges: a word that is a token is that token, whatever the
+	// merges would make of it (Llama 3's BPE).
+	ignoreMerges bool
+	added        []added    // sorted longest first, then by content
+	byFirst      [256][]int // added tokens by their first byte
+	hash         string
+	mu           sync.Mutex
+	cache        map[string][]int32
+	maxSize      int
 }
 
 type pair struct{ a, b string }
@@ -53,6 +59,7 @@ type file struct {
 		ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
 		EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 		Dropout                 *float64         `json:"dropout"`
+		IgnoreMerges            bool             `json:"ignore_merges"`
 	} `json:"model"`
 }
 
@@ -79,7 +86,7 @@ func Load(data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokenizer{vocab: m.Vocab, ranks: map[pair]int32{}, split: split, cache: map[string][]int32{}, maxSize: 1 << 16}
+	t := &Tokenizer{vocab: m.Vocab, ranks: map[pair]int32{}, split: split, ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}, maxSize: 1 << 16}
 	n := int32(0)
 	for _, id := range m.Vocab {
 		n = max(n, id+1)
@@ -118,6 +125,12 @@ func Load(data []byte) (*Tokenizer, error) {
 		}
 		return t.added[i].content < t.added[j].content
 	})
+	for i, a := range t.added {
+		if a.content == "" {
+			return nil, fmt.Errorf("added token %d is empty", a.id)
+		}
+		t.byFirst[a.content[0]] = append(t.byFirst[a.content[0]], i)
+	}
 	sum := sha256.Sum256(data)
 	t.hash = hex.EncodeToString(sum[:])
 	return t, nil
@@ -193,14 +206,17 @@ func (t *Tokenizer) Encode(text string) []int32 {
 // nextAdded finds the first added token in text (the longest of those
 // starting there), or returns len(text) and nil.
 func (t *Tokenizer) nextAdded(text string) (int, *added) {
-	at, best := len(text), (*added)(nil)
-	for i := range t.added { // longest first: a shorter one at the same place does not win
-		a := &t.added[i]
-		if j := strings.Index(text[:min(len(text), at+len(a.content))], a.content); j >= 0 && j < at {
-			at, best = j, a
+	if len(t.added) == 0 {
+		return len(text), nil
+	}
+	for i := 0; i < len(text); i++ {
+		for _, j := range t.byFirst[text[i]] { // longest first
+			if a := &t.added[j]; strings.HasPrefix(text[i:], a.content) {
+				return i, a
+			}
 		}
 	}
-	return at, best
+	return len(text), nil
 }
 
 // word appends one pre-tokenized word's ids to out.

@@ -408,7 +408,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--top-p", "0"}, `-top-p`},
 		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--top-p", "1.5"}, `-top-p`},
 		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--seed", "-1"}, `-seed`},
-		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--tokenizer", "t.json"}, `-tokenizer is not supported yet`},
+		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--tokenizer", "/nonexistent/t.json"}, `/nonexistent/t.json`},
+		{[]string{"sample", f.ckpt, "--model", tiny, "--prompt", "a", "--tokenizer", gpt2Tokenizer}, `fewer than`},
 		{[]string{"sample", "/nonexistent/ck", "--model", tiny, "--prompt", "a"}, `/nonexistent/ck`},
 		// an output that is an input
 		{[]string{"report", "-o", tiny, tiny}, `-o .*tiny.amsp is the input`},

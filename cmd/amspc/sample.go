@@ -11,7 +11,7 @@ import (
 	"amspc/infer"
 )
 
-const sampleUsage = "usage: amspc sample CKPT --model MODEL.amsp --prompt TEXT [--tokens N] [--temperature T] [--top-p P] [--seed S]"
+const sampleUsage = "usage: amspc sample CKPT --model MODEL.amsp --prompt TEXT [--tokenizer tokenizer.json] [--tokens N] [--temperature T] [--top-p P] [--seed S]"
 
 // runSample generates text from a checkpoint on the CPU: the prompt's
 // tokens through the model once, then a token at a time with a KV cache
@@ -27,7 +27,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	temperature := fs.Float64("temperature", 0.8, "divide the logits by `T` before the softmax; 0 takes the most likely token")
 	topP := fs.Float64("top-p", 0.95, "draw from the most likely tokens whose probabilities add up to `P` (nucleus sampling); 1 draws from all")
 	seed := fs.Uint64("seed", 1, "the random draws' seed `S`: the same seed, checkpoint and flags give the same text")
-	tokenizer := fs.String("tokenizer", "", "a Hugging Face tokenizer.json `FILE` (not supported yet: the prompt is bytes, for a model of 256 tokens)")
+	tokFile := fs.String("tokenizer", "", "encode the prompt and decode the text with the Hugging Face `tokenizer.json` (default: bytes, for a model of 256 tokens)")
 	dir, ok := oneFile(fs, args)
 	if !ok {
 		return exitUser
@@ -44,9 +44,6 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	case !(*topP > 0 && *topP <= 1):
 		fmt.Fprintf(stderr, "amspc sample: --top-p %v: want more than 0 and at most 1\n", *topP)
-		return exitUser
-	case *tokenizer != "":
-		fmt.Fprintln(stderr, "amspc sample: --tokenizer is not supported yet: prompts and output are bytes, for models of 256 tokens")
 		return exitUser
 	}
 	var lf loadFlags
@@ -68,14 +65,12 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc sample: %v\n", err)
 		return exitUser
 	}
-	if m.Vocab() != 256 {
-		fmt.Fprintf(stderr, "amspc sample: model %s has %d tokens; without --tokenizer (not supported yet) prompts are bytes, for models of 256\n", job.Graph.Name, m.Vocab())
+	encode, decode, err := sampleText(*tokFile, m.Vocab())
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc sample: model %s: %v\n", job.Graph.Name, err)
 		return exitUser
 	}
-	ids := make([]int32, len(*prompt))
-	for i := range len(*prompt) {
-		ids[i] = int32((*prompt)[i])
-	}
+	ids := encode(*prompt)
 	if len(ids) == 0 {
 		fmt.Fprintln(stderr, "amspc sample: --prompt is empty; give the model a text to continue")
 		return exitUser
@@ -85,15 +80,44 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc sample: %v\n", err)
 		return exitUser
 	}
-	text := make([]byte, 0, len(ids)+len(out))
-	for _, t := range append(ids, out...) {
-		text = append(text, byte(t))
-	}
-	fmt.Fprintf(stdout, "%s\n", text)
+	fmt.Fprintf(stdout, "%s\n", decode(append(ids, out...)))
 	if len(ids)+len(out) > m.MaxSeq() {
 		fmt.Fprintf(stderr, "(model %s trained on %d positions; this text has %d, and past them the model is outside what it learned)\n", job.Graph.Name, m.MaxSeq(), len(ids)+len(out))
 	}
 	return exitOK
+}
+
+// sampleText is how sample turns text into a model's ids and back:
+// with a tokenizer.json, or as bytes for a model of 256 tokens.
+func sampleText(path string, vocab int) (func(string) []int32, func([]int32) string, error) {
+	if path == "" {
+		if vocab != 256 {
+			return nil, nil, fmt.Errorf("%d tokens: give its --tokenizer (without one prompts are bytes, for models of 256)", vocab)
+		}
+		enc := func(s string) []int32 {
+			ids := make([]int32, len(s))
+			for i := range len(s) {
+				ids[i] = int32(s[i])
+			}
+			return ids
+		}
+		dec := func(ids []int32) string {
+			b := make([]byte, len(ids))
+			for i, id := range ids {
+				b[i] = byte(id)
+			}
+			return string(b)
+		}
+		return enc, dec, nil
+	}
+	tk, err := loadTokenizer(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tk.VocabSize() > vocab {
+		return nil, nil, fmt.Errorf("%d tokens, fewer than %s's %d", vocab, path, tk.VocabSize())
+	}
+	return tk.Encode, tk.Decode, nil
 }
 
 // generate draws n tokens after prompt.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +18,7 @@ const tokenizeUsage = "usage: amspc tokenize --tokenizer tokenizer.json [--bos] 
 // as a JSON array a line, to compare with other tokenizers.
 func runTokenize(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("tokenize", tokenizeUsage, stderr)
-	tokFile := fs.String("tokenizer", "", "the Hugging Face `tokenizer.json` (byte-level BPE: GPT-2's; others not supported yet)")
+	tokFile := fs.String("tokenizer", "", "the Hugging Face `tokenizer.json`, or it gzipped (byte-level BPE: GPT-2's, Llama 3's; SentencePiece-style not supported yet)")
 	out := fs.String("o", "", "write the tokens to `FILE`: a header with the tokenizer's SHA-256, then uint16 ids (uint32 past 65,536 tokens)")
 	ids := fs.Bool("ids", false, "print each file's ids as one JSON array a line instead")
 	bos := fs.Bool("bos", false, "begin each file with the tokenizer's BOS token")
@@ -109,10 +111,20 @@ func knownToken(tk *tokenizer.Tokenizer, names []string) (int32, bool) {
 	return 0, false
 }
 
+// loadTokenizer reads a tokenizer.json, or one gzipped.
 func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	b, err := readBounded(path, 1<<30)
 	if err != nil {
 		return nil, err
+	}
+	if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+		z, err := gzip.NewReader(bytes.NewReader(b))
+		if err == nil {
+			b, err = io.ReadAll(io.LimitReader(z, 1<<30))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
 	}
 	tk, err := tokenizer.Load(b)
 	if err != nil {
