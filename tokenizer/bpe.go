@@ -73,6 +73,9 @@ func (t *Tokenizer) bpe(word string) []int32 {
 // Decode is the text of ids: tokens in the byte-level alphabet mapped
 // back to bytes, added tokens as written.
 func (t *Tokenizer) Decode(ids []int32) string {
+	if t.sp {
+		return t.spDecode(ids)
+	}
 	var b strings.Builder
 	for _, id := range ids {
 		if id < 0 || int(id) >= len(t.tokens) {

@@ -25,12 +25,17 @@ type Tokenizer struct {
 	// ignoreMerges: a word that is a token is that token, whatever the
 	// merges would make of it (Llama 3's BPE).
 	ignoreMerges bool
-	added        []added    // sorted longest first, then by content
-	byFirst      [256][]int // added tokens by their first byte
-	hash         string
-	mu           sync.Mutex
-	cache        map[string][]int32
-	maxSize      int
+	// sp: SentencePiece-style BPE with byte fallback (sentencepiece.go);
+	// unk is its unknown token's id (-1: none).
+	sp      bool
+	spCut   bool // spEncode may cut before U+2581
+	unk     int32
+	added   []added    // sorted longest first, then by content
+	byFirst [256][]int // added tokens by their first byte
+	hash    string
+	mu      sync.Mutex
+	cache   map[string][]int32
+	maxSize int
 }
 
 type pair struct{ a, b string }
@@ -60,6 +65,7 @@ type file struct {
 		EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 		Dropout                 *float64         `json:"dropout"`
 		IgnoreMerges            bool             `json:"ignore_merges"`
+		UnkToken                *string          `json:"unk_token"`
 	} `json:"model"`
 }
 
@@ -73,20 +79,36 @@ func Load(data []byte) (*Tokenizer, error) {
 	switch {
 	case m.Type != "BPE":
 		return nil, fmt.Errorf("model type %q is not supported yet (byte-level BPE is)", m.Type)
-	case m.ByteFallback:
-		return nil, fmt.Errorf("BPE with byte_fallback (SentencePiece's: Llama 2, Mistral) is not supported yet")
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encodings random)", *m.Dropout)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "", m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return nil, fmt.Errorf("BPE with subword prefixes or word suffixes is not supported yet")
-	case len(f.Normalizer) > 0 && string(f.Normalizer) != "null":
+	case !m.ByteFallback && len(f.Normalizer) > 0 && string(f.Normalizer) != "null":
 		return nil, fmt.Errorf("normalizer %s is not supported yet", brief(f.Normalizer))
 	}
-	split, err := preTokenizer(f.PreTokenizer)
-	if err != nil {
-		return nil, err
+	t := &Tokenizer{vocab: m.Vocab, ranks: map[pair]int32{}, ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}, maxSize: 1 << 16, unk: -1}
+	if m.ByteFallback {
+		if err := spNormalizer(f.Normalizer); err != nil {
+			return nil, err
+		}
+		if len(f.PreTokenizer) > 0 && string(f.PreTokenizer) != "null" {
+			return nil, fmt.Errorf("BPE with byte_fallback after pre_tokenizer %s is not supported yet (Llama 2's has none)", brief(f.PreTokenizer))
+		}
+		t.sp, t.spCut = true, spCuttable(m.Vocab)
+		if m.UnkToken != nil {
+			id, ok := m.Vocab[*m.UnkToken]
+			if !ok {
+				return nil, fmt.Errorf("unk_token %q is not in the vocabulary", *m.UnkToken)
+			}
+			t.unk = id
+		}
+	} else {
+		split, err := preTokenizer(f.PreTokenizer)
+		if err != nil {
+			return nil, err
+		}
+		t.split = split
 	}
-	t := &Tokenizer{vocab: m.Vocab, ranks: map[pair]int32{}, split: split, ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}, maxSize: 1 << 16}
 	n := int32(0)
 	for _, id := range m.Vocab {
 		n = max(n, id+1)
@@ -193,7 +215,11 @@ func (t *Tokenizer) Encode(text string) []int32 {
 	var out []int32
 	for len(text) > 0 {
 		at, a := t.nextAdded(text)
-		t.split(text[:at], func(word string) { out = t.word(out, word) })
+		if t.sp {
+			out = t.spEncode(out, text[:at])
+		} else {
+			t.split(text[:at], func(word string) { out = t.word(out, word) })
+		}
 		if a == nil {
 			break
 		}

@@ -154,11 +154,11 @@ func TestAddedTokens(t *testing.T) {
 	}
 }
 
-// BenchmarkEncode: GPT-2's and Llama 3's encoding of mixed.txt repeated
+// BenchmarkEncode: GPT-2's, Llama 3's and Llama 2's encoding of mixed.txt repeated
 // to 4 MB on one goroutine, with the word cache warm after the first pass
 // (b.SetBytes: go test -bench Encode reports MB/s).
 func BenchmarkEncode(b *testing.B) {
-	for _, dir := range []string{"gpt2", "llama3"} {
+	for _, dir := range []string{"gpt2", "llama3", "llama2"} {
 		b.Run(dir, func(b *testing.B) { benchEncode(b, dir) })
 	}
 }
@@ -174,4 +174,28 @@ func benchEncode(b *testing.B, dir string) {
 	for b.Loop() {
 		tk.Encode(big)
 	}
+}
+
+// TestLlama2: Llama 2's tokenizer.json (rebuilt from llama-tokenizer-js
+// 1.2.2's data by make.py: SentencePiece-style BPE with byte fallback)
+// encodes the package's test strings and the mixed text to its ids, cut
+// before spaces (spCut) and merged whole alike.
+func TestLlama2(t *testing.T) {
+	tk := load(t, "llama2")
+	if !tk.spCut {
+		t.Fatal("Llama 2's vocabulary has a token with U+2581 after another character")
+	}
+	defer func() { tk.spCut = true }()
+	tk.spCut = false
+	checkMixed(t, tk, mixedIDs(t, "llama2", 2))
+	tk.spCut = true
+	for _, c := range cases(t, "llama2") {
+		if got := tk.Encode(c.Text); !slices.Equal(got, c.IDs) {
+			t.Errorf("%q: %v, llama-tokenizer-js %v", c.Text, got, c.IDs)
+		}
+		if back := tk.Decode(tk.Encode(c.Text)); back != c.Text {
+			t.Errorf("%q decodes to %q", c.Text, back)
+		}
+	}
+	checkMixed(t, tk, mixedIDs(t, "llama2", 2))
 }
