@@ -3,10 +3,14 @@ package tokenizer
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -198,4 +202,63 @@ func TestLlama2(t *testing.T) {
 		}
 	}
 	checkMixed(t, tk, mixedIDs(t, "llama2", 2))
+}
+
+// bigText is 3 MB of varied text, the same bytes every run: lines of
+// mixed.txt (code, markdown, many scripts, emoji, contractions, every
+// kind of whitespace) picked by a linear congruential generator and
+// joined by runs of spaces, tabs, newlines and other whitespace.
+func bigText(t testing.TB) string {
+	mixed, err := os.ReadFile("../testdata/tokenizers/mixed.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(mixed), "\n")
+	seps := []string{"", " ", "  ", "\t", "\n", "\r\n", "\n\n\n", "    ", "\u00a0", "\u3000 "}
+	var b strings.Builder
+	x := uint64(20261127)
+	next := func(n int) int {
+		x = x*6364136223846793005 + 1442695040888963407
+		return int(x>>33) % n
+	}
+	for b.Len() < 3<<20 {
+		b.WriteString(lines[next(len(lines))])
+		b.WriteString(seps[next(len(seps))])
+	}
+	return b.String()
+}
+
+// TestBigText: on 3 MB of varied text (bigText), each tokenizer's ids
+// are its reference's: their count and SHA-256 (of the ids as uint32
+// little-endian) as gpt-tokenizer, llama3-tokenizer-js and
+// llama-tokenizer-js computed them (testdata/tokenizers/big.json; with
+// AMSPC_BIG_TEXT=FILE the test writes the text there for them).
+func TestBigText(t *testing.T) {
+	text := bigText(t)
+	if out := os.Getenv("AMSPC_BIG_TEXT"); out != "" {
+		if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile("../testdata/tokenizers/big.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]struct {
+		Count  int
+		SHA256 string
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"gpt2", "llama3", "llama2"} {
+		ids := load(t, dir).Encode(text)
+		h := sha256.New()
+		for _, id := range ids {
+			binary.Write(h, binary.LittleEndian, uint32(id))
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); len(ids) != want[dir].Count || got != want[dir].SHA256 {
+			t.Errorf("%s: %d ids (SHA-256 %s), the reference %d (%s)", dir, len(ids), got, want[dir].Count, want[dir].SHA256)
+		}
+	}
 }
