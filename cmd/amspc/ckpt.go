@@ -252,10 +252,22 @@ func exportHF(dir, out, config string, stdout, stderr io.Writer) int {
 			return err
 		})
 	}
+	// The tokenizer's files beside the config go along, so that the
+	// directory loads as a model with its tokenizer.
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "generation_config.json"} {
+		b, rerr := os.ReadFile(filepath.Join(filepath.Dir(config), name))
+		if err != nil || rerr != nil {
+			continue
+		}
+		err = outfile.Write(filepath.Join(out, name), nil, func(w io.Writer) error {
+			_, err := w.Write(b)
+			return err
+		})
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc ckpt export: %v\n", err)
 		return exitUser
 	}
-	fmt.Fprintf(stdout, "wrote %s: model %s after step %d in Hugging Face's names and layout, %d weight file(s) and config.json\n", out, m.Model, m.Step, len(files))
+	fmt.Fprintf(stdout, "wrote %s: model %s after step %d in Hugging Face's names and layout, %d weight file(s), config.json and the tokenizer's files beside it\n", out, m.Model, m.Step, len(files))
 	return exitOK
 }

@@ -114,7 +114,7 @@ func TestExportHFRoundTrips(t *testing.T) {
 	if st := run([]string{"ckpt", "export", ckpt, "--hf", out, "--config", tinyLlama}, &stdout, &stderr); st != exitOK {
 		t.Fatalf("ckpt export --hf: exit %d\n%s", st, stderr.String())
 	}
-	for _, f := range []string{"config.json", "model.safetensors"} {
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("the export has no %s: %v", f, err)
 		}

@@ -8,6 +8,9 @@ What it writes beside itself:
   model.safetensors  its weights in bf16, as published checkpoints store them:
                      nn.Linear's [out, in], q_proj and k_proj in the
                      rotate-half layout transformers' LLaMA uses
+  tokenizer.json     its tokenizer: byte-level BPE whose 256 tokens are the
+                     bytes (GPT-2's byte alphabet, id = the byte) and no
+                     merges, so its ids are a text's bytes
   reference.json     the text's token ids (bytes), the logits of its every
                      position (fp32, computed from the bf16 weights widened
                      to fp32) and the mean cross-entropy of each next token;
@@ -161,6 +164,28 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+def byte_tokenizer():
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + n)
+            n += 1
+    return {
+        "version": "1.0",
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "vocab": {chars[b]: b for b in range(256)}, "merges": []},
+    }
+
+
 def main():
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(20261127)
@@ -177,6 +202,9 @@ def main():
         json.dump(CONFIG, f, indent=2)
         f.write("\n")
     write_safetensors(os.path.join(HERE, "model.safetensors"), w)
+    with open(os.path.join(HERE, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(byte_tokenizer(), f, ensure_ascii=False, indent=1)
+        f.write("\n")
     ref = {
         "tokens": ids.tolist(),
         "loss": loss,
