@@ -99,8 +99,9 @@ func checkMixed(t *testing.T, tk *Tokenizer, want []int32) {
 }
 
 // TestLlama3: Llama 3's tokenizer.json (rebuilt from llama3-tokenizer-js
-// 1.2.0's data by make.py) encodes the package's test strings (special
-// tokens among them) and the mixed text to the package's ids.
+// 1.2.0's data by make.py) encodes every string the package's own tests
+// encode (special tokens and strings that look like them among them),
+// two of ours, and the mixed text to the package's ids.
 func TestLlama3(t *testing.T) {
 	tk := load(t, "llama3")
 	for _, c := range cases(t, "llama3") {
@@ -182,8 +183,9 @@ func benchEncode(b *testing.B, dir string) {
 
 // TestLlama2: Llama 2's tokenizer.json (rebuilt from llama-tokenizer-js
 // 1.2.2's data by make.py: SentencePiece-style BPE with byte fallback)
-// encodes the package's test strings and the mixed text to its ids, cut
-// before spaces (spCut) and merged whole alike.
+// encodes every string the package's own tests encode, two of ours, and
+// the mixed text to its ids, cut before spaces (spCut) and merged whole
+// alike.
 func TestLlama2(t *testing.T) {
 	tk := load(t, "llama2")
 	if !tk.spCut {
