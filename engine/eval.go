@@ -45,7 +45,7 @@ func evalSkips(p *ir.Program) [ir.NumStreams][]bool {
 				if skip[s][i] || in.Op != ir.Kernel && in.Op != ir.Collective {
 					continue
 				}
-				if !(in.Op == ir.Kernel && trainOnly(in.Kern)) && !reads(in) {
+				if !(in.Op == ir.Kernel && in.Kern.Info().TrainOnly) && !reads(in) {
 					continue
 				}
 				skip[s][i], changed = true, true
@@ -58,18 +58,6 @@ func evalSkips(p *ir.Program) [ir.NumStreams][]bool {
 		}
 	}
 	return skip
-}
-
-// trainOnly says op is a gradient's or the optimizer's.
-func trainOnly(op ir.OpKind) bool {
-	switch op {
-	case ir.EmbedGrad, ir.MatMulGradA, ir.MatMulGradB, ir.RMSNormGrad, ir.LayerNormGrad, ir.SumRows,
-		ir.RoPEGrad, ir.AttentionGrad, ir.SiLUGrad, ir.GELUGrad, ir.CrossEntropyGrad, ir.GELUTanhGrad,
-		ir.SwiGLUGrad, ir.GeGLUTanhGrad, ir.LinearCrossEntropyGrad, ir.AddRMSNormGrad, ir.RoPEQKGrad,
-		ir.AdamWStep, ir.AdamWCopy, ir.GradSumSq, ir.ClipGrad:
-		return true
-	}
-	return false
 }
 
 // Eval returns the loss of batches global batches of data (windows as

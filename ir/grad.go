@@ -201,7 +201,7 @@ func initGradOps() {
 	}
 	internal := func(info OpInfo) OpInfo { info.Internal = true; return info }
 	rows := map[OpKind]OpInfo{
-		EmbedGrad: {Name: "embed_grad", Arity: 2, Fusion: FuseGather, Traffic: embedGradTraffic, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}}, IDs: &IDOperand{Arg: 0, From: -1, Dim: 0},
+		EmbedGrad: {TrainOnly: true, Name: "embed_grad", Arity: 2, Fusion: FuseGather, Traffic: embedGradTraffic, Attrs: []AttrSpec{{Name: "vocab", Type: AttrInt, Required: true}}, IDs: &IDOperand{Arg: 0, From: -1, Dim: 0},
 			Infer: results(func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				v, _ := attrInt(attrs, "vocab")
 				dy := args[1].Shape
@@ -210,7 +210,7 @@ func initGradOps() {
 				}
 				return Shape{v, dy[len(dy)-1]}, args[1].DType, nil
 			}), Flops: elementwise(1)},
-		MatMulGradA: {Name: "matmul_grad_a", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradA, Traffic: gemmTraffic(MatMulGradA), Flops: mm,
+		MatMulGradA: {TrainOnly: true, Name: "matmul_grad_a", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradA, Traffic: gemmTraffic(MatMulGradA), Flops: mm,
 			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				dy, b := args[0].Shape, args[1].Shape
 				if len(dy) == 0 || len(b) != 2 || dy[len(dy)-1] != b[1] {
@@ -218,7 +218,7 @@ func initGradOps() {
 				}
 				return append(append(Shape{}, dy[:len(dy)-1]...), b[0]), args[0].DType, nil
 			})},
-		MatMulGradB: {Name: "matmul_grad_b", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradB, Traffic: gemmTraffic(MatMulGradB), Flops: mmB,
+		MatMulGradB: {TrainOnly: true, Name: "matmul_grad_b", Arity: 2, Fusion: FuseGEMM, GEMM: gemmMatMulGradB, Traffic: gemmTraffic(MatMulGradB), Flops: mmB,
 			Infer: results(func(args []*Value, _ []Attr) (Shape, DType, *OpError) {
 				a, dy := args[0].Shape, args[1].Shape
 				if len(a) == 0 || len(a) != len(dy) || !a[:len(a)-1].Equal(dy[:len(dy)-1]) {
@@ -228,28 +228,28 @@ func initGradOps() {
 			})},
 		// The norms' backward computes every gradient in one pass over
 		// the rows: dx, dw (and layernorm's db, the row sum of dy).
-		RMSNormGrad: {Name: "rmsnorm_grad", Arity: 3, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
+		RMSNormGrad: {TrainOnly: true, Name: "rmsnorm_grad", Arity: 3, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
 			Infer: results(normGrad, lastDim(0)), Flops: elementwise(12)},
-		LayerNormGrad: {Name: "layernorm_grad", Arity: 3, Results: 3, Fusion: FuseRow, Traffic: plusResults(0, 1, 1), Attrs: []AttrSpec{eps},
+		LayerNormGrad: {TrainOnly: true, Name: "layernorm_grad", Arity: 3, Results: 3, Fusion: FuseRow, Traffic: plusResults(0, 1, 1), Attrs: []AttrSpec{eps},
 			Infer: results(normGrad, lastDim(0), lastDim(2)), Flops: elementwise(19)},
-		SumRows:  {Name: "sum_rows", Arity: 1, Fusion: FuseRow, Traffic: sumRowsTraffic, Infer: results(lastDim(0)), Flops: elementwise(1)},
-		RoPEGrad: {Name: "rope_grad", Arity: 1, Fusion: FuseRow, Attrs: ropeAttrs, Infer: results(like(0)), Flops: elementwise(3)},
+		SumRows:  {TrainOnly: true, Name: "sum_rows", Arity: 1, Fusion: FuseRow, Traffic: sumRowsTraffic, Infer: results(lastDim(0)), Flops: elementwise(1)},
+		RoPEGrad: {TrainOnly: true, Name: "rope_grad", Arity: 1, Fusion: FuseRow, Attrs: ropeAttrs, Infer: results(like(0)), Flops: elementwise(3)},
 		// Flash-attention style: one pass gives all three gradients.
-		AttentionGrad: {Name: "attention_grad", Arity: 5, Results: 3, Fusion: FuseAttention, Traffic: plusResults(0, 1, 2), Attrs: attnAttrs,
+		AttentionGrad: {TrainOnly: true, Name: "attention_grad", Arity: 5, Results: 3, Fusion: FuseAttention, Traffic: plusResults(0, 1, 2), Attrs: attnAttrs,
 			Infer: results(like(0), like(1), like(2)), Flops: attn},
-		SiLUGrad: {Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
-		GELUGrad: {Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
+		SiLUGrad: {TrainOnly: true, Name: "silu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(6)},
+		GELUGrad: {TrainOnly: true, Name: "gelu_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(10)},
 		// swiglu(a, b) = silu(a) * b in one pass (passes' fuse): a and b
 		// of one shape; backward reads both and computes silu(a) again,
 		// so silu(a) is never stored.
 		SwiGLU: {Name: "swiglu", Arity: 2, Fusion: FuseElementwise, Save: []int{0, 1}, Flops: elementwise(5),
 			Infer: results(gated("swiglu"))},
-		SwiGLUGrad: {Name: "swiglu_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
+		SwiGLUGrad: {TrainOnly: true, Name: "swiglu_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
 			Infer: results(like(0), like(1)), Flops: elementwise(11)},
 		// geglu_tanh(a, b) = gelu_tanh(a) * b, swiglu's twin for Gemma.
 		GeGLUTanh: {Name: "geglu_tanh", Arity: 2, Fusion: FuseElementwise, Save: []int{0, 1}, Flops: elementwise(11),
 			Infer: results(gated("geglu_tanh"))},
-		GeGLUTanhGrad: {Name: "geglu_tanh_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
+		GeGLUTanhGrad: {TrainOnly: true, Name: "geglu_tanh_grad", Arity: 3, Results: 2, Fusion: FuseElementwise, Traffic: plusResults(0, 1),
 			Infer: results(like(0), like(1)), Flops: elementwise(17)},
 		// linear_cross_entropy(h, w, targets) = cross_entropy(h @ w,
 		// targets) with the logits formed LinearCEChunk rows at a time
@@ -259,11 +259,11 @@ func initGradOps() {
 		LinearCrossEntropy: {Name: "linear_cross_entropy", Arity: 3, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: argsOnly, Workspace: linearCEWorkspace,
 			Infer: results(inferLinearCE), Save: []int{0, 1, 2}, IDs: &IDOperand{Arg: 2, From: 1, Dim: -1},
 			Flops: func(op *Op) float64 { return linearCEFlops(op, 1) }},
-		LinearCrossEntropyGrad: {Name: "linear_cross_entropy_grad", Arity: 3, Results: 2, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: plusResults(0, 1), Workspace: linearCEWorkspace,
+		LinearCrossEntropyGrad: {TrainOnly: true, Name: "linear_cross_entropy_grad", Arity: 3, Results: 2, Fusion: FuseGEMM, GEMM: gemmMatMul, Traffic: plusResults(0, 1), Workspace: linearCEWorkspace,
 			Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0), like(1)), IDs: &IDOperand{Arg: 2, From: 1, Dim: -1},
 			Flops: func(op *Op) float64 { return linearCEFlops(op, 3) }}, // the chunk's logits again, then dh and dw
-		GELUTanhGrad: {Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
-		CrossEntropyGrad: {Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
+		GELUTanhGrad: {TrainOnly: true, Name: "gelu_tanh_grad", Arity: 2, Fusion: FuseElementwise, Infer: results(like(0)), Flops: elementwise(14)},
+		CrossEntropyGrad: {TrainOnly: true, Name: "cross_entropy_grad", Arity: 2, Fusion: FuseRow, Attrs: []AttrSpec{{Name: "scale", Type: AttrFloat, Required: true}}, Infer: results(like(0)), Flops: elementwise(5),
 			IDs: &IDOperand{Arg: 1, From: 0, Dim: -1}},
 		// y = x + r and h = rmsnorm(y, w) in one pass over the rows (a
 		// pre-norm block's residual add and the next norm): backward
@@ -274,7 +274,7 @@ func initGradOps() {
 		// dx = dy + rmsnorm_grad's dx (rounded to dx's dtype first, as the
 		// unfused add reads it), and dw, in one pass: dx is both x's and
 		// r's gradient.
-		AddRMSNormGrad: {Name: "add_rmsnorm_grad", Arity: 4, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
+		AddRMSNormGrad: {TrainOnly: true, Name: "add_rmsnorm_grad", Arity: 4, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: []AttrSpec{eps},
 			Infer: results(addNormGrad, lastDim(0)), Flops: elementwise(13)},
 		// rope_qk(xq, xk) = rope(xq, heads), rope(xk, heads=kv_heads), of
 		// one theta, in one pass over both (passes' fuse: an attention's
@@ -283,20 +283,20 @@ func initGradOps() {
 		// turns both gradients back in one pass (rope_qk_grad).
 		RoPEQK: {Name: "rope_qk", Arity: 2, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: ropeQKSpec,
 			Infer: results(ropeQK(0), ropeQK(1)), Flops: ropeQKFlops},
-		RoPEQKGrad: {Name: "rope_qk_grad", Arity: 2, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: ropeQKSpec,
+		RoPEQKGrad: {TrainOnly: true, Name: "rope_qk_grad", Arity: 2, Results: 2, Fusion: FuseRow, Traffic: plusResults(0, 1), Attrs: ropeQKSpec,
 			Infer: results(ropeQK(0), ropeQK(1)), Flops: ropeQKFlops},
 		// adamw(weights, m, v, grad) -> weights, m, v: the AdamW step of
 		// NUMERICS.md, the compiler's one definition of it. The step
 		// count t is supplied at run time; weight_decay is 0 for params
 		// that are not decayed. weights is the fp32 master, or P itself
 		// when P is fp32.
-		AdamWStep: {Name: "adamw", Arity: 4, Results: 3, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2), Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
+		AdamWStep: {TrainOnly: true, Name: "adamw", Arity: 4, Results: 3, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2), Attrs: required("lr", "beta1", "beta2", "eps", "weight_decay"),
 			Infer: results(adamw, adamw, adamw), Flops: elementwise(17)},
 		// adamw_copy(weights, m, v, grad, dtype=D) -> adamw's three
 		// results and the new weights cast to D (the bf16 P a mixed-
 		// precision step gathers), written in the same pass over the
 		// shard: adamw then cast, fused (ir.LoweredFusions).
-		AdamWCopy: {Name: "adamw_copy", Arity: 4, Results: 4, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2, 0),
+		AdamWCopy: {TrainOnly: true, Name: "adamw_copy", Arity: 4, Results: 4, Fusion: FuseNone, Decays: true, Traffic: plusResults(0, 1, 2, 0),
 			Attrs: append(required("lr", "beta1", "beta2", "eps", "weight_decay"), AttrSpec{Name: "dtype", Type: AttrInt, Required: true}),
 			Infer: results(adamw, adamw, adamw, func(args []*Value, attrs []Attr) (Shape, DType, *OpError) {
 				if _, _, err := adamw(args, attrs); err != nil {

@@ -192,6 +192,9 @@ type OpInfo struct {
 	SaveOut bool
 	// Internal ops are made by passes, never written in source.
 	Internal bool
+	// TrainOnly ops make or apply a gradient (autodiff's, the
+	// optimizer's, clipping's): an evaluation step leaves them out.
+	TrainOnly bool
 	// Backward returns the gradient of each operand given the gradient
 	// dy of the result (nil where an operand has none: ids, targets).
 	// Only single-result ops have one.

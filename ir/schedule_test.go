@@ -2,6 +2,7 @@ package ir
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,20 @@ func TestScheduleLR(t *testing.T) {
 	} {
 		if got := c.s.LR(lr, c.step, total); math.Abs(got-c.want) > 1e-15 {
 			t.Errorf("%v step %d of %d: lr %.17g, want %.17g", c.s, c.step, total, got, c.want)
+		}
+	}
+}
+
+// TestTrainOnlyOps: the ops an evaluation step leaves out are the
+// gradients' (named *_grad*, and sum_rows, a bias's gradient), the
+// optimizer's (decaying a shard) and clipping's, and no other: a new
+// backward op that is not marked fails here.
+func TestTrainOnlyOps(t *testing.T) {
+	for _, k := range OpKinds() {
+		info := k.Info()
+		want := strings.Contains(info.Name, "grad") || info.Decays || k == SumRows
+		if info.TrainOnly != want {
+			t.Errorf("%s: TrainOnly %v, want %v", info.Name, info.TrainOnly, want)
 		}
 	}
 }

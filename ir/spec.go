@@ -438,8 +438,8 @@ func initTPOps() {
 	}
 	scalar := func(args []*Value, _ []Attr) (Shape, DType, *OpError) { return Shape{1}, F32, nil }
 	for k, info := range map[OpKind]OpInfo{
-		GradSumSq:       {Name: "grad_sumsq", Arity: 1, Infer: results(scalar), Traffic: plusResults()},
-		ClipGrad:        {Name: "clip_grad", Arity: 2, Attrs: []AttrSpec{{Name: "max_norm", Type: AttrFloat, Required: true}}, Infer: results(like(0))},
+		GradSumSq:       {TrainOnly: true, Name: "grad_sumsq", Arity: 1, Infer: results(scalar), Traffic: plusResults()},
+		ClipGrad:        {TrainOnly: true, Name: "clip_grad", Arity: 2, Attrs: []AttrSpec{{Name: "max_norm", Type: AttrFloat, Required: true}}, Infer: results(like(0))},
 		ToParts:         {Name: "to_parts", Arity: 1, Attrs: dim, Infer: results(parted(true))},
 		FromParts:       {Name: "from_parts", Arity: 1, Attrs: dim, Infer: results(parted(false))},
 		TPAllReduce:     {Name: "tp_all_reduce", Arity: 1, Attrs: []AttrSpec{parts}, Infer: results(like(0))},
