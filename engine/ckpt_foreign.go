@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"amspc/kernels"
 )
 
 // Foreign is where one param lives in another framework's checkpoint
@@ -200,14 +202,10 @@ func fromParam(x []float32, w Foreign, s []int64) []float32 {
 	return out
 }
 
-// transpose2 is x [r, c] transposed.
+// transpose2 is x [r, c] transposed, in new memory.
 func transpose2(x []float32, r, c int) []float32 {
 	out := make([]float32, len(x))
-	for i := range r {
-		for j := range c {
-			out[j*r+i] = x[i*c+j]
-		}
-	}
+	kernels.Transpose(out, x, r, c)
 	return out
 }
 

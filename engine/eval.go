@@ -88,39 +88,29 @@ func (r *Run) Eval(data *Data, batches int) (float64, error) {
 }
 
 func (r *Run) evalBatch(data *Data, b int) (float64, error) {
-	errs := make([]error, len(r.ranks))
-	done := make(chan int, len(r.ranks))
-	for i, k := range r.ranks {
+	for _, k := range r.ranks {
 		if k.evalSkip == nil {
 			sk := evalSkips(k.p)
 			k.evalSkip = &sk
 		}
 		k.losses = k.losses[:0]
-		go func(i int, k *rank) {
-			defer func() { done <- i }()
-			train, step := k.data, k.step
-			k.data, k.step, k.evaluating = data, b+1, true
-			defer func() { k.data, k.step, k.evaluating = train, step, false }()
-			if errs[i] = k.enqueueStep(r.World.Done()); errs[i] == nil {
-				if err := k.be.Sync(); err != nil {
-					errs[i] = k.fail(ir.Compute, nil, err)
-					k.abort(errs[i])
-				}
-			}
-		}(i, k)
 	}
-	for range r.ranks {
-		<-done
-	}
-	for _, err := range errs {
-		if err != nil && err != ErrStopped {
-			return 0, err
+	err := r.onRanks(func(k *rank) error {
+		train, step := k.data, k.step
+		k.data, k.step, k.evaluating = data, b+1, true
+		defer func() { k.data, k.step, k.evaluating = train, step, false }()
+		if err := k.enqueueStep(r.World.Done()); err != nil {
+			return err
 		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return 0, err
+		if err := k.be.Sync(); err != nil {
+			err = k.fail(ir.Compute, nil, err)
+			k.abort(err)
+			return err
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return r.meanLoss()
 }

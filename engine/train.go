@@ -399,30 +399,36 @@ func (r *Run) Check() error {
 // Step runs one training step on every rank and returns its loss.
 func (r *Run) Step() (float64, error) {
 	r.step++
+	for _, k := range r.ranks {
+		k.step = r.step
+		k.losses = k.losses[:0]
+	}
+	if err := r.onRanks(func(k *rank) error { return k.runStep(r.World.Done()) }); err != nil {
+		return 0, err
+	}
+	return r.meanLoss()
+}
+
+// onRanks runs f on every rank of this process at once and returns the
+// first real failure, not the ranks it stopped.
+func (r *Run) onRanks(f func(k *rank) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.ranks))
 	for i, k := range r.ranks {
-		k.step = r.step
-		k.losses = k.losses[:0]
-		wg.Add(1)
-		go func(i int, k *rank) {
-			defer wg.Done()
-			errs[i] = k.runStep(r.World.Done())
-		}(i, k)
+		wg.Go(func() { errs[i] = f(k) })
 	}
 	wg.Wait()
-	// Report the first real failure, not the ranks it stopped.
 	for _, err := range errs {
 		if err != nil && err != ErrStopped {
-			return 0, err
+			return err
 		}
 	}
 	for _, err := range errs {
 		if err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return r.meanLoss()
+	return nil
 }
 
 // meanLoss is the step's loss: the mean of every micro-batch mean on

@@ -95,11 +95,4 @@ func (t *Tokenizer) Decode(ids []int32) string {
 	return b.String()
 }
 
-func (t *Tokenizer) isAdded(id int32) bool {
-	for _, a := range t.added {
-		if a.id == id {
-			return true
-		}
-	}
-	return false
-}
+func (t *Tokenizer) isAdded(id int32) bool { return t.addedID[id] }

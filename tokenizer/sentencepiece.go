@@ -80,19 +80,7 @@ func (t *Tokenizer) spEncode(out []int32, text string) []int32 {
 
 // spCached is spPiece through the word cache.
 func (t *Tokenizer) spCached(out []int32, piece string) []int32 {
-	t.mu.Lock()
-	ids, ok := t.cache[piece]
-	t.mu.Unlock()
-	if !ok {
-		ids = t.spPiece(nil, piece)
-		t.mu.Lock()
-		if len(t.cache) >= t.maxSize {
-			clear(t.cache)
-		}
-		t.cache[piece] = ids
-		t.mu.Unlock()
-	}
-	return append(out, ids...)
+	return t.cached(out, piece, func(p string) []int32 { return t.spPiece(nil, p) })
 }
 
 // spPiece appends the ids of a normalized piece: merged, then each

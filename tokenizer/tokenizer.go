@@ -30,7 +30,8 @@ type Tokenizer struct {
 	sp      bool
 	spCut   bool // spEncode may cut before U+2581
 	unk     int32
-	added   []added    // sorted longest first, then by content
+	added   []added // sorted longest first, then by content
+	addedID map[int32]bool
 	byFirst [256][]int // added tokens by their first byte
 	hash    string
 	mu      sync.Mutex
@@ -147,7 +148,9 @@ func Load(data []byte) (*Tokenizer, error) {
 		}
 		return t.added[i].content < t.added[j].content
 	})
+	t.addedID = map[int32]bool{}
 	for i, a := range t.added {
+		t.addedID[a.id] = true
 		if a.content == "" {
 			return nil, fmt.Errorf("added token %d is empty", a.id)
 		}
@@ -247,18 +250,23 @@ func (t *Tokenizer) nextAdded(text string) (int, *added) {
 
 // word appends one pre-tokenized word's ids to out.
 func (t *Tokenizer) word(out []int32, word string) []int32 {
+	return t.cached(out, word, t.bpe)
+}
+
+// cached appends the ids of key, from the cache or by compute (then
+// kept: words repeat; the cache is dropped whole when full).
+func (t *Tokenizer) cached(out []int32, key string, compute func(string) []int32) []int32 {
 	t.mu.Lock()
-	ids, ok := t.cache[word]
+	ids, ok := t.cache[key]
 	t.mu.Unlock()
-	if ok {
-		return append(out, ids...)
+	if !ok {
+		ids = compute(key)
+		t.mu.Lock()
+		if len(t.cache) >= t.maxSize {
+			clear(t.cache)
+		}
+		t.cache[key] = ids
+		t.mu.Unlock()
 	}
-	ids = t.bpe(word)
-	t.mu.Lock()
-	if len(t.cache) >= t.maxSize {
-		clear(t.cache)
-	}
-	t.cache[word] = ids
-	t.mu.Unlock()
 	return append(out, ids...)
 }

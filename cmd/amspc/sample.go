@@ -94,13 +94,7 @@ func sampleText(path string, vocab int) (func(string) []int32, func([]int32) str
 		if vocab != 256 {
 			return nil, nil, fmt.Errorf("%d tokens: give its --tokenizer (without one prompts are bytes, for models of 256)", vocab)
 		}
-		enc := func(s string) []int32 {
-			ids := make([]int32, len(s))
-			for i := range len(s) {
-				ids[i] = int32(s[i])
-			}
-			return ids
-		}
+		enc := func(s string) []int32 { return bytesToTokens([]byte(s)) }
 		dec := func(ids []int32) string {
 			b := make([]byte, len(ids))
 			for i, id := range ids {
