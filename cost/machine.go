@@ -95,6 +95,40 @@ func (m *Machine) kernelTime(kind ir.OpKind, shapes [][]int64, dtype ir.DType, f
 	return t
 }
 
+// PackProfile is a KernelProfile that also measured the CPU runtime's
+// packing of a matrix product's B operand (profile.Profile's pack
+// table): its products' times are then without the packing, which the
+// simulator adds where a product packs (simulator.Packings).
+type PackProfile interface {
+	HasPacks() bool
+	PackTime(kind ir.OpKind, k, n int64) (seconds float64, ok bool)
+}
+
+// Packs reports whether the machine's products pay for packing their B
+// operand apart from their kernel times (a profile with a pack table).
+func (m *Machine) Packs() bool {
+	pp, ok := m.Kernels.(PackProfile)
+	return ok && pp.HasPacks()
+}
+
+// PackTime is the seconds of packing a weight of shape [k, n] as kind's
+// B operand (kind ir.MatMul or ir.MatMulGradA), scaled as kernels are; 0
+// where the machine's profile did not measure packing.
+func (m *Machine) PackTime(kind ir.OpKind, w []int64) float64 {
+	pp, ok := m.Kernels.(PackProfile)
+	if !ok || len(w) != 2 {
+		return 0
+	}
+	t, ok := pp.PackTime(kind, w[0], w[1])
+	if !ok {
+		return 0
+	}
+	if s := m.Overhead.KernelScale; s > 0 {
+		t *= s
+	}
+	return max(t, 0)
+}
+
 // FlopRate is the FLOP rate of large GEMMs: peak x efficiency.
 func (m *Machine) FlopRate() float64 { return m.PeakFLOPS * m.Efficiency }
 

@@ -304,6 +304,12 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 			}
 			c.PackedB = p
 		}
+		if c.PackedB == nil && k.prepacked != nil {
+			c.PackedB = k.prepacked
+		}
+		if countPacks && k.host {
+			k.countPack(c.PackedB)
+		}
 	}
 	if err := k.be.Launch(s, c); err != nil {
 		return err
@@ -318,6 +324,25 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 		}
 	}
 	return nil
+}
+
+// countPacks makes every rank count its packing products (tests).
+var countPacks = false
+
+// countPack counts a product that packs its weight itself (pb nil) or
+// uses a shared packing pb for the first time: the products whose time
+// includes a packing's, either making it or waiting for it.
+func (k *rank) countPack(pb *kernels.PackedB) {
+	if pb != nil {
+		if k.packSeen[pb] {
+			return
+		}
+		if k.packSeen == nil {
+			k.packSeen = map[*kernels.PackedB]bool{}
+		}
+		k.packSeen[pb] = true
+	}
+	k.packCalls++
 }
 
 // sharedPack is the packing of a matmul's operand 1 when it lies in a

@@ -70,6 +70,14 @@ type rank struct {
 	// reps shares the packings of replicated weights with the other local
 	// ranks (replica.go); nil where the Comm or the backend cannot.
 	reps *replicaState
+	// prepacked is a profile probe's matmul operand 1, packed once
+	// (MeasureKernel), where no sharing gives one.
+	prepacked *kernels.PackedB
+	// packCalls counts the products that packed their weight or were the
+	// rank's first use of a shared packing, where countPacks is set
+	// (tests: simulator.Packings says which).
+	packCalls int64
+	packSeen  map[*kernels.PackedB]bool
 
 	// gate, when the process runs more ranks than it has cores, lets only
 	// as many streams compute at once as there are cores: each runs its

@@ -30,7 +30,19 @@ func ReplicaPackings(r *Run) (reused, early int64, live int) {
 
 // Every test that trains local ranks checks that the replicas sharing a
 // weight's packing hold the same bits (replica.go).
-func init() { verifyReplicas = true }
+func init() { verifyReplicas, countPacks = true, true }
+
+// PackCalls is how many products each local rank ran since the last
+// call (by rank) that packed their weight or first used a shared
+// packing.
+func PackCalls(r *Run) map[int]int64 {
+	out := map[int]int64{}
+	for _, k := range r.ranks {
+		out[k.r] = k.packCalls
+		k.packCalls = 0
+	}
+	return out
+}
 
 // NoReplicaChecks turns that check off until the returned func, for the
 // benchmarks, which time what `amspc run` runs.

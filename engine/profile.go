@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"amspc/ir"
+	"amspc/kernels"
 )
 
 // minSample is the wall time one sample should span.
@@ -35,7 +36,10 @@ const maxCalls = 256
 
 // MeasureKernel is the median seconds of one call of kernel instruction
 // in of program p when every rank of topo calls it at once, over reps
-// samples (at least 1) after a warm-up. The instruction's operands and
+// samples (at least 1) after a warm-up. A matrix product on the CPU is
+// measured on its B operand packed once beforehand: its time without the
+// packing, which MeasurePack measures (a step packs a weight once for
+// all the products that read it unchanged: simulator.Packings). The instruction's operands and
 // results are allocated for the measurement alone and filled with values
 // every kernel accepts (floats in [0.1, 1), ids inside the vocabulary),
 // so any kernel of a compiled program can be measured without running
@@ -67,6 +71,9 @@ func MeasureKernelOn(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int, ne
 			return 0, err
 		}
 		k.gate = gate
+		if k.host && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA) {
+			k.prepacked = k.packOperand(in, k.m(in.Args[1]).f32)
+		}
 		ks[r] = k
 	}
 	return timeRanks(n, reps, func(r, calls int) (err error) {
@@ -88,6 +95,44 @@ func MeasureKernelOn(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int, ne
 			k.losses = k.losses[:0]
 		}
 		return k.be.Sync()
+	})
+}
+
+// MeasurePack is the median seconds of packing a [k, n] weight as the B
+// operand of kind (ir.MatMul: B; ir.MatMulGradA: B^T) on the CPU, when
+// every rank of topo packs one at once, sharing the cores as a step
+// does, over reps samples after a warm-up.
+func MeasurePack(topo ir.Topology, kind ir.OpKind, k, n int, reps int) (float64, error) {
+	if kind != ir.MatMul && kind != ir.MatMulGradA {
+		return 0, fmt.Errorf("%v does not pack an operand", kind)
+	}
+	if k < 1 || n < 1 {
+		return 0, fmt.Errorf("weight %dx%d", k, n)
+	}
+	ranks := topo.Ranks()
+	gate := shareCores(ranks)
+	ws := make([][]float32, ranks)
+	for r := range ws {
+		ws[r] = make([]float32, k*n)
+		for i := range ws[r] {
+			ws[r][i] = 0.1 + float32(i%97)/100
+		}
+	}
+	return timeRanks(ranks, reps, func(r, calls int) error {
+		if gate != nil {
+			gate <- struct{}{}
+			defer func() { <-gate }()
+		}
+		for range calls {
+			var pb *kernels.PackedB
+			if kind == ir.MatMul {
+				pb = kernels.PackB(ws[r], k, n)
+			} else {
+				pb = kernels.PackBT(ws[r], k, n)
+			}
+			pb.Free()
+		}
+		return nil
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"amspc/cost"
 	"amspc/engine"
 	"amspc/ir"
+	"amspc/simulator"
 )
 
 // compile compiles tiny for a cluster of nodes x gpus under f.
@@ -170,6 +171,58 @@ func (w copyingWorld) Comm(r int) engine.Comm { return struct{ engine.Comm }{w.L
 // packed, replica.go; a rank is done with a packing after its last use
 // in the step, and none is alive after it) against ranks that pack their own; DDP, whose optimizer
 // writes every copy whole, shares them from that write on.
+// The simulator's model of which products pack their weight
+// (simulator.Packings) is what the ranks do: in a steady step, each
+// rank's products that packed or first used a shared packing are the
+// ones it names, under plans with replicated, gathered and shared
+// weights, micro-batches, recompute and a two-level gather.
+func TestPackingsAreTheRuntimes(t *testing.T) {
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	for _, f := range []cost.Factors{
+		{P: F(1, 1), G: F(1, 1), OS: F(1, 1)},
+		{P: F(1, 1), G: F(1, 1), OS: F(4, 2)},
+		{P: F(1, 1), G: F(4, 2), OS: F(4, 2)},
+		{P: F(2, 1), G: F(2, 1), OS: F(4, 2)},
+		{P: F(4, 2), G: F(4, 2), OS: F(4, 2)},
+		{P: F(4, 2), G: F(4, 2), OS: F(4, 2), Secondary: F(4, 1)},
+	} {
+		b := compile(t, 2, 4, f)
+		tr := b.Train
+		run := &engine.Run{Bundle: b, Seed: 1, Data: &engine.Data{Tokens: corpus(t), SeqLen: int(tr.SeqLen), MicroBatch: int(tr.MicroBatch), Global: int(tr.GlobalBatch)}}
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := run.Step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		engine.PackCalls(run)
+		if _, err := run.Step(); err != nil {
+			t.Fatal(err)
+		}
+		got := engine.PackCalls(run)
+		for r := range b.Topo.Ranks() {
+			want, products := 0, 0
+			p := b.Template(r)
+			packs := simulator.Packings(p)
+			for s := range packs {
+				for i, ok := range packs[s] {
+					if ok {
+						want++
+					}
+					if in := p.Streams[s][i]; in.Op == ir.Kernel && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA) {
+						products++
+					}
+				}
+			}
+			if got[r] != int64(want) {
+				t.Errorf("%v rank %d: %d of %d products packed, the simulator says %d", f, r, got[r], products, want)
+			}
+		}
+	}
+}
+
 func TestSharedGathersAreExact(t *testing.T) {
 	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
 	for _, c := range []struct {

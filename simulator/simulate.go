@@ -63,7 +63,8 @@ type flight struct {
 // Simulate replays a program on the machine model: each stream runs its
 // instructions in order; a wait blocks until its event is recorded;
 // a kernel takes m.KernelTime of its kind, argument shapes, dtype and
-// FLOPs; a collective takes the time of one flat NCCL call over its
+// FLOPs, plus m.PackTime of its weight for a product that packs it
+// (Packings) on a machine that costs packing apart; a collective takes the time of one flat NCCL call over its
 // group (cost.Topology.Collective) with m.Overhead.Collective more
 // latency, or longer while collectives on the other
 // stream share its links: collectives moving bytes at the same time over
@@ -126,6 +127,12 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 		return ""
 	}
 	var shapes [][]int64
+	// packs: the products that pack their weight, where the machine
+	// costs packing apart (m.Packs).
+	var packs [ir.NumStreams][]bool
+	if m.Packs() {
+		packs = Packings(p)
+	}
 	// now is the time up to which collectives have progressed; every
 	// flight starts at or after it.
 	now := 0.0
@@ -156,6 +163,9 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					}
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
+					if packs[s] != nil && packs[s][at[s]] {
+						dur += m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+					}
 					name = SpanName(p, in)
 					// Scratch the kernel holds while it runs (ir.OpInfo.Workspace).
 					var ws, wsHost float64

@@ -18,6 +18,7 @@ import (
 // collectives contention slowed.
 func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
 	t.Helper()
+	packs := Packings(p)
 	for _, sp := range tl.Spans {
 		in := p.Streams[sp.Stream][sp.Index]
 		switch in.Op {
@@ -32,6 +33,9 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 				}
 			}
 			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
+			if packs[sp.Stream][sp.Index] {
+				want += m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+			}
 			switch {
 			case m.SharedCores && sp.Dur < want:
 				t.Fatalf("%s %d %s: %g s, sooner than alone (KernelTime %g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
@@ -108,6 +112,69 @@ func TestSimulateOverhead(t *testing.T) {
 	checkSpans(t, prog, mach, tl)
 	if !(tl.Step > base.Step) || math.Abs(tl.Compute/base.Compute-1) > 1e-12 {
 		t.Errorf("step %g s, compute %g s with 300 µs per collective; %g s, %g s without", tl.Step, tl.Compute, base.Step, base.Compute)
+	}
+}
+
+// packProfile costs every kernel analytically and every packing of a
+// [k, n] weight k·n ns.
+type packProfile struct{}
+
+func (packProfile) KernelTime(ir.OpKind, [][]int64, float64) (float64, bool) { return 0, false }
+func (packProfile) HasPacks() bool                                           { return true }
+func (packProfile) PackTime(_ ir.OpKind, k, n int64) (float64, bool) {
+	return float64(k*n) * 1e-9, true
+}
+
+// A machine that costs packing apart adds each packing product's packing
+// to its kernel, and nothing else: DDP packs each weight once for its
+// micro-batches (tiny has two), ZeRO-3 every gathered weight at each use.
+func TestSimulatePacking(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	F := func(a, b int) ir.Factor { return ir.Factor{S0: a, S1: b} }
+	for _, c := range []struct {
+		f     cost.Factors
+		share float64 // of the products that pack
+	}{
+		{cost.Factors{P: F(1, 1), G: F(1, 1), OS: F(1, 1)}, 0.5},
+		{cost.Factors{P: F(4, 2), G: F(4, 2), OS: F(4, 2)}, 1},
+	} {
+		prog := buildFor(t, c.f)
+		mach := cost.NewMachine(job.Cluster, m.Topo)
+		mach.SharedCores = false
+		base, err := Simulate(prog, mach, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mach.Kernels = packProfile{}
+		tl, err := Simulate(prog, mach, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSpans(t, prog, mach, tl)
+		packs := Packings(prog)
+		want, n, products := 0.0, 0, 0
+		for s := range prog.Streams {
+			for i, in := range prog.Streams[s] {
+				if in.Op == ir.Kernel && (in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA) {
+					products++
+					if packs[s][i] {
+						w := prog.Buffers[in.Args[1]].Shape
+						want += float64(w[0]*w[1]) * 1e-9
+						n++
+					}
+				}
+			}
+		}
+		if got := tl.Compute - base.Compute; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%v: packing adds %g s, the packing products' packs %g s", c.f, got, want)
+		}
+		if float64(n) != c.share*float64(products) {
+			t.Errorf("%v: %d of %d products pack, want %g of them", c.f, n, products, c.share)
+		}
 	}
 }
 

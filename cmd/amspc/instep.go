@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
 
 	"amspc/compiler"
 	"amspc/cost/profile"
 	"amspc/engine"
 	"amspc/ir"
+	"amspc/simulator"
 )
 
 // Kernels as a step runs them. The profile times each kernel alone,
@@ -21,6 +23,13 @@ import (
 // takes, for every kernel those steps run, the median of its traced
 // times; every other kernel keeps its time alone scaled by the median
 // ratio of the two (issue 31).
+//
+// A matrix product that packs its weight (simulator.Packings) is traced
+// with the packing in it; the profile keeps products without it and the
+// packings apart. So a product's traced times are taken apart: those
+// that reuse a packing are the product's; a packing's time in steps is
+// the median, over the products of its weight, of their packing calls'
+// median less their reusing calls' median.
 
 // kernelKey names a kernel as the profile's rows do: its op, its
 // operands' shapes and its result's dtype.
@@ -34,6 +43,7 @@ type inStepRun struct {
 	run   *engine.Run
 	trace *engine.Trace
 	share float64 // ranks per core, when the ranks outnumber the cores
+	packs map[*ir.Program][ir.NumStreams][]bool
 }
 
 // startInStep starts r's plan on the local ranks and takes one untimed
@@ -49,7 +59,8 @@ func startInStep(r *compiler.Result, tokens []int32) (*inStepRun, error) {
 	}
 	tr.Start()
 	ranks := float64(r.Bundle.Topo.Ranks())
-	return &inStepRun{r: r, run: run, trace: tr, share: max(1, ranks/float64(runtime.GOMAXPROCS(0)))}, nil
+	return &inStepRun{r: r, run: run, trace: tr, share: max(1, ranks/float64(runtime.GOMAXPROCS(0))),
+		packs: map[*ir.Program][ir.NumStreams][]bool{}}, nil
 }
 
 // step takes one traced step.
@@ -63,15 +74,77 @@ func (s *inStepRun) step() error {
 // kernels (more ranks than cores) holds one while a kernel runs, so its
 // traced time is the kernel's on a core of its own; the profile's time
 // is the kernel's with the cores shared, as the simulator takes it, so
-// the traced time is scaled by the ranks per core.
+// the traced time is scaled by the ranks per core. A product that packed
+// its weight goes under its key plus packingSuffix.
 func (s *inStepRun) times(out map[string][]float64) {
 	for _, sp := range s.trace.Spans() {
 		if sp.Stream != ir.Compute || sp.Instr.Op != ir.Kernel {
 			continue
 		}
-		k := kernelKey(s.r.Bundle.Template(sp.Rank), sp.Instr)
+		p := s.r.Bundle.Template(sp.Rank)
+		packs, ok := s.packs[p]
+		if !ok {
+			packs = simulator.Packings(p)
+			s.packs[p] = packs
+		}
+		k := kernelKey(p, sp.Instr)
+		if packs[sp.Stream][sp.Index] {
+			k += packingSuffix
+		}
 		out[k] = append(out[k], sp.Dur.Seconds()*s.share)
 	}
+}
+
+// packingSuffix marks a product's traced calls that packed its weight.
+const packingSuffix = " +pack"
+
+// profPack is one distinct packing: a product kind and its weight's
+// shape.
+type profPack struct {
+	kind ir.OpKind
+	k, n int64
+	key  string
+	secs float64 // measured
+}
+
+// packOf is the packing product kernel k makes where it packs (ok false
+// for a kernel that is not a product).
+func packOf(p *ir.Program, in *ir.Instr) (profPack, bool) {
+	if in.Kern != ir.MatMul && in.Kern != ir.MatMulGradA {
+		return profPack{}, false
+	}
+	w := p.Buffers[in.Args[1]].Shape
+	if len(w) != 2 {
+		return profPack{}, false
+	}
+	return profPack{kind: in.Kern, k: w[0], n: w[1], key: fmt.Sprintf("pack %v %dx%d", in.Kern, w[0], w[1])}, true
+}
+
+// distinctPacks lists the packings the results' products can make,
+// sorted by key.
+func distinctPacks(results []*compiler.Result) []profPack {
+	seen := map[string]bool{}
+	var out []profPack
+	eachInstr(results, ir.Kernel, func(p *ir.Program, in *ir.Instr) {
+		if pk, ok := packOf(p, in); ok && !seen[pk.key] {
+			seen[pk.key] = true
+			out = append(out, pk)
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// measurePacks times each packing on every rank at once.
+func measurePacks(topo ir.Topology, packs []profPack, reps int) error {
+	for i, pk := range packs {
+		s, err := engine.MeasurePack(topo, pk.kind, int(pk.k), int(pk.n), reps)
+		if err != nil {
+			return fmt.Errorf("%s: %v", pk.key, err)
+		}
+		packs[i].secs = s
+	}
+	return nil
 }
 
 // inStepKernels is the traced times of steps steps of each result's plan,
@@ -94,33 +167,77 @@ func inStepKernels(results []*compiler.Result, tokens []int32, steps int) (map[s
 	return out, nil
 }
 
+// inStepTimes is applyInStep's answer: each kernel's and each packing's
+// time, the median ratio of a kernel's time in steps to its time alone
+// (by which the kernels and packings the steps did not run are scaled),
+// and how many kernels the steps ran.
+type inStepTimes struct {
+	kernels, packs []float64
+	ratio          float64
+	covered        int
+}
+
 // applyInStep sets each kernel's time (alone: alone[i]) to the median of
 // its traced times where the steps ran it, and to its time alone times
-// the median ratio of the two elsewhere; it returns the times, that
-// ratio, and how many kernels the steps ran.
-func applyInStep(keys []string, alone []float64, inStep map[string][]float64) ([]float64, float64, int) {
-	out := make([]float64, len(keys))
+// the median ratio of the two elsewhere; each packing's (alone:
+// packAlone[j]) likewise, from the products of its weight that the steps
+// ran both packing and reusing (a product the steps ran only packing
+// takes its calls' median less its packing's time).
+func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone []float64, inStep map[string][]float64) inStepTimes {
+	packIndex := map[string]int{}
+	for j, pk := range packs {
+		packIndex[pk.key] = j
+	}
+	packOfKernel := make([]int, len(ks))
+	est := make([][]float64, len(packs))
+	for i, k := range ks {
+		packOfKernel[i] = -1
+		if pk, ok := packOf(k.prog, k.in); ok {
+			if j, ok := packIndex[pk.key]; ok {
+				packOfKernel[i] = j
+				reuse, packing := inStep[k.key], inStep[k.key+packingSuffix]
+				if d := median(packing) - median(reuse); len(reuse) > 0 && len(packing) > 0 && d > 0 {
+					est[j] = append(est[j], d)
+				}
+			}
+		}
+	}
+	out := inStepTimes{kernels: make([]float64, len(ks)), packs: make([]float64, len(packs)), ratio: 1}
+	var packRatios []float64
+	for j := range packs {
+		if len(est[j]) > 0 && packAlone[j] > 0 {
+			out.packs[j] = median(est[j])
+			packRatios = append(packRatios, out.packs[j]/packAlone[j])
+		}
+	}
 	var ratios []float64
-	for i, k := range keys {
-		if ts := inStep[k]; len(ts) > 0 && alone[i] > 0 {
-			ratios = append(ratios, median(ts)/alone[i])
+	for i, k := range ks {
+		if ts := inStep[k.key]; len(ts) > 0 {
+			out.kernels[i] = median(ts)
+		} else if ts := inStep[k.key+packingSuffix]; len(ts) > 0 && packOfKernel[i] >= 0 && out.packs[packOfKernel[i]] > 0 {
+			out.kernels[i] = median(ts) - out.packs[packOfKernel[i]]
+		}
+		if out.kernels[i] > 0 && alone[i] > 0 {
+			ratios = append(ratios, out.kernels[i]/alone[i])
+			out.covered++
 		}
 	}
-	ratio := 1.0
 	if len(ratios) > 0 {
-		ratio = median(ratios)
+		out.ratio = median(ratios)
 	}
-	covered := 0
-	for i, k := range keys {
-		if ts := inStep[k]; len(ts) > 0 {
-			out[i] = median(ts)
-			covered++
-		} else {
-			out[i] = alone[i] * ratio
-		}
-		if math.IsNaN(out[i]) {
-			out[i] = alone[i]
+	packRatio := out.ratio
+	if len(packRatios) > 0 {
+		packRatio = median(packRatios)
+	}
+	for i := range ks {
+		if !(out.kernels[i] > 0) || math.IsNaN(out.kernels[i]) {
+			out.kernels[i] = alone[i] * out.ratio
 		}
 	}
-	return out, ratio, covered
+	for j := range packs {
+		if !(out.packs[j] > 0) || math.IsNaN(out.packs[j]) {
+			out.packs[j] = packAlone[j] * packRatio
+		}
+	}
+	return out
 }

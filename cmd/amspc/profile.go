@@ -19,6 +19,7 @@ import (
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
+	"amspc/simulator"
 )
 
 // runProfile measures, on the backend amspc runs on (local ranks: one
@@ -60,12 +61,20 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	inStepLine, err := o.inStep(job, ks, results)
+	var packs []profPack
+	if o.device == "cpu" {
+		packs = distinctPacks(results)
+		if err := measurePacks(topo, packs, o.reps); err != nil {
+			fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
+			return exitUser
+		}
+	}
+	inStepLine, err := o.inStep(job, ks, packs, results)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc profile: %s: timing kernels in steps: %v\n", file, err)
 		return exitUser
 	}
-	addKernels(prof, ks)
+	addKernels(prof, ks, packs)
 	kernelTime := time.Since(t0)
 	t0 = time.Now()
 	shapes, sizes, ok := o.measureCollectives(prof, topo, stderr)
@@ -223,17 +232,20 @@ func (o *profileOptions) measureKernels(prof *profile.Profile, topo ir.Topology,
 	return ks, true
 }
 
-// addKernels adds the kernels' rows to prof.
-func addKernels(prof *profile.Profile, ks []profKernel) {
+// addKernels adds the kernels' and the packings' rows to prof.
+func addKernels(prof *profile.Profile, ks []profKernel, packs []profPack) {
 	for _, k := range ks {
 		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: k.secs})
+	}
+	for _, pk := range packs {
+		prof.AddPack(profile.PackRow{Op: pk.kind, K: pk.k, N: pk.n, Seconds: pk.secs})
 	}
 }
 
 // inStep puts the kernels' times as the profile's plans' steps run them
 // (instep.go), on CPU ranks, and says what it did; an empty line where
 // --in-step=false or the device is not the CPU.
-func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, results []*compiler.Result) (string, error) {
+func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, packs []profPack, results []*compiler.Result) (string, error) {
 	if !o.inStepTimes || o.device != "cpu" {
 		return "", nil
 	}
@@ -245,17 +257,23 @@ func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, results []*compile
 	if err != nil {
 		return "", err
 	}
-	keys := make([]string, len(ks))
 	alone := make([]float64, len(ks))
 	for i, k := range ks {
-		keys[i], alone[i] = k.key, k.secs
+		alone[i] = k.secs
 	}
-	secs, ratio, covered := applyInStep(keys, alone, times)
+	packAlone := make([]float64, len(packs))
+	for j, pk := range packs {
+		packAlone[j] = pk.secs
+	}
+	t := applyInStep(ks, alone, packs, packAlone, times)
 	for i := range ks {
-		ks[i].secs = secs[i]
+		ks[i].secs = t.kernels[i]
+	}
+	for j := range packs {
+		packs[j].secs = t.packs[j]
 	}
 	return fmt.Sprintf("  in steps: %d of the %d kernels timed in %d traced steps of each plan (a kernel takes %.2fx its time alone, the median; the others are scaled by it)",
-		covered, len(ks), inStepSteps, ratio), nil
+		t.covered, len(ks), inStepSteps, t.ratio), nil
 }
 
 // inStepSteps is how many traced steps of each plan the profile takes.
@@ -304,12 +322,20 @@ func kernelCalls(r *compiler.Result) int {
 }
 
 // profiledStep is what the plan's step costs by the profile: rank 0's
-// kernels (their sum is the step's compute time, overlap aside).
+// kernels and their products' packings (their sum is the step's compute
+// time, overlap aside).
 func profiledStep(prof *profile.Profile, r *compiler.Result) float64 {
 	p0 := r.Bundle.Template(0)
 	step := 0.0
+	packs := simulator.Packings(p0)
 	for i := range p0.Streams[ir.Compute] {
 		in := &p0.Streams[ir.Compute][i]
+		if packs[ir.Compute][i] {
+			if w := p0.Buffers[in.Args[1]].Shape; len(w) == 2 {
+				s, _ := prof.PackTime(in.Kern, w[0], w[1])
+				step += s
+			}
+		}
 		if in.Op == ir.Kernel {
 			s, _ := prof.KernelTime(in.Kern, profile.KernelShapes(p0, in), in.Flops)
 			step += s

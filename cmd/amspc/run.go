@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -910,11 +911,7 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	s := append([]float64(nil), xs...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	sort.Float64s(s)
 	return s[len(s)/2]
 }
 

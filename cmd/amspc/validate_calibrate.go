@@ -29,8 +29,10 @@ type calibration struct {
 	topo    ir.Topology
 	reps    int
 	kernels []profKernel
+	packs   []profPack
 	colls   []collProbe
-	kt, ct  [][]float64 // a sample per round: kernels', collectives' seconds
+	// a sample per round: kernels', packings', collectives' seconds
+	kt, pt, ct [][]float64
 	// probes are the profile's plans (profilePlans, under shard auto), a traced step of
 	// each taken every round: the kernels' times as a step runs them
 	// (instep.go).
@@ -84,7 +86,7 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 	for i := range rows {
 		results[i] = rows[i].result
 	}
-	c := &calibration{topo: topo, reps: calibrationReps, kernels: distinctKernels(results)}
+	c := &calibration{topo: topo, reps: calibrationReps, kernels: distinctKernels(results), packs: distinctPacks(results)}
 	seen := map[collProbe]bool{}
 	eachInstr(results, ir.Collective, func(p *ir.Program, in *ir.Instr) {
 		g := in.Group.Outer.Div(in.Group.Inner)
@@ -113,6 +115,7 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 		return a.elems < b.elems
 	})
 	c.kt = make([][]float64, len(c.kernels))
+	c.pt = make([][]float64, len(c.packs))
 	c.ct = make([][]float64, len(c.colls))
 	return c
 }
@@ -161,6 +164,13 @@ func (c *calibration) measure() error {
 		c.kt[i] = append(c.kt[i], s)
 		runtime.GC()
 	}
+	for j, pk := range c.packs {
+		s, err := engine.MeasurePack(c.topo, pk.kind, int(pk.k), int(pk.n), c.reps)
+		if err != nil {
+			return fmt.Errorf("calibrating %s: %v", pk.key, err)
+		}
+		c.pt[j] = append(c.pt[j], s)
+	}
 	for i, p := range c.colls {
 		s, err := engine.MeasureCollective(c.topo, p.c, p.g, p.elems, c.reps)
 		if err != nil {
@@ -182,22 +192,32 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	meta := profileMeta(job, []string{"every validated plan"}, c.reps, "cpu")
 	meta = append(meta, profile.MetaEntry{Key: "calibration", Value: fmt.Sprintf("amspc validate --calibrate: the median of %d rounds, taken between the rounds of the steps' rotation", rounds)})
 	prof := &profile.Profile{Meta: meta}
-	keys := make([]string, len(c.kernels))
 	alone := make([]float64, len(c.kernels))
-	for i, k := range c.kernels {
-		keys[i], alone[i] = k.key, median(c.kt[i])
+	for i := range c.kernels {
+		alone[i] = median(c.kt[i])
 	}
-	secs := alone
+	packAlone := make([]float64, len(c.packs))
+	for j := range c.packs {
+		packAlone[j] = median(c.pt[j])
+	}
+	t := inStepTimes{kernels: alone, packs: packAlone}
 	if len(c.probes) > 0 {
 		inStep := map[string][]float64{}
 		for _, pr := range c.probes {
 			pr.times(inStep)
 		}
-		secs, c.ratio, c.covered = applyInStep(keys, alone, inStep)
+		t = applyInStep(c.kernels, alone, c.packs, packAlone, inStep)
+		c.ratio, c.covered = t.ratio, t.covered
 	}
-	for i, k := range c.kernels {
-		prof.AddKernel(profile.KernelRow{Op: k.in.Kern, Shapes: k.shapes, DType: k.dtype, Flops: k.in.Flops, Seconds: secs[i]})
+	ks := append([]profKernel(nil), c.kernels...)
+	packs := append([]profPack(nil), c.packs...)
+	for i := range ks {
+		ks[i].secs = t.kernels[i]
 	}
+	for j := range packs {
+		packs[j].secs = t.packs[j]
+	}
+	addKernels(prof, ks, packs)
 	for i, p := range c.colls {
 		bytes := float64(p.bytes)
 		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9})

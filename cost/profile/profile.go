@@ -24,7 +24,7 @@ import (
 // bandwidth of collectives (the AMSP paper's Communication-Profiler
 // output) and the time of kernels. Its CSV form (docs/profile.md):
 //
-//	# amspc profile v2
+//	# amspc profile v3
 //	# backend = local
 //	collective,s0,s1,bytes,effective_gbps
 //	all_gather,8,1,1048576,85.2
@@ -44,19 +44,32 @@ import (
 // its first result, its FLOP count and the median seconds of one call
 // while every rank ran it at once (KernelTime says how they are used).
 //
+// Pack rows (`pack,k,n,seconds`; the first field the product, matmul or
+// matmul_grad_a): the seconds of packing a [k, n] weight as that
+// product's B operand, with every rank packing at once. The CPU runtime
+// packs a product's B before multiplying; a weight that stays the same
+// over several products (a replicated or gathered parameter) is packed
+// once for all of them (simulator.Packings says which products pack). A
+// profile with this table measured its matmul and matmul_grad_a rows on
+// B already packed, so a product that packs costs its row plus its pack;
+// without it, the rows include the packing (as profiles before the
+// table measured them) and every product costs its row.
+//
 // Overhead rows (`overhead,value`): how a step's kernels and
 // collectives run beside each other in a step against the measurements
 // above, fitted by amspc profile to steps it ran (Overhead).
 //
 // Comment lines of the form `# key = value` are metadata (what the
 // profile was measured on); other comments are ignored. A file without
-// the v2 line and kernel table (version 1) reads the same.
+// the version line and kernel table (version 1) reads the same, and so
+// does version 2 (no pack table).
 type Profile struct {
 	Name        string
 	Meta        []MetaEntry
 	Collectives []CollectiveRow
 	Kernels     []KernelRow
 	Overhead    Overhead
+	Packs       []PackRow
 
 	rows    map[profileKey][]profilePoint
 	exact   map[kernelKey][]float64 // seconds of each dtype measured
@@ -84,6 +97,13 @@ type KernelRow struct {
 	Seconds float64
 }
 
+// PackRow is one measured packing of a product's B operand.
+type PackRow struct {
+	Op      ir.OpKind // ir.MatMul or ir.MatMulGradA
+	K, N    int64     // the weight's shape
+	Seconds float64
+}
+
 // Overhead is how a step's instructions run against their measured
 // times: KernelScale multiplies every kernel's time (0: 1; kernels are
 // measured with every rank computing at once, and in a step some ranks
@@ -97,10 +117,11 @@ type Overhead struct {
 
 // Header lines of the tables and the version line.
 const (
-	Version          = "# amspc profile v2"
+	Version          = "# amspc profile v3"
 	collectiveHeader = "collective,s0,s1,bytes,effective_gbps"
 	kernelHeader     = "kernel,shapes,dtype,flops,seconds"
 	overheadHeader   = "overhead,value"
+	packHeader       = "pack,k,n,seconds"
 )
 
 type profileKey struct {
@@ -150,8 +171,8 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 		}
 		if strings.HasPrefix(text, "#") {
 			c := strings.TrimSpace(text[1:])
-			if v, ok := strings.CutPrefix(c, "amspc profile "); ok && v != "v2" {
-				return nil, errf("profile version %s; this amspc reads v1 and v2", v)
+			if v, ok := strings.CutPrefix(c, "amspc profile "); ok && v != "v2" && v != "v3" {
+				return nil, errf("profile version %s; this amspc reads v1, v2 and v3", v)
 			}
 			if k, v, ok := strings.Cut(c, "="); ok {
 				if k = strings.TrimSpace(k); k != "" && !strings.ContainsAny(k, " \t") {
@@ -161,11 +182,13 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 			continue
 		}
 		switch {
-		case text == collectiveHeader || text == kernelHeader || text == overheadHeader:
+		case text == collectiveHeader || text == kernelHeader || text == overheadHeader || text == packHeader:
 			table = text
 			continue
 		case strings.HasPrefix(text, "overhead,"):
 			return nil, errf("header must be %s", overheadHeader)
+		case strings.HasPrefix(text, "pack,"):
+			return nil, errf("header must be %s", packHeader)
 		case table == overheadHeader && !strings.HasPrefix(text, "overhead,"):
 			// Its rows are named kernel and collective.
 		case strings.HasPrefix(text, "collective,"):
@@ -185,6 +208,13 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 				return nil, errf("%v", err)
 			}
 			key = "overhead " + f[0]
+		} else if table == packHeader {
+			row, err := parsePackRow(f)
+			if err != nil {
+				return nil, errf("%v", err)
+			}
+			key = fmt.Sprintf("pack %v %dx%d", row.Op, row.K, row.N)
+			p.Packs = append(p.Packs, row)
 		} else if table == collectiveHeader {
 			row, err := parseCollectiveRow(f)
 			if err != nil {
@@ -208,7 +238,7 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
-	if len(p.Collectives)+len(p.Kernels) == 0 {
+	if len(p.Collectives)+len(p.Kernels)+len(p.Packs) == 0 {
 		return nil, fmt.Errorf("%s: no measurements", name)
 	}
 	p.index()
@@ -287,6 +317,26 @@ func parseKernelRow(f []string) (KernelRow, error) {
 	return KernelRow{Op: op, Shapes: shapes, DType: dt, Flops: flops, Seconds: secs}, nil
 }
 
+func parsePackRow(f []string) (PackRow, error) {
+	if len(f) != 4 {
+		return PackRow{}, fmt.Errorf("want 4 fields (%s), got %d", packHeader, len(f))
+	}
+	op, ok := ir.LookupOp(f[0])
+	if !ok || op != ir.MatMul && op != ir.MatMulGradA {
+		return PackRow{}, fmt.Errorf("pack of %q: want matmul or matmul_grad_a", f[0])
+	}
+	k, e1 := strconv.ParseInt(f[1], 10, 64)
+	n, e2 := strconv.ParseInt(f[2], 10, 64)
+	secs, e3 := strconv.ParseFloat(f[3], 64)
+	switch {
+	case e1 != nil || e2 != nil || k < 1 || n < 1:
+		return PackRow{}, fmt.Errorf("k %q and n %q must be positive integers", f[1], f[2])
+	case e3 != nil || !positive(secs):
+		return PackRow{}, fmt.Errorf("seconds %q must be a positive number", f[3])
+	}
+	return PackRow{Op: op, K: k, N: n, Seconds: secs}, nil
+}
+
 func positive(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
 
 // FormatShapes writes operand shapes as the profile does: dims joined by
@@ -337,6 +387,37 @@ func (p *Profile) AddCollective(r CollectiveRow) {
 	p.Collectives = append(p.Collectives, r)
 	p.indexed = false
 	p.index()
+}
+
+// AddPack adds a measured packing (used by `amspc profile`).
+func (p *Profile) AddPack(r PackRow) { p.Packs = append(p.Packs, r) }
+
+// HasPacks reports whether the profile measured packings: its matmul and
+// matmul_grad_a rows are then the products on B already packed.
+func (p *Profile) HasPacks() bool { return len(p.Packs) > 0 }
+
+// PackTime is the seconds of packing a [k, n] weight as kind's B operand
+// (kind matmul or matmul_grad_a), and whether the profile measured
+// packings of that kind: the measurement of that shape, else the one
+// nearest in elements scaled by the elements (packing copies them).
+func (p *Profile) PackTime(kind ir.OpKind, k, n int64) (float64, bool) {
+	best, bestD := -1, math.Inf(1)
+	for i, r := range p.Packs {
+		if r.Op != kind {
+			continue
+		}
+		if r.K == k && r.N == n {
+			return r.Seconds, true
+		}
+		if d := math.Abs(math.Log(float64(r.K*r.N) / float64(k*n))); d < bestD {
+			best, bestD = i, d
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	r := p.Packs[best]
+	return r.Seconds * float64(k*n) / float64(r.K*r.N), true
 }
 
 // AddKernel adds a measurement (used by `amspc profile`).
@@ -532,6 +613,23 @@ func (p *Profile) Write(w io.Writer) error {
 		fmt.Fprintln(bw, kernelHeader)
 		for _, r := range rows {
 			fmt.Fprintln(bw, r.text)
+		}
+	}
+	if len(p.Packs) > 0 {
+		rows := append([]PackRow(nil), p.Packs...)
+		sort.SliceStable(rows, func(i, j int) bool {
+			a, b := rows[i], rows[j]
+			if a.Op != b.Op {
+				return a.Op.String() < b.Op.String()
+			}
+			if a.K != b.K {
+				return a.K < b.K
+			}
+			return a.N < b.N
+		})
+		fmt.Fprintln(bw, packHeader)
+		for _, r := range rows {
+			fmt.Fprintf(bw, "%v,%d,%d,%s\n", r.Op, r.K, r.N, g4(r.Seconds))
 		}
 	}
 	if o := p.Overhead; o != (Overhead{}) {

@@ -36,7 +36,7 @@ func TestProfileRoundTrip(t *testing.T) {
 	if err := p.Write(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `# amspc profile v2
+	want := `# amspc profile v3
 # backend = local
 # ranks = 8 (2 nodes x 4)
 collective,s0,s1,bytes,effective_gbps
@@ -59,6 +59,73 @@ matmul,128x64;64x64,f32,1048576,0.001
 	q.Write(&c)
 	if c.String() != want {
 		t.Errorf("second round trip differs:\n%s", c.String())
+	}
+}
+
+// The pack table reads and writes back, sorted; PackTime takes a
+// measured shape as it is and scales the nearest by elements.
+func TestProfilePacks(t *testing.T) {
+	text := `kernel,shapes,dtype,flops,seconds
+matmul,16x64;64x64,f32,131072,0.001
+pack,k,n,seconds
+matmul_grad_a,64x128,0.0005
+matmul,64,128,0.0002
+matmul,64,64,0.0001
+`
+	if _, err := Parse("p.csv", strings.NewReader(text)); err == nil || !strings.Contains(err.Error(), "p.csv:4: want 4 fields") {
+		t.Fatalf("a 3-field pack row: %v", err)
+	}
+	text = strings.Replace(text, "64x128", "64,128", 1)
+	p, err := Parse("p.csv", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.HasPacks() {
+		t.Fatal("no packs")
+	}
+	for _, c := range []struct {
+		kind ir.OpKind
+		k, n int64
+		want float64
+		ok   bool
+	}{
+		{ir.MatMul, 64, 64, 0.0001, true},
+		{ir.MatMul, 64, 128, 0.0002, true},
+		{ir.MatMul, 128, 128, 0.0004, true}, // 64x128's, twice the elements
+		{ir.MatMul, 32, 32, 0.000025, true},
+		{ir.MatMulGradA, 64, 64, 0.00025, true},
+		{ir.MatMulGradB, 64, 64, 0, false},
+	} {
+		got, ok := p.PackTime(c.kind, c.k, c.n)
+		if ok != c.ok || math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("PackTime(%v, %d, %d) = %g, %v; want %g, %v", c.kind, c.k, c.n, got, ok, c.want, c.ok)
+		}
+	}
+	var b bytes.Buffer
+	if err := p.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `# amspc profile v3
+kernel,shapes,dtype,flops,seconds
+matmul,16x64;64x64,f32,131072,0.001
+pack,k,n,seconds
+matmul,64,64,0.0001
+matmul,64,128,0.0002
+matmul_grad_a,64,128,0.0005
+`
+	if b.String() != want {
+		t.Errorf("written:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, c := range []struct{ text, want string }{
+		{"pack,k,n\n", "p.csv:1: header must be pack,k,n,seconds"},
+		{"pack,k,n,seconds\nadd,2,2,1\n", `p.csv:2: pack of "add": want matmul or matmul_grad_a`},
+		{"pack,k,n,seconds\nmatmul,0,2,1\n", `p.csv:2: k "0" and n "2" must be positive integers`},
+		{"pack,k,n,seconds\nmatmul,2,2,0\n", `p.csv:2: seconds "0" must be a positive number`},
+		{"pack,k,n,seconds\nmatmul,2,2,1\nmatmul,2,2,1\n", "p.csv:3: pack matmul 2x2 measured twice (first on line 2)"},
+	} {
+		if _, err := Parse("p.csv", strings.NewReader(c.text)); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("profile %q: error %v, want %q", c.text, err, c.want)
+		}
 	}
 }
 
@@ -140,7 +207,7 @@ func TestProfileErrors(t *testing.T) {
 	for _, c := range []struct{ text, want string }{
 		{"collective,s0,s1,bytes\n", "p.csv:1: header must be collective,s0,s1,bytes,effective_gbps"},
 		{"all_gather,8,1,100,1\n", "p.csv:1: want a header"},
-		{"# amspc profile v3\n", "p.csv:1: profile version v3"},
+		{"# amspc profile v4\n", "p.csv:1: profile version v4"},
 		{"kernel,shapes,dtype\n", "p.csv:1: header must be kernel,shapes,dtype,flops,seconds"},
 		{"kernel,shapes,dtype,flops,seconds\nmatmul,2x2;2x2,f32,16\n", "p.csv:2: want 5 fields"},
 		{"kernel,shapes,dtype,flops,seconds\nmatmull,2x2;2x2,f32,16,1\n", `p.csv:2: unknown kernel "matmull"`},
