@@ -62,11 +62,13 @@ type flight struct {
 
 // Simulate replays a program on the machine model: each stream runs its
 // instructions in order; a wait blocks until its event is recorded;
-// a kernel takes m.KernelTime of its kind, argument shapes, dtype and
-// FLOPs, plus m.PackTime of its weight for a product that packs it
-// (Packings) on a machine that costs packing apart; a collective takes the time of one flat NCCL call over its
-// group (cost.Topology.Collective) with m.Overhead.Collective more
-// latency, or longer while collectives on the other
+// every instruction first takes m.Overhead.Instruction of its stream
+// (the runtime's dispatch and hand-off; zero unless a profile measured
+// it); a kernel takes m.KernelTime of its kind, argument shapes, dtype
+// and FLOPs, plus m.PackTime of its weight for a product that packs it
+// (Packings) on a machine that costs packing apart; a collective takes
+// the time of one flat NCCL call over its group
+// (cost.Topology.Collective) with m.Overhead.Collective more latency, or longer while collectives on the other
 // stream share its links: collectives moving bytes at the same time over
 // a GPU's NVLink, or over its node's NICs, each progress at 1/load of
 // full speed, load being the sum of their loads of that link when above
@@ -148,6 +150,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					}
 					clock[s] = max(clock[s], recorded[in.Event])
 				}
+				clock[s] += m.Overhead.Instruction
 				var dur float64
 				name := ""
 				switch in.Op {

@@ -230,6 +230,7 @@ func simulateBundleWith(b *codegen.Bundle, r int, profilePath string, noComm boo
 		if p.HasKernels() {
 			m.Kernels = p
 		}
+		m.Overhead = p.Overhead
 	}
 	tmpl := b.Template(r)
 	return simulator.Simulate(tmpl, m, compiler.StageNames(tmpl))

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"amspc/compiler"
+	"amspc/cost"
 	"amspc/cost/profile"
 	"amspc/engine"
 	"amspc/ir"
@@ -69,16 +70,86 @@ func (s *inStepRun) step() error {
 	return err
 }
 
-// times adds every compute-stream kernel the steps so far ran, on every
-// rank, to out by its key. A rank that waits for a core between its
-// kernels (more ranks than cores) holds one while a kernel runs, so its
-// traced time is the kernel's on a core of its own; the profile's time
-// is the kernel's with the cores shared, as the simulator takes it, so
-// the traced time is scaled by the ranks per core. A product that packed
-// its weight goes under its key plus packingSuffix.
-func (s *inStepRun) times(out map[string][]float64) {
+// inStepSamples is what traced steps measured: each kernel's times by
+// key; the time between consecutive kernels of a compute stream and the
+// instructions that time holds (an instruction's cost to its stream
+// beyond its work: Overhead.Instruction); and the compute stream's
+// collectives as they ran (tensor parallelism's: the ranks meeting in the
+// middle of their computation, Overhead.Collective).
+type inStepSamples struct {
+	kernels   map[string][]float64
+	gap       float64 // seconds, scaled by the ranks per core as kernels are
+	gapInstrs int
+	colls     []inStepColl
+}
+
+// inStepColl is one traced collective: its kind, group shape, bytes as
+// the program counts them, and seconds.
+type inStepColl struct {
+	c     ir.Coll
+	g     ir.Factor
+	bytes float64
+	secs  float64
+}
+
+func newInStepSamples() *inStepSamples {
+	return &inStepSamples{kernels: map[string][]float64{}}
+}
+
+// instruction is the seconds an instruction costs its stream beyond its
+// work: the time between consecutive kernels over the instructions in it
+// (allocations, frees and the dispatch of each; with both kernels on the
+// stream's core, no wait for one in it), 0 where the steps had none.
+func (in *inStepSamples) instruction() float64 {
+	if in.gapInstrs == 0 {
+		return 0
+	}
+	return max(0, in.gap/float64(in.gapInstrs))
+}
+
+// handOff is the median seconds a compute-stream collective took in the
+// steps beyond its time alone by topo (the profile's collectives), 0
+// where the steps ran none.
+func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
+	var extra []float64
+	for _, c := range in.colls {
+		extra = append(extra, c.secs-topo.Collective(c.c, c.bytes, c.g).Time)
+	}
+	return max(0, median(extra))
+}
+
+// overhead is the instruction and hand-off overheads the samples
+// measured, the hand-offs against the collectives of prof on job's
+// cluster.
+func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
+	topo := cost.NewTopology(job.Cluster)
+	topo.Profile = prof
+	return profile.Overhead{Instruction: in.instruction(), Collective: in.handOff(topo)}
+}
+
+// times adds what the steps so far ran, on every rank, to out. A
+// compute-stream kernel goes under its key; a product that packed its
+// weight under its key plus packingSuffix. A rank that waits for a core
+// between its kernels (more ranks than cores) holds one while a kernel
+// runs, so its traced time is the kernel's on a core of its own; the
+// profile's time is the kernel's with the cores shared, as the simulator
+// takes it, so the traced time is scaled by the ranks per core (and so
+// is the time between two kernels, held on the same core).
+func (s *inStepRun) times(out *inStepSamples) {
+	var prev engine.TraceSpan
 	for _, sp := range s.trace.Spans() {
-		if sp.Stream != ir.Compute || sp.Instr.Op != ir.Kernel {
+		if sp.Stream != ir.Compute {
+			continue
+		}
+		if sp.Instr.Op == ir.Collective {
+			out.colls = append(out.colls, inStepColl{sp.Instr.Coll, sp.Instr.Group.Outer.Div(sp.Instr.Group.Inner), float64(sp.Instr.Bytes), sp.Dur.Seconds()})
+		}
+		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
+			out.gap += (sp.Start - prev.Start - prev.Dur).Seconds() * s.share
+			out.gapInstrs += sp.Index - prev.Index
+		}
+		prev = sp
+		if sp.Instr.Op != ir.Kernel {
 			continue
 		}
 		p := s.r.Bundle.Template(sp.Rank)
@@ -91,7 +162,7 @@ func (s *inStepRun) times(out map[string][]float64) {
 		if packs[sp.Stream][sp.Index] {
 			k += packingSuffix
 		}
-		out[k] = append(out[k], sp.Dur.Seconds()*s.share)
+		out.kernels[k] = append(out.kernels[k], sp.Dur.Seconds()*s.share)
 	}
 }
 
@@ -147,10 +218,10 @@ func measurePacks(topo ir.Topology, packs []profPack, reps int) error {
 	return nil
 }
 
-// inStepKernels is the traced times of steps steps of each result's plan,
-// by kernel key.
-func inStepKernels(results []*compiler.Result, tokens []int32, steps int) (map[string][]float64, error) {
-	out := map[string][]float64{}
+// inStepKernels is what steps traced steps of each result's plan
+// measured.
+func inStepKernels(results []*compiler.Result, tokens []int32, steps int) (*inStepSamples, error) {
+	out := newInStepSamples()
 	for _, r := range results {
 		s, err := startInStep(r, tokens)
 		if err != nil {
@@ -183,7 +254,8 @@ type inStepTimes struct {
 // packAlone[j]) likewise, from the products of its weight that the steps
 // ran both packing and reusing (a product the steps ran only packing
 // takes its calls' median less its packing's time).
-func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone []float64, inStep map[string][]float64) inStepTimes {
+func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone []float64, samples *inStepSamples) inStepTimes {
+	inStep := samples.kernels
 	packIndex := map[string]int{}
 	for j, pk := range packs {
 		packIndex[pk.key] = j

@@ -69,7 +69,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 	}
-	inStepLine, err := o.inStep(job, ks, packs, results)
+	inStepLine, samples, err := o.inStep(job, ks, packs, results)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc profile: %s: timing kernels in steps: %v\n", file, err)
 		return exitUser
@@ -82,6 +82,11 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	collTime := time.Since(t0)
+	if samples != nil {
+		prof.Overhead = samples.overhead(job, prof)
+		inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone",
+			dur(prof.Overhead.Instruction), dur(prof.Overhead.Collective))
+	}
 	fit, st := o.fitOverhead(file, job, prof, stderr)
 	if st != exitOK {
 		return st
@@ -245,17 +250,17 @@ func addKernels(prof *profile.Profile, ks []profKernel, packs []profPack) {
 // inStep puts the kernels' times as the profile's plans' steps run them
 // (instep.go), on CPU ranks, and says what it did; an empty line where
 // --in-step=false or the device is not the CPU.
-func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, packs []profPack, results []*compiler.Result) (string, error) {
+func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, packs []profPack, results []*compiler.Result) (string, *inStepSamples, error) {
 	if !o.inStepTimes || o.device != "cpu" {
-		return "", nil
+		return "", nil, nil
 	}
 	tokens, _, err := loadTokens("", job.Train.Data)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	times, err := inStepKernels(results, tokens, inStepSteps)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	alone := make([]float64, len(ks))
 	for i, k := range ks {
@@ -273,7 +278,7 @@ func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, packs []profPack, 
 		packs[j].secs = t.packs[j]
 	}
 	return fmt.Sprintf("  in steps: %d of the %d kernels timed in %d traced steps of each plan (a kernel takes %.2fx its time alone, the median; the others are scaled by it)",
-		t.covered, len(ks), inStepSteps, t.ratio), nil
+		t.covered, len(ks), inStepSteps, t.ratio), times, nil
 }
 
 // inStepSteps is how many traced steps of each plan the profile takes.

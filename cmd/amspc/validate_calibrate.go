@@ -201,12 +201,13 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 		packAlone[j] = median(c.pt[j])
 	}
 	t := inStepTimes{kernels: alone, packs: packAlone}
+	var samples *inStepSamples
 	if len(c.probes) > 0 {
-		inStep := map[string][]float64{}
+		samples = newInStepSamples()
 		for _, pr := range c.probes {
-			pr.times(inStep)
+			pr.times(samples)
 		}
-		t = applyInStep(c.kernels, alone, c.packs, packAlone, inStep)
+		t = applyInStep(c.kernels, alone, c.packs, packAlone, samples)
 		c.ratio, c.covered = t.ratio, t.covered
 	}
 	ks := append([]profKernel(nil), c.kernels...)
@@ -221,6 +222,9 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	for i, p := range c.colls {
 		bytes := float64(p.bytes)
 		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9})
+	}
+	if samples != nil {
+		prof.Overhead = samples.overhead(job, prof)
 	}
 	return prof
 }
@@ -279,13 +283,15 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	if _, err := predictCalibrated(job, rows, cal.profile(job, cal.rounds), dir); err != nil {
+	calibrated := cal.profile(job, cal.rounds)
+	if _, err := predictCalibrated(job, rows, calibrated, dir); err != nil {
 		return "", err
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
-	prof := fmt.Sprintf("a profile of the plans' %d kernels and %d collectives measured between the rounds", len(cal.kernels), len(cal.colls))
+	prof := fmt.Sprintf("a profile of the plans' %d kernels, %d packings and %d collectives measured between the rounds", len(cal.kernels), len(cal.packs), len(cal.colls))
 	if cal.covered > 0 {
-		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f", cal.covered, cal.ratio)
+		o := calibrated.Overhead
+		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f; %s an instruction, %s a hand-off", cal.covered, cal.ratio, dur(o.Instruction), dur(o.Collective))
 	}
 	return prof, nil
 }

@@ -107,12 +107,14 @@ type PackRow struct {
 // Overhead is how a step's instructions run against their measured
 // times: KernelScale multiplies every kernel's time (0: 1; kernels are
 // measured with every rank computing at once, and in a step some ranks
-// wait in collectives, leaving the others more of shared cores), and
+// wait in collectives, leaving the others more of shared cores),
 // Collective is the seconds each collective costs beyond its bytes (the
 // ranks meeting: on CPU ranks sharing cores, waiting for the last of
-// them to be scheduled).
+// them to be scheduled), and Instruction the seconds every instruction
+// costs its stream before its work (the runtime's dispatch, allocations
+// from the pool, the hand-off from one instruction to the next).
 type Overhead struct {
-	KernelScale, Collective float64
+	KernelScale, Collective, Instruction float64
 }
 
 // Header lines of the tables and the version line.
@@ -258,8 +260,10 @@ func (p *Profile) parseOverhead(f []string) error {
 		p.Overhead.KernelScale = s
 	case "collective":
 		p.Overhead.Collective = s
+	case "instruction":
+		p.Overhead.Instruction = s
 	default:
-		return fmt.Errorf("unknown overhead %q (kernel_scale, collective)", f[0])
+		return fmt.Errorf("unknown overhead %q (kernel_scale, collective, instruction)", f[0])
 	}
 	return nil
 }
@@ -635,6 +639,9 @@ func (p *Profile) Write(w io.Writer) error {
 	if o := p.Overhead; o != (Overhead{}) {
 		fmt.Fprintln(bw, overheadHeader)
 		fmt.Fprintf(bw, "kernel_scale,%s\ncollective,%s\n", g4(o.KernelScale), g4(o.Collective))
+		if o.Instruction > 0 {
+			fmt.Fprintf(bw, "instruction,%s\n", g4(o.Instruction))
+		}
 	}
 	return bw.Flush()
 }
