@@ -67,7 +67,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
-	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof,
+	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof, Calibrated: o.calibrate,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}
 	sum.score()
 	sum.Seconds = time.Since(start).Seconds()
@@ -208,7 +208,17 @@ type validationSummary struct {
 	Noise     float64 `json:"noise"`
 	Distinct  int     `json:"distinct_pairs"`
 	Agreement float64 `json:"pair_agreement"`
-	Seconds   float64 `json:"seconds"`
+	// Separated counts the plans picked from the fastest measured on,
+	// each measured more than twice the noise slower than the last
+	// picked (plans whose measured steps differ pairwise by more than
+	// the noise), and SpearmanSeparated is the rank correlation of their
+	// predicted and measured steps.
+	Separated         int     `json:"separated_plans"`
+	SpearmanSeparated float64 `json:"spearman_separated"`
+	// Calibrated: Profile describes validate --calibrate's measurements
+	// (else it names a profile file, or is empty).
+	Calibrated bool    `json:"calibrated,omitempty"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // score sets how well the predictions did: the median absolute error
@@ -226,6 +236,29 @@ func (s *validationSummary) score() {
 	s.Spearman = spearman(pred, meas)
 	s.Noise = median(spreads)
 	s.Distinct, s.Agreement = pairAgreement(pred, meas, 2*s.Noise)
+	var sp, sm []float64
+	for _, i := range separated(meas, 2*s.Noise) {
+		sp, sm = append(sp, pred[i]), append(sm, meas[i])
+	}
+	s.Separated, s.SpearmanSeparated = len(sp), spearman(sp, sm)
+}
+
+// separated is the plans (indexes into meas, fastest first) picked from
+// the fastest measured on, each measured more than noise (relative)
+// slower than the last picked.
+func separated(meas []float64, noise float64) []int {
+	order := make([]int, len(meas))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return meas[order[a]] < meas[order[b]] })
+	var out []int
+	for _, i := range order {
+		if len(out) == 0 || meas[i]-meas[out[len(out)-1]] > noise*meas[out[len(out)-1]] {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // pairAgreement is, among the pairs whose measured values differ by more
@@ -265,7 +298,11 @@ func (s *validationSummary) pairsText() string {
 	if s.Distinct == 0 {
 		return t + ", no two plans apart by more than twice it"
 	}
-	return fmt.Sprintf("%s; of the %d pairs of plans apart by more than twice it, %.0f%% predicted in the measured order", t, s.Distinct, 100*s.Agreement)
+	t = fmt.Sprintf("%s; of the %d pairs of plans apart by more than twice it, %.0f%% predicted in the measured order", t, s.Distinct, 100*s.Agreement)
+	if s.Separated >= 3 {
+		t += fmt.Sprintf("; Spearman %.3f among %d plans each measured more than twice it slower than the one before (picked from the fastest)", s.SpearmanSeparated, s.Separated)
+	}
+	return t
 }
 
 func (s *validationSummary) text(w io.Writer, file string) {
@@ -285,7 +322,10 @@ func (s *validationSummary) text(w io.Writer, file string) {
 
 func (s *validationSummary) markdown(w io.Writer) {
 	prof := "the cluster's nominal figures"
-	if s.Profile != "" {
+	switch {
+	case s.Calibrated:
+		prof = s.Profile
+	case s.Profile != "":
 		prof = "`" + s.Profile + "`"
 	}
 	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps per plan in rotation after %d.\n\n",

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -89,6 +90,28 @@ func TestPairAgreement(t *testing.T) {
 	}
 	if n, a := pairAgreement([]float64{1, 1}, []float64{1, 2}, 0); n != 1 || a != 0.5 {
 		t.Errorf("a tie in the predictions: %d pairs, %g", n, a)
+	}
+}
+
+// separated picks plans from the fastest measured on, each more than
+// the noise slower than the last picked.
+func TestSeparated(t *testing.T) {
+	meas := []float64{1.00, 1.50, 1.01, 1.04, 1.12, 2.00}
+	if got := separated(meas, 0.05); !slices.Equal(got, []int{0, 4, 1, 5}) {
+		t.Errorf("separated %v, want [0 4 1 5]", got)
+	}
+	if got := separated(meas, 5); !slices.Equal(got, []int{0}) {
+		t.Errorf("with a noise wider than every gap: %v", got)
+	}
+	s := validationSummary{Rows: []validationRow{
+		{Predicted: 1, Measured: 1.00, Spread: 0.01},
+		{Predicted: 3, Measured: 1.01, Spread: 0.01}, // within the noise of the first: left out
+		{Predicted: 2, Measured: 1.50, Spread: 0.01},
+		{Predicted: 4, Measured: 2.00, Spread: 0.01},
+	}}
+	s.score()
+	if s.Separated != 3 || s.SpearmanSeparated != 1 || !(s.Spearman < 1) {
+		t.Errorf("%d separated plans, Spearman %g among them, %g over all", s.Separated, s.SpearmanSeparated, s.Spearman)
 	}
 }
 
