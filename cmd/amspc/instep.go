@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"time"
 
 	"amspc/compiler"
 	"amspc/cost"
@@ -71,16 +72,19 @@ func (s *inStepRun) step() error {
 }
 
 // inStepSamples is what traced steps measured: each kernel's times by
-// key; the time between consecutive kernels of a compute stream and the
-// instructions that time holds (an instruction's cost to its stream
-// beyond its work: Overhead.Instruction); and the compute stream's
-// collectives as they ran (tensor parallelism's: the ranks meeting in the
-// middle of their computation, Overhead.Collective).
+// key; the time between consecutive kernels of a compute stream over the
+// instructions in it (an instruction's cost to its stream beyond its
+// work: Overhead.Instruction); and the compute stream's collectives as
+// they ran (tensor parallelism's: the ranks meeting in the middle of
+// their computation, Overhead.Collective).
 type inStepSamples struct {
-	kernels   map[string][]float64
-	gap       float64 // seconds, scaled by the ranks per core as kernels are
-	gapInstrs int
-	colls     []inStepColl
+	kernels map[string][]float64
+	// gaps: seconds per instruction between two kernels while no rank's
+	// collective ran (a kernel yields its core when it ends, and a
+	// collective's copies would take it: the simulator has those as the
+	// processor's sharing), scaled by the ranks per core as kernels are.
+	gaps  []float64
+	colls []inStepColl
 }
 
 // inStepColl is one traced collective: its kind, group shape, bytes as
@@ -97,14 +101,12 @@ func newInStepSamples() *inStepSamples {
 }
 
 // instruction is the seconds an instruction costs its stream beyond its
-// work: the time between consecutive kernels over the instructions in it
+// work: the median, over the times between consecutive kernels that no
+// collective overlapped, of that time over the instructions in it
 // (allocations, frees and the dispatch of each; with both kernels on the
 // stream's core, no wait for one in it), 0 where the steps had none.
 func (in *inStepSamples) instruction() float64 {
-	if in.gapInstrs == 0 {
-		return 0
-	}
-	return max(0, in.gap/float64(in.gapInstrs))
+	return max(0, median(in.gaps))
 }
 
 // handOff is the median seconds a compute-stream collective took in the
@@ -136,8 +138,10 @@ func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Ov
 // takes it, so the traced time is scaled by the ranks per core (and so
 // is the time between two kernels, held on the same core).
 func (s *inStepRun) times(out *inStepSamples) {
+	spans := s.trace.Spans()
+	busy := collectiveTimes(spans)
 	var prev engine.TraceSpan
-	for _, sp := range s.trace.Spans() {
+	for _, sp := range spans {
 		if sp.Stream != ir.Compute {
 			continue
 		}
@@ -145,8 +149,9 @@ func (s *inStepRun) times(out *inStepSamples) {
 			out.colls = append(out.colls, inStepColl{sp.Instr.Coll, sp.Instr.Group.Outer.Div(sp.Instr.Group.Inner), float64(sp.Instr.Bytes), sp.Dur.Seconds()})
 		}
 		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
-			out.gap += (sp.Start - prev.Start - prev.Dur).Seconds() * s.share
-			out.gapInstrs += sp.Index - prev.Index
+			if a := prev.Start + prev.Dur; !busy.overlaps(a, sp.Start) {
+				out.gaps = append(out.gaps, (sp.Start-a).Seconds()*s.share/float64(sp.Index-prev.Index))
+			}
 		}
 		prev = sp
 		if sp.Instr.Op != ir.Kernel {
@@ -164,6 +169,36 @@ func (s *inStepRun) times(out *inStepSamples) {
 		}
 		out.kernels[k] = append(out.kernels[k], sp.Dur.Seconds()*s.share)
 	}
+}
+
+// intervals are disjoint time intervals, sorted.
+type intervals [][2]time.Duration
+
+// collectiveTimes is when any rank ran a collective, as disjoint
+// intervals.
+func collectiveTimes(spans []engine.TraceSpan) intervals {
+	var iv intervals
+	for _, sp := range spans {
+		if sp.Instr.Op == ir.Collective {
+			iv = append(iv, [2]time.Duration{sp.Start, sp.Start + sp.Dur})
+		}
+	}
+	sort.Slice(iv, func(i, j int) bool { return iv[i][0] < iv[j][0] })
+	var out intervals
+	for _, x := range iv {
+		if n := len(out); n > 0 && x[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], x[1])
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// overlaps reports whether [a, b] meets an interval.
+func (iv intervals) overlaps(a, b time.Duration) bool {
+	i := sort.Search(len(iv), func(i int) bool { return iv[i][1] >= a })
+	return i < len(iv) && iv[i][0] <= b
 }
 
 // packingSuffix marks a product's traced calls that packed its weight.
