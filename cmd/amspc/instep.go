@@ -79,12 +79,14 @@ func (s *inStepRun) step() error {
 // their computation, Overhead.Collective).
 type inStepSamples struct {
 	kernels map[string][]float64
-	// gaps: seconds per instruction between two kernels while no rank's
-	// collective ran (a kernel yields its core when it ends, and a
-	// collective's copies would take it: the simulator has those as the
-	// processor's sharing), scaled by the ranks per core as kernels are.
-	gaps  []float64
-	colls []inStepColl
+	// gap: the seconds between two kernels while no rank's collective
+	// ran (a kernel yields its core when it ends, and a collective's
+	// copies would take it: the simulator has those as the processor's
+	// sharing), scaled by the ranks per core as kernels are, over the
+	// instructions in them.
+	gap       float64
+	gapInstrs int
+	colls     []inStepColl
 }
 
 // inStepColl is one traced collective: its kind, group shape, bytes as
@@ -101,12 +103,15 @@ func newInStepSamples() *inStepSamples {
 }
 
 // instruction is the seconds an instruction costs its stream beyond its
-// work: the median, over the times between consecutive kernels that no
-// collective overlapped, of that time over the instructions in it
-// (allocations, frees and the dispatch of each; with both kernels on the
-// stream's core, no wait for one in it), 0 where the steps had none.
+// work: the times between consecutive kernels that no collective
+// overlapped over the instructions in them (allocations, frees and the
+// dispatch of each; with both kernels on the stream's core, no wait for
+// one in it), 0 where the steps had none.
 func (in *inStepSamples) instruction() float64 {
-	return max(0, median(in.gaps))
+	if in.gapInstrs == 0 {
+		return 0
+	}
+	return max(0, in.gap/float64(in.gapInstrs))
 }
 
 // handOff is the median seconds a compute-stream collective took in the
@@ -150,7 +155,8 @@ func (s *inStepRun) times(out *inStepSamples) {
 		}
 		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
 			if a := prev.Start + prev.Dur; !busy.overlaps(a, sp.Start) {
-				out.gaps = append(out.gaps, (sp.Start-a).Seconds()*s.share/float64(sp.Index-prev.Index))
+				out.gap += (sp.Start - a).Seconds() * s.share
+				out.gapInstrs += sp.Index - prev.Index
 			}
 		}
 		prev = sp
@@ -273,6 +279,24 @@ func inStepKernels(results []*compiler.Result, tokens []int32, steps int) (*inSt
 	return out, nil
 }
 
+// nearestRatio is the ratio of time in steps to time alone of the kernel
+// of ks[i]'s op nearest to it in time alone (log) among those the steps
+// ran (covered[j] > 0): how a kernel of that op and size runs in a step
+// against alone (the smallest carry the most wake-up alone); else
+// fallback.
+func nearestRatio(ks []profKernel, alone, covered []float64, i int, fallback float64) float64 {
+	best, bestD := fallback, math.Inf(1)
+	for j, k := range ks {
+		if j == i || k.in.Kern != ks[i].in.Kern || !(covered[j] > 0) || !(alone[j] > 0) || !(alone[i] > 0) {
+			continue
+		}
+		if d := math.Abs(math.Log(alone[j] / alone[i])); d < bestD {
+			best, bestD = covered[j]/alone[j], d
+		}
+	}
+	return best
+}
+
 // inStepTimes is applyInStep's answer: each kernel's and each packing's
 // time, the median ratio of a kernel's time in steps to its time alone
 // (by which the kernels and packings the steps did not run are scaled),
@@ -284,8 +308,10 @@ type inStepTimes struct {
 }
 
 // applyInStep sets each kernel's time (alone: alone[i]) to the median of
-// its traced times where the steps ran it, and to its time alone times
-// the median ratio of the two elsewhere; each packing's (alone:
+// its traced times where the steps ran it, and elsewhere to its time
+// alone times the ratio of the two for the kernel of its op nearest in
+// time alone that the steps ran (the median ratio where they ran none of
+// its op); each packing's (alone:
 // packAlone[j]) likewise, from the products of its weight that the steps
 // ran both packing and reusing (a product the steps ran only packing
 // takes its calls' median less its packing's time).
@@ -336,9 +362,10 @@ func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone [
 	if len(packRatios) > 0 {
 		packRatio = median(packRatios)
 	}
+	covered := append([]float64(nil), out.kernels...)
 	for i := range ks {
 		if !(out.kernels[i] > 0) || math.IsNaN(out.kernels[i]) {
-			out.kernels[i] = alone[i] * out.ratio
+			out.kernels[i] = alone[i] * nearestRatio(ks, alone, covered, i, out.ratio)
 		}
 	}
 	for j := range packs {
