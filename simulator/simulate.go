@@ -64,7 +64,8 @@ type flight struct {
 // instructions in order; a wait blocks until its event is recorded;
 // every instruction first takes m.Overhead.Instruction of its stream
 // (the runtime's dispatch and hand-off; zero unless a profile measured
-// it); a kernel takes m.KernelTime of its kind, argument shapes, dtype
+// it), and a compute-stream wait whose event comes after the stream
+// reached it goes on m.Overhead.Wake after the event; a kernel takes m.KernelTime of its kind, argument shapes, dtype
 // and FLOPs, plus m.PackTime of its weight for a product that packs it
 // (Packings) on a machine that costs packing apart; a collective takes
 // the time of one flat NCCL call over its group
@@ -148,7 +149,14 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					if int(in.Event) >= len(recorded) || math.IsNaN(recorded[in.Event]) {
 						break
 					}
-					clock[s] = max(clock[s], recorded[in.Event])
+					if r := recorded[in.Event]; r > clock[s] {
+						// Blocked: the compute stream goes on a wake-up
+						// after the event.
+						clock[s] = r
+						if s == ir.Compute {
+							clock[s] += m.Overhead.Wake
+						}
+					}
 				}
 				clock[s] += m.Overhead.Instruction
 				var dur float64

@@ -87,6 +87,13 @@ type inStepSamples struct {
 	gap       float64
 	gapInstrs int
 	colls     []inStepColl
+	// wakes: for each compute-stream wait that blocked (its event
+	// recorded after it began), the seconds from the event to the
+	// stream's next traced instruction, and the instructions up to that
+	// one.
+	wakes      float64
+	wakeInstrs int
+	waits      int
 }
 
 // inStepColl is one traced collective: its kind, group shape, bytes as
@@ -114,6 +121,16 @@ func (in *inStepSamples) instruction() float64 {
 	return max(0, in.gap/float64(in.gapInstrs))
 }
 
+// wake is the mean seconds a blocked wait's stream took to go on after
+// its event, less what the instructions up to its next traced one cost
+// (instruction), 0 where no wait blocked.
+func (in *inStepSamples) wake() float64 {
+	if in.waits == 0 {
+		return 0
+	}
+	return max(0, (in.wakes-in.instruction()*float64(in.wakeInstrs))/float64(in.waits))
+}
+
 // handOff is the median seconds a compute-stream collective took in the
 // steps beyond its time alone by topo (the profile's collectives), 0
 // where the steps ran none.
@@ -131,7 +148,7 @@ func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
 	topo := cost.NewTopology(job.Cluster)
 	topo.Profile = prof
-	return profile.Overhead{Instruction: in.instruction(), Collective: in.handOff(topo)}
+	return profile.Overhead{Instruction: in.instruction(), Collective: in.handOff(topo), Wake: in.wake()}
 }
 
 // times adds what the steps so far ran, on every rank, to out. A
@@ -145,6 +162,7 @@ func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Ov
 func (s *inStepRun) times(out *inStepSamples) {
 	spans := s.trace.Spans()
 	busy := collectiveTimes(spans)
+	s.wakes(spans, out)
 	var prev engine.TraceSpan
 	for _, sp := range spans {
 		if sp.Stream != ir.Compute {
@@ -174,6 +192,37 @@ func (s *inStepRun) times(out *inStepSamples) {
 			k += packingSuffix
 		}
 		out.kernels[k] = append(out.kernels[k], sp.Dur.Seconds()*s.share)
+	}
+}
+
+// wakes adds the blocked waits of spans' compute streams to out. (A
+// communication stream's wait is woken while the ranks' kernels hold the
+// cores: the simulator has that as the processor's sharing.)
+func (s *inStepRun) wakes(spans []engine.TraceSpan, out *inStepSamples) {
+	type event struct {
+		rank, step int
+		ev         int32
+	}
+	recorded := map[event]time.Duration{}
+	for _, sp := range spans {
+		if sp.Instr.Op == ir.Record {
+			recorded[event{sp.Rank, sp.Step, sp.Instr.Event}] = sp.Start + sp.Dur
+		}
+	}
+	// Spans come by rank, stream, step and index: a wait's next is the
+	// one after it.
+	for i, sp := range spans[:max(len(spans)-1, 0)] {
+		next := spans[i+1]
+		if sp.Instr.Op != ir.Wait || sp.Stream != ir.Compute || next.Rank != sp.Rank || next.Stream != sp.Stream || next.Step != sp.Step {
+			continue
+		}
+		r, ok := recorded[event{sp.Rank, sp.Step, sp.Instr.Event}]
+		if !ok || r <= sp.Start || next.Start < r {
+			continue
+		}
+		out.wakes += (next.Start - r).Seconds()
+		out.wakeInstrs += next.Index - sp.Index
+		out.waits++
 	}
 }
 

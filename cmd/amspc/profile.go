@@ -61,17 +61,8 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUser
 	}
-	var packs []profPack
-	if o.device == "cpu" {
-		packs = distinctPacks(results)
-		if err := measurePacks(topo, packs, o.reps); err != nil {
-			fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
-			return exitUser
-		}
-	}
-	inStepLine, samples, err := o.inStep(job, ks, packs, results)
-	if err != nil {
-		fmt.Fprintf(stderr, "amspc profile: %s: timing kernels in steps: %v\n", file, err)
+	packs, inStepLine, samples, ok := o.measurePacksInStep(file, job, topo, ks, results, stderr)
+	if !ok {
 		return exitUser
 	}
 	addKernels(prof, ks, packs)
@@ -84,8 +75,8 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	collTime := time.Since(t0)
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)
-		inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone",
-			dur(prof.Overhead.Instruction), dur(prof.Overhead.Collective))
+		inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
+			dur(prof.Overhead.Instruction), dur(prof.Overhead.Collective), dur(prof.Overhead.Wake))
 	}
 	fit, st := o.fitOverhead(file, job, prof, stderr)
 	if st != exitOK {
@@ -235,6 +226,26 @@ func (o *profileOptions) measureKernels(prof *profile.Profile, topo ir.Topology,
 		ks[i].secs = s
 	}
 	return ks, true
+}
+
+// measurePacksInStep times the results' packings on CPU ranks, then
+// puts the kernels' and packings' times as the profile's plans' steps
+// run them (inStep).
+func (o *profileOptions) measurePacksInStep(file string, job *ir.Job, topo ir.Topology, ks []profKernel, results []*compiler.Result, stderr io.Writer) ([]profPack, string, *inStepSamples, bool) {
+	var packs []profPack
+	if o.device == "cpu" {
+		packs = distinctPacks(results)
+		if err := measurePacks(topo, packs, o.reps); err != nil {
+			fmt.Fprintf(stderr, "amspc profile: %s: %v\n", file, err)
+			return nil, "", nil, false
+		}
+	}
+	line, samples, err := o.inStep(job, ks, packs, results)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc profile: %s: timing kernels in steps: %v\n", file, err)
+		return nil, "", nil, false
+	}
+	return packs, line, samples, true
 }
 
 // addKernels adds the kernels' and the packings' rows to prof.

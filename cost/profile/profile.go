@@ -110,11 +110,14 @@ type PackRow struct {
 // wait in collectives, leaving the others more of shared cores),
 // Collective is the seconds each collective costs beyond its bytes (the
 // ranks meeting: on CPU ranks sharing cores, waiting for the last of
-// them to be scheduled), and Instruction the seconds every instruction
+// them to be scheduled), Instruction the seconds every instruction
 // costs its stream before its work (the runtime's dispatch, allocations
-// from the pool, the hand-off from one instruction to the next).
+// from the pool, the hand-off from one instruction to the next), and
+// Wake the seconds a compute stream that waited for an event takes to go
+// on after it is recorded (waking the stream, and on CPU ranks sharing
+// cores, its turn for one).
 type Overhead struct {
-	KernelScale, Collective, Instruction float64
+	KernelScale, Collective, Instruction, Wake float64
 }
 
 // Header lines of the tables and the version line.
@@ -262,8 +265,10 @@ func (p *Profile) parseOverhead(f []string) error {
 		p.Overhead.Collective = s
 	case "instruction":
 		p.Overhead.Instruction = s
+	case "wake":
+		p.Overhead.Wake = s
 	default:
-		return fmt.Errorf("unknown overhead %q (kernel_scale, collective, instruction)", f[0])
+		return fmt.Errorf("unknown overhead %q (kernel_scale, collective, instruction, wake)", f[0])
 	}
 	return nil
 }
@@ -641,6 +646,9 @@ func (p *Profile) Write(w io.Writer) error {
 		fmt.Fprintf(bw, "kernel_scale,%s\ncollective,%s\n", g4(o.KernelScale), g4(o.Collective))
 		if o.Instruction > 0 {
 			fmt.Fprintf(bw, "instruction,%s\n", g4(o.Instruction))
+		}
+		if o.Wake > 0 {
+			fmt.Fprintf(bw, "wake,%s\n", g4(o.Wake))
 		}
 	}
 	return bw.Flush()
