@@ -115,6 +115,48 @@ func TestSimulateOverhead(t *testing.T) {
 	}
 }
 
+// An instruction's overhead delays its stream by that much per
+// instruction: without communication time, DDP's step grows by at least
+// the compute stream's instructions' overhead and at most every
+// stream's; a wake-up only delays.
+func TestSimulateInstructionOverhead(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := ir.Factor{S0: 1, S1: 1}
+	prog := buildFor(t, cost.Factors{P: one, G: one, OS: one})
+	mach := cost.NewMachine(job.Cluster, m.Topo)
+	mach.SharedCores, mach.NoComm = false, true
+	base, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const c = 1e-6
+	mach.Overhead = cost.Overhead{Instruction: c}
+	tl, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := 0
+	for s := range prog.Streams {
+		all += len(prog.Streams[s])
+	}
+	lo, hi := c*float64(len(prog.Streams[ir.Compute])), c*float64(all)
+	if d := tl.Step - base.Step; d < lo*(1-1e-9) || d > hi*(1+1e-9) {
+		t.Errorf("the step grows by %g s with %g s an instruction; want %g to %g s", d, c, lo, hi)
+	}
+	mach.Overhead.Wake = 1e-3
+	woken, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if woken.Step < tl.Step {
+		t.Errorf("a wake-up made the step shorter: %g s against %g s", woken.Step, tl.Step)
+	}
+}
+
 // packProfile costs every kernel analytically and every packing of a
 // [k, n] weight k·n ns.
 type packProfile struct{}
