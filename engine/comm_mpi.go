@@ -89,6 +89,10 @@ type MPIWorld struct {
 	// blocked in collectives cannot be interrupted otherwise. nil:
 	// MPI_Abort with status 1.
 	OnAbort func(err error)
+	// reps keeps this process's rank's packings of its replicated
+	// weights for every product that reads them unchanged (replica.go;
+	// one sharer: the rank itself).
+	reps replicaMemo
 }
 
 type mpiKey struct {
@@ -246,6 +250,9 @@ type mpiComm struct{ w *MPIWorld }
 
 func (c *mpiComm) Rank() int       { return c.w.rank }
 func (c *mpiComm) Abort(err error) { c.w.Abort(err) }
+
+// replicas is the rank's memo of packings of its replicated weights.
+func (c *mpiComm) replicas() *replicaMemo { return &c.w.reps }
 
 // comm finds the communicator of (stream, g) and this rank's index in g.
 func (c *mpiComm) comm(kind string, stream int, g []int) (C.MPI_Comm, int, error) {

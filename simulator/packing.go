@@ -20,7 +20,10 @@ import "amspc/ir"
 // copy share a packing: one packs while the others wait for it, so each
 // rank's first product of a generation takes the packing's time either
 // way, and the others take none. MatMul packs B, MatMulGradA B^T: two
-// packings of one weight.
+// packings of one weight. Under MPI (a rank a process) a rank keeps its
+// own packings of replicated weights the same way; a gathered weight's
+// is not kept there (no shared gathers), which differs from this only
+// where one gather feeds two products of one kind.
 //
 // Writes and reads are taken in an order of the streams that respects
 // the program's events (each stream runs until a wait whose event is not
