@@ -364,11 +364,16 @@ func (k *rank) sharedPack(in *ir.Instr) *kernels.PackedB {
 // product reads it: B for MatMul, B^T for MatMulGradA.
 func (k *rank) packOperand(in *ir.Instr, b []float32) *kernels.PackedB {
 	s := k.shape(in.Args[1])
-	kk, n := int(s[0]), int(s[1])
-	if in.Kern == ir.MatMul {
-		return kernels.PackB(b, kk, n)
+	return packAs(in.Kern, b, int(s[0]), int(s[1]))
+}
+
+// packAs packs b[k,n] as product kind's B: B for MatMul, B^T for
+// MatMulGradA.
+func packAs(kind ir.OpKind, b []float32, k, n int) *kernels.PackedB {
+	if kind == ir.MatMul {
+		return kernels.PackB(b, k, n)
 	}
-	return kernels.PackBT(b, kk, n)
+	return kernels.PackBT(b, k, n)
 }
 
 // arg and out are the host storage of operand i and result i, ints the

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"amspc/ir"
-	"amspc/kernels"
 )
 
 // minSample is the wall time one sample should span.
@@ -39,7 +38,8 @@ const maxCalls = 256
 // samples (at least 1) after a warm-up. A matrix product on the CPU is
 // measured on its B operand packed once beforehand: its time without the
 // packing, which MeasurePack measures (a step packs a weight once for
-// all the products that read it unchanged: simulator.Packings). The instruction's operands and
+// all the products that read it unchanged: simulator.Packings). The
+// instruction's operands and
 // results are allocated for the measurement alone and filled with values
 // every kernel accepts (floats in [0.1, 1), ids inside the vocabulary),
 // so any kernel of a compiled program can be measured without running
@@ -76,6 +76,13 @@ func MeasureKernelOn(topo ir.Topology, p *ir.Program, in *ir.Instr, reps int, ne
 		}
 		ks[r] = k
 	}
+	defer func() {
+		for _, k := range ks {
+			if k.prepacked != nil {
+				k.prepacked.Free()
+			}
+		}
+	}()
 	return timeRanks(n, reps, func(r, calls int) (err error) {
 		k := ks[r]
 		defer func() {
@@ -124,13 +131,7 @@ func MeasurePack(topo ir.Topology, kind ir.OpKind, k, n int, reps int) (float64,
 			defer func() { <-gate }()
 		}
 		for range calls {
-			var pb *kernels.PackedB
-			if kind == ir.MatMul {
-				pb = kernels.PackB(ws[r], k, n)
-			} else {
-				pb = kernels.PackBT(ws[r], k, n)
-			}
-			pb.Free()
+			packAs(kind, ws[r], k, n).Free()
 		}
 		return nil
 	})

@@ -65,11 +65,13 @@ type flight struct {
 // every instruction first takes m.Overhead.Instruction of its stream
 // (the runtime's dispatch and hand-off; zero unless a profile measured
 // it), and a compute-stream wait whose event comes after the stream
-// reached it goes on m.Overhead.Wake after the event; a kernel takes m.KernelTime of its kind, argument shapes, dtype
-// and FLOPs, plus m.PackTime of its weight for a product that packs it
-// (Packings) on a machine that costs packing apart; a collective takes
-// the time of one flat NCCL call over its group
-// (cost.Topology.Collective) with m.Overhead.Collective more latency, or longer while collectives on the other
+// reached it goes on m.Overhead.Wake after the event; a kernel takes
+// m.KernelTime of its kind, argument shapes, dtype and FLOPs, plus
+// m.PackTime of its weight for a product that packs it (Packings) on a
+// machine that costs packing apart; a collective takes the time of one
+// flat NCCL call over its group (cost.Topology.Collective) with
+// m.Overhead.Collective more latency, or longer while collectives on the
+// other
 // stream share its links: collectives moving bytes at the same time over
 // a GPU's NVLink, or over its node's NICs, each progress at 1/load of
 // full speed, load being the sum of their loads of that link when above

@@ -91,8 +91,11 @@ type inStepSamples struct {
 	// recorded after it began), the seconds from the event to the
 	// stream's next traced instruction, and the instructions up to that
 	// one.
-	wakes      float64
-	wakeInstrs int
+	wakes float64
+	// wakeInstrs: those instructions, each divided by its run's ranks
+	// per core (instruction is scaled by it as kernels are; a wake-up is
+	// wall time).
+	wakeInstrs float64
 	waits      int
 }
 
@@ -128,7 +131,7 @@ func (in *inStepSamples) wake() float64 {
 	if in.waits == 0 {
 		return 0
 	}
-	return max(0, (in.wakes-in.instruction()*float64(in.wakeInstrs))/float64(in.waits))
+	return max(0, (in.wakes-in.instruction()*in.wakeInstrs)/float64(in.waits))
 }
 
 // handOff is the median seconds a compute-stream collective took in the
@@ -142,9 +145,9 @@ func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 	return max(0, median(extra))
 }
 
-// overhead is the instruction and hand-off overheads the samples
-// measured, the hand-offs against the collectives of prof on job's
-// cluster.
+// overhead is the instruction, hand-off and wake-up overheads the
+// samples measured, the hand-offs against the collectives of prof on
+// job's cluster.
 func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
 	topo := cost.NewTopology(job.Cluster)
 	topo.Profile = prof
@@ -221,7 +224,7 @@ func (s *inStepRun) wakes(spans []engine.TraceSpan, out *inStepSamples) {
 			continue
 		}
 		out.wakes += (next.Start - r).Seconds()
-		out.wakeInstrs += next.Index - sp.Index
+		out.wakeInstrs += float64(next.Index-sp.Index) / s.share
 		out.waits++
 	}
 }
@@ -360,10 +363,10 @@ type inStepTimes struct {
 // its traced times where the steps ran it, and elsewhere to its time
 // alone times the ratio of the two for the kernel of its op nearest in
 // time alone that the steps ran (the median ratio where they ran none of
-// its op); each packing's (alone:
-// packAlone[j]) likewise, from the products of its weight that the steps
-// ran both packing and reusing (a product the steps ran only packing
-// takes its calls' median less its packing's time).
+// its op); each packing's (alone: packAlone[j]) likewise, from the
+// products of its weight that the steps ran both packing and reusing (a
+// product the steps ran only packing takes its calls' median less its
+// packing's time).
 func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone []float64, samples *inStepSamples) inStepTimes {
 	inStep := samples.kernels
 	packIndex := map[string]int{}
