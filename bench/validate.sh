@@ -9,8 +9,11 @@
 # model runs every plan. The predictions are costed with a profile of
 # the plans' own kernels and collectives measured between the rounds of
 # the steps' rotation (validate --calibrate), so that the machine's
-# drift falls on both. Run it on a quiet machine (about 30 minutes on
-# 2 cores): sh bench/validate.sh
+# drift falls on both. Each plan runs twice, as two separate runs of 4
+# timed steps (--instances 2): how far apart their medians land is how
+# far measuring the plan again may move it, and validate counts two
+# plans as ordered only when they are further apart than that. Run it
+# on a quiet machine (about 40 minutes on 2 cores): sh bench/validate.sh
 set -eu
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -39,8 +42,8 @@ done
 		rest=${m#*:}
 		file=${rest%%:*}
 		plans=${rest#*:}
-		"$amspc" validate --markdown --calibrate --plans "$plans" --steps 7 --profile bench/profiles/$name.csv "$file"
-		"$amspc" validate --markdown --calibrate --plans all --steps 7 --cluster "$tmp/two.amsp" --shard auto --profile bench/profiles/$name-2.csv "$file"
+		"$amspc" validate --markdown --calibrate --plans "$plans" --steps 4 --instances 2 --profile bench/profiles/$name.csv "$file"
+		"$amspc" validate --markdown --calibrate --plans all --steps 4 --instances 2 --cluster "$tmp/two.amsp" --shard auto --profile bench/profiles/$name-2.csv "$file"
 	done
 } >"$tmp/validation.md"
 mv "$tmp/validation.md" bench/validation.md

@@ -328,6 +328,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"validate", "--warmup", "-1", tiny}, `-warmup`},
 		{[]string{"validate", "--steps", "abc", tiny}, `-steps`},
 		{[]string{"validate", "--warmup", "abc", tiny}, `-warmup`},
+		{[]string{"validate", "--instances", "0", tiny}, `-instances`},
+		{[]string{"validate", "--instances", "two", tiny}, `-instances`},
 		{[]string{"validate", "--markdown", "--json", tiny}, `-markdown|-json`},
 		{[]string{"validate", "--markdown=x", tiny}, `-markdown`},
 		{[]string{"validate", "--data", "/nonexistent/d.txt", tiny}, `/nonexistent/d.txt`},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -68,7 +69,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof, Calibrated: o.calibrate,
-		Data: what, Steps: o.steps, Warmup: o.warmup, Plans: o.plans, Rows: rows}
+		Data: what, Steps: o.steps, Warmup: o.warmup, Instances: o.instances, Plans: o.plans, Rows: rows}
 	sum.score()
 	sum.Seconds = time.Since(start).Seconds()
 	switch {
@@ -88,6 +89,7 @@ type validateOptions struct {
 	lf             loadFlags
 	plans, data    string
 	steps, warmup  int
+	instances      int
 	markdown, json bool
 	calibrate      bool
 	inStep         bool
@@ -95,13 +97,14 @@ type validateOptions struct {
 }
 
 func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--calibrate [--in-step=false]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--instances K] [--calibrate [--in-step=false]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &validateOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "validate, among the rows, (auto: no fixed plan)")
 	fs.StringVar(&o.plans, "plans", "rows", "which `PLANS` to run: rows (the rows plan prints), all (every candidate of the space and every row), extremes=N (the N predicted fastest and N slowest of all)")
 	fs.IntVar(&o.steps, "steps", 5, "time `N` steps of each plan (the median is its measured step)")
 	fs.IntVar(&o.warmup, "warmup", 1, "run `K` steps of each plan before timing")
+	fs.IntVar(&o.instances, "instances", 2, "start each plan `K` times, as separate runs in the rotation, each timing --steps steps: how far their medians differ is how far measuring a plan again may move it, and plans apart by less are not counted as ordered")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as Markdown (for bench/)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
@@ -118,6 +121,9 @@ func (o *validateOptions) check(stderr io.Writer) bool {
 		return false
 	case o.warmup < 0:
 		fmt.Fprintf(stderr, "amspc validate: --warmup %d: want 0 or more\n", o.warmup)
+		return false
+	case o.instances < 1:
+		fmt.Fprintf(stderr, "amspc validate: --instances %d: want 1 or more\n", o.instances)
 		return false
 	case o.markdown && o.json:
 		fmt.Fprintln(stderr, "amspc validate: --markdown and --json each choose the output: give one")
@@ -184,8 +190,12 @@ type validationRow struct {
 	Measured  float64 `json:"measured_s"`
 	Error     float64 `json:"error"` // predicted / measured - 1
 	// Spread is the timed steps' median absolute deviation over their
-	// median: how much this plan's own steps vary.
+	// median: how much this plan's own steps vary. Repeat is how far
+	// apart the medians of the plan's instances (separate runs of it,
+	// validate --instances) are, over its median: how far measuring the
+	// plan again may move it (0 with one instance).
 	Spread float64 `json:"spread"`
+	Repeat float64 `json:"repeat"`
 	result *compiler.Result
 	plan   cost.Plan
 }
@@ -202,17 +212,22 @@ type validationSummary struct {
 	MedianAbsError float64         `json:"median_abs_error"`
 	MaxAbsError    float64         `json:"max_abs_error"`
 	Spearman       float64         `json:"spearman"`
-	// Noise is the rows' median Spread; Distinct counts the pairs of
-	// plans whose measured steps differ by more than twice it, and
-	// Agreement is the share of them the predictions order as measured.
+	// Noise is the rows' median Spread, Instances the runs of each
+	// plan and Repeat the rows' largest Repeat. Two plans are apart when
+	// their measured steps differ by more than twice the noise and by
+	// more than each one's Repeat (relative to the faster): more than
+	// their steps vary and more than measuring either again may move
+	// it. Distinct counts the pairs apart, and Agreement is the share
+	// of them the predictions order as measured.
 	Noise     float64 `json:"noise"`
+	Instances int     `json:"instances"`
+	Repeat    float64 `json:"repeat"`
 	Distinct  int     `json:"distinct_pairs"`
 	Agreement float64 `json:"pair_agreement"`
 	// Separated counts the plans picked from the fastest measured on,
-	// each measured more than twice the noise slower than the last
-	// picked (plans whose measured steps differ pairwise by more than
-	// the noise), and SpearmanSeparated is the rank correlation of their
-	// predicted and measured steps.
+	// each apart from the last picked (so apart pairwise), and
+	// SpearmanSeparated is the rank correlation of their predicted and
+	// measured steps.
 	Separated         int     `json:"separated_plans"`
 	SpearmanSeparated float64 `json:"spearman_separated"`
 	// Calibrated: Profile describes validate --calibrate's measurements
@@ -235,18 +250,32 @@ func (s *validationSummary) score() {
 	s.MaxAbsError = slices.Max(append(errs, 0))
 	s.Spearman = spearman(pred, meas)
 	s.Noise = median(spreads)
-	s.Distinct, s.Agreement = pairAgreement(pred, meas, 2*s.Noise)
+	// reach: how much slower than a plan another must measure to be
+	// apart from it.
+	reach := make([]float64, len(s.Rows))
+	s.Repeat = 0
+	for i, r := range s.Rows {
+		reach[i] = max(2*s.Noise, r.Repeat)
+		s.Repeat = max(s.Repeat, r.Repeat)
+	}
+	s.Distinct, s.Agreement = pairAgreement(pred, meas, reach)
 	var sp, sm []float64
-	for _, i := range separated(meas, 2*s.Noise) {
+	for _, i := range separated(meas, reach) {
 		sp, sm = append(sp, pred[i]), append(sm, meas[i])
 	}
 	s.Separated, s.SpearmanSeparated = len(sp), spearman(sp, sm)
 }
 
+// apart says whether measured values a <= b are further apart than
+// either one's reach (relative to a).
+func apart(a, b, reachA, reachB float64) bool {
+	return b-a > max(reachA, reachB)*a
+}
+
 // separated is the plans (indexes into meas, fastest first) picked from
-// the fastest measured on, each measured more than noise (relative)
-// slower than the last picked.
-func separated(meas []float64, noise float64) []int {
+// the fastest measured on, each apart from the last picked (reach: each
+// plan's, relative).
+func separated(meas, reach []float64) []int {
 	order := make([]int, len(meas))
 	for i := range order {
 		order[i] = i
@@ -254,18 +283,18 @@ func separated(meas []float64, noise float64) []int {
 	sort.SliceStable(order, func(a, b int) bool { return meas[order[a]] < meas[order[b]] })
 	var out []int
 	for _, i := range order {
-		if len(out) == 0 || meas[i]-meas[out[len(out)-1]] > noise*meas[out[len(out)-1]] {
+		if last := len(out) - 1; last < 0 || apart(meas[out[last]], meas[i], reach[out[last]], reach[i]) {
 			out = append(out, i)
 		}
 	}
 	return out
 }
 
-// pairAgreement is, among the pairs whose measured values differ by more
-// than the relative noise (of the smaller), how many there are and the
-// share that pred orders as meas does (a tie in pred counts half; 0
-// when there are none).
-func pairAgreement(pred, meas []float64, noise float64) (int, float64) {
+// pairAgreement is, among the pairs whose measured values are apart
+// (reach: each plan's, relative), how many there are and the share that
+// pred orders as meas does (a tie in pred counts half; 0 when there are
+// none).
+func pairAgreement(pred, meas, reach []float64) (int, float64) {
 	n, agree := 0, 0.0
 	for i := range meas {
 		for j := i + 1; j < len(meas); j++ {
@@ -273,7 +302,7 @@ func pairAgreement(pred, meas []float64, noise float64) (int, float64) {
 			if meas[j] < meas[i] {
 				lo, hi = j, i
 			}
-			if meas[hi]-meas[lo] <= noise*meas[lo] {
+			if !apart(meas[lo], meas[hi], reach[lo], reach[hi]) {
 				continue
 			}
 			n++
@@ -295,12 +324,17 @@ func pairAgreement(pred, meas []float64, noise float64) (int, float64) {
 // order the plans the noise does not blur.
 func (s *validationSummary) pairsText() string {
 	t := fmt.Sprintf("noise %.1f%% (the plans' median spread of their own steps)", 100*s.Noise)
-	if s.Distinct == 0 {
-		return t + ", no two plans apart by more than twice it"
+	apartText := "apart by more than twice it"
+	if s.Instances > 1 {
+		t += fmt.Sprintf("; %d runs of each plan, their medians at most %.1f%% apart (a plan's own, at most)", s.Instances, 100*s.Repeat)
+		apartText = "apart by more than twice the noise and either one's runs"
 	}
-	t = fmt.Sprintf("%s; of the %d pairs of plans apart by more than twice it, %.0f%% predicted in the measured order", t, s.Distinct, 100*s.Agreement)
+	if s.Distinct == 0 {
+		return t + ", no two plans " + apartText
+	}
+	t = fmt.Sprintf("%s; of the %d pairs of plans %s, %.0f%% predicted in the measured order", t, s.Distinct, apartText, 100*s.Agreement)
 	if s.Separated >= 3 {
-		t += fmt.Sprintf("; Spearman %.3f among %d plans each measured more than twice it slower than the one before (picked from the fastest)", s.SpearmanSeparated, s.Separated)
+		t += fmt.Sprintf("; Spearman %.3f among %d plans each so far slower than the one before (picked from the fastest)", s.SpearmanSeparated, s.Separated)
 	}
 	return t
 }
@@ -310,11 +344,11 @@ func (s *validationSummary) text(w io.Writer, file string) {
 	if s.Profile != "" {
 		prof = "profile " + s.Profile
 	}
-	fmt.Fprintf(w, "%s: %s on %d local ranks, %d plans, %d timed steps each (after %d), predicted with %s\n",
-		file, s.Model, s.Ranks, len(s.Rows), s.Steps, s.Warmup, prof)
-	fmt.Fprintf(w, "    %-36s %-16s %-9s %3s %10s %10s %7s\n", "plan", "s_p/s_g/s_os", "recompute", "M", "predicted", "measured", "error")
+	fmt.Fprintf(w, "%s: %s on %d local ranks, %d plans, %d timed steps of each of %d runs (after %d), predicted with %s\n",
+		file, s.Model, s.Ranks, len(s.Rows), s.Steps, max(1, s.Instances), s.Warmup, prof)
+	fmt.Fprintf(w, "    %-36s %-16s %-9s %3s %10s %10s %7s %6s\n", "plan", "s_p/s_g/s_os", "recompute", "M", "predicted", "measured", "error", "runs")
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%%\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error)
+		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%% %5.1f%%\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
 	}
 	fmt.Fprintf(w, "median |error| %.1f%%, worst %.1f%%, Spearman rank correlation %.3f; %s; in %s\n",
 		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, s.pairsText(), dur(s.Seconds))
@@ -328,11 +362,11 @@ func (s *validationSummary) markdown(w io.Writer) {
 	case s.Profile != "":
 		prof = "`" + s.Profile + "`"
 	}
-	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps per plan in rotation after %d.\n\n",
-		s.Model, s.Ranks, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, s.Warmup)
-	fmt.Fprintf(w, "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error |\n|---|---|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps of each of %d runs per plan in a shuffled rotation after %d.\n\n",
+		s.Model, s.Ranks, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, max(1, s.Instances), s.Warmup)
+	fmt.Fprintf(w, "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error | runs apart |\n|---|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error)
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% | %.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
 	}
 	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, worst **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s); %s.\n\n",
 		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, len(s.Rows), dur(s.Seconds), s.pairsText())
@@ -413,19 +447,21 @@ func ranks(xs []float64) []float64 {
 }
 
 // measureRows trains every row's plan and sets its measured step: the
-// median of steps timed steps after warmup untimed ones. The plans run
-// in rotation, one step each per round, starting one later every round,
-// so that a machine that slows down for a while (another process, a
-// noisy neighbour) slows every plan alike rather than the few that ran
-// then. As many plans are kept at once as fit in half the memory
-// available (by their predicted peaks).
-func measureRows(rows []validationRow, tokens []int32, warmup, steps int, between func() error, reserve float64) error {
+// median of the timed steps (steps of each of instances runs of the
+// plan, each after warmup untimed ones). The runs take one step each per
+// round, in an order shuffled every round (the same every time: seeded
+// by the round), so that a machine that slows down for a while (another
+// process, a noisy neighbour) slows every plan alike rather than the few
+// that ran then, and no run always follows the same one. As many plans
+// are kept at once as fit in half the memory available (by their
+// predicted peaks).
+func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances int, between func() error, reserve float64) error {
 	budget := availableBytes()/2 - reserve
 	for lo := 0; lo < len(rows); {
 		hi, used := lo, 0.0
 		for hi < len(rows) {
 			r := rows[hi].result
-			need := hostBytes(r)
+			need := hostBytes(r) * float64(instances)
 			if hi > lo && used+need > budget {
 				break
 			}
@@ -433,27 +469,29 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int, betwee
 			hi++
 		}
 		batch := rows[lo:hi]
-		runs := make([]*engine.Run, len(batch))
-		for i, row := range batch {
+		// Run k is instance k%instances of row k/instances.
+		runs := make([]*engine.Run, len(batch)*instances)
+		for k := range runs {
+			row := &batch[k/instances]
 			t := &engine.Trainer{Bundle: row.result.Bundle, Tokens: tokens}
 			var err error
-			if runs[i], err = t.Start(); err != nil {
+			if runs[k], err = t.Start(); err != nil {
 				return fmt.Errorf("%s: %v", row.Plan, err)
 			}
 		}
-		times := make([][]float64, len(batch))
+		times := make([][]float64, len(runs))
 		if err := between(); err != nil {
 			return err
 		}
 		for round := 0; round < warmup+steps; round++ {
-			for k := range batch {
-				i := (k + round) % len(batch)
+			order := rand.New(rand.NewPCG(uint64(round), 0x616d7370)).Perm(len(runs))
+			for _, k := range order {
 				t0 := time.Now()
-				if _, err := runs[i].Step(); err != nil {
-					return fmt.Errorf("%s: step %d: %v", batch[i].Plan, round+1, err)
+				if _, err := runs[k].Step(); err != nil {
+					return fmt.Errorf("%s: step %d: %v", batch[k/instances].Plan, round+1, err)
 				}
 				if round >= warmup {
-					times[i] = append(times[i], time.Since(t0).Seconds())
+					times[k] = append(times[k], time.Since(t0).Seconds())
 				}
 			}
 			if err := between(); err != nil {
@@ -462,13 +500,19 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps int, betwee
 		}
 		for i := range batch {
 			row := &batch[i]
-			row.Measured = median(times[i])
+			var all, meds []float64
+			for _, ts := range times[i*instances : (i+1)*instances] {
+				all = append(all, ts...)
+				meds = append(meds, median(ts))
+			}
+			row.Measured = median(all)
 			row.Error = row.Predicted/row.Measured - 1
-			dev := make([]float64, len(times[i]))
-			for k, x := range times[i] {
+			dev := make([]float64, len(all))
+			for k, x := range all {
 				dev[k] = math.Abs(x - row.Measured)
 			}
 			row.Spread = median(dev) / row.Measured
+			row.Repeat = (slices.Max(meds) - slices.Min(meds)) / row.Measured
 			row.result = nil
 		}
 		lo = hi

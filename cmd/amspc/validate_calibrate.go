@@ -272,7 +272,7 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 		}
 		between, reserve = cal.measure, cal.bytes()
 	}
-	if err := measureRows(rows, tokens, o.warmup, o.steps, between, reserve); err != nil {
+	if err := measureRows(rows, tokens, o.warmup, o.steps, o.instances, between, reserve); err != nil {
 		return "", err
 	}
 	if cal == nil {

@@ -81,15 +81,22 @@ func TestSpearman(t *testing.T) {
 func TestPairAgreement(t *testing.T) {
 	meas := []float64{1.00, 1.01, 1.50, 2.00}
 	pred := []float64{1.2, 1.0, 1.1, 2.5} // 1.00 and 1.01 swapped: within the noise
-	n, a := pairAgreement(pred, meas, 0.05)
+	reach := func(r float64) []float64 { return []float64{r, r, r, r} }
+	n, a := pairAgreement(pred, meas, reach(0.05))
 	if n != 5 || a != 0.8 { // (1.00,1.50) is predicted backwards
 		t.Errorf("%d pairs, agreement %g; want 5 and 0.8", n, a)
 	}
-	if n, a := pairAgreement(pred, meas, 5); n != 0 || a != 0 {
+	if n, a := pairAgreement(pred, meas, reach(5)); n != 0 || a != 0 {
 		t.Errorf("with a noise wider than every gap: %d pairs, %g", n, a)
 	}
-	if n, a := pairAgreement([]float64{1, 1}, []float64{1, 2}, 0); n != 1 || a != 0.5 {
+	if n, a := pairAgreement([]float64{1, 1}, []float64{1, 2}, []float64{0, 0}); n != 1 || a != 0.5 {
 		t.Errorf("a tie in the predictions: %d pairs, %g", n, a)
+	}
+	// A plan whose runs measured 60 % apart is apart from none of the
+	// others, though the noise is 5 %: (1.00, 2.00) and (1.01, 2.00)
+	// are left.
+	if n, _ := pairAgreement(pred, meas, []float64{0.05, 0.05, 0.6, 0.05}); n != 2 {
+		t.Errorf("with the third plan's runs 60 %% apart: %d pairs, want 2", n)
 	}
 }
 
@@ -97,10 +104,16 @@ func TestPairAgreement(t *testing.T) {
 // the noise slower than the last picked.
 func TestSeparated(t *testing.T) {
 	meas := []float64{1.00, 1.50, 1.01, 1.04, 1.12, 2.00}
-	if got := separated(meas, 0.05); !slices.Equal(got, []int{0, 4, 1, 5}) {
+	reach := func(r float64) []float64 { return []float64{r, r, r, r, r, r} }
+	if got := separated(meas, reach(0.05)); !slices.Equal(got, []int{0, 4, 1, 5}) {
 		t.Errorf("separated %v, want [0 4 1 5]", got)
 	}
-	if got := separated(meas, 5); !slices.Equal(got, []int{0}) {
+	// 1.12's runs 40 % apart: 1.50 is apart from 1.00 but not from it,
+	// and is picked after 1.00.
+	if got := separated(meas, []float64{0.05, 0.05, 0.05, 0.05, 0.4, 0.05}); !slices.Equal(got, []int{0, 1, 5}) {
+		t.Errorf("separated with 1.12's runs 40 %% apart: %v, want [0 1 5]", got)
+	}
+	if got := separated(meas, reach(5)); !slices.Equal(got, []int{0}) {
 		t.Errorf("with a noise wider than every gap: %v", got)
 	}
 	s := validationSummary{Rows: []validationRow{
@@ -133,7 +146,7 @@ func TestValidateCalibrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	if st := run([]string{"validate", "--calibrate", "--steps", "3", "--json", "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+	if st := run([]string{"validate", "--calibrate", "--steps", "3", "--instances", "1", "--json", "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
 		t.Fatalf("status %d: %s", st, stderr.String())
 	}
 	var sum validationSummary
