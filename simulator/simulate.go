@@ -298,6 +298,15 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	for s := range clock {
 		tl.Step = max(tl.Step, clock[s])
 	}
+	if c := m.Overhead.Cores; m.SharedCores && c > 0 && m.Topo.GPUsPerNode*m.Topo.Nodes > c {
+		// The ranks queue for the cores: the step is theirs (Gated);
+		// the spans stay the evenly shared ones.
+		step, err := Gated(p, m, c)
+		if err != nil {
+			return nil, err
+		}
+		tl.Step = step
+	}
 	tl.Exposed = tl.Step - tl.Compute
 	// Peak memory: frees before allocations at equal times (a buffer
 	// freed as another is allocated does not coexist with it).

@@ -115,9 +115,15 @@ type PackRow struct {
 // from the pool, the hand-off from one instruction to the next), and
 // Wake the seconds a compute stream that waited for an event takes to go
 // on after it is recorded (waking the stream, and on CPU ranks sharing
-// cores, its turn for one).
+// cores, its turn for one). Cores, when above 0 (an experimental
+// model, which no measurement sets: a profile's `cores` row), is the
+// cores the ranks share, being more than them, as goroutines of one
+// process (the runtime's gate lets that many compute at once): the
+// simulator then has the ranks queue for them (simulator.Gated) instead
+// of charging Wake and Collective.
 type Overhead struct {
 	KernelScale, Collective, Instruction, Wake float64
+	Cores                                      int
 }
 
 // Header lines of the tables and the version line.
@@ -267,8 +273,13 @@ func (p *Profile) parseOverhead(f []string) error {
 		p.Overhead.Instruction = s
 	case "wake":
 		p.Overhead.Wake = s
+	case "cores":
+		if s != math.Trunc(s) || s > 1<<20 {
+			return fmt.Errorf("cores %q must be a whole number", f[1])
+		}
+		p.Overhead.Cores = int(s)
 	default:
-		return fmt.Errorf("unknown overhead %q (kernel_scale, collective, instruction, wake)", f[0])
+		return fmt.Errorf("unknown overhead %q (kernel_scale, collective, instruction, wake, cores)", f[0])
 	}
 	return nil
 }
@@ -649,6 +660,9 @@ func (p *Profile) Write(w io.Writer) error {
 		}
 		if o.Wake > 0 {
 			fmt.Fprintf(bw, "wake,%s\n", g4(o.Wake))
+		}
+		if o.Cores > 0 {
+			fmt.Fprintf(bw, "cores,%d\n", o.Cores)
 		}
 	}
 	return bw.Flush()
