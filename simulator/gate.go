@@ -291,15 +291,7 @@ func (g *gate) exec(r, s int) error {
 		}
 		g.waiting[r][in.Event] = nil
 	case ir.Kernel:
-		g.shapes = g.shapes[:0]
-		for _, a := range in.Args {
-			b := &g.p.Buffers[a]
-			if len(b.Shape) > 0 {
-				g.shapes = append(g.shapes, b.Shape)
-			} else {
-				g.shapes = append(g.shapes, []int64{b.Elems})
-			}
-		}
+		g.shapes = argShapes(g.p, in, g.shapes[:0])
 		dur := g.m.KernelTime(in.Kern, g.shapes, g.p.Buffers[in.Args[0]].DType, in.Flops)
 		if g.packs[s] != nil && g.packs[s][x.at] {
 			dur += g.m.PackTime(in.Kern, g.p.Buffers[in.Args[1]].Shape)

@@ -165,15 +165,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 				name := ""
 				switch in.Op {
 				case ir.Kernel:
-					shapes = shapes[:0]
-					for _, a := range in.Args {
-						b := &p.Buffers[a]
-						if len(b.Shape) > 0 {
-							shapes = append(shapes, b.Shape)
-						} else {
-							shapes = append(shapes, []int64{b.Elems})
-						}
-					}
+					shapes = argShapes(p, in, shapes[:0])
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					if packs[s] != nil && packs[s][at[s]] {
@@ -345,6 +337,20 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	slices.Sort(tl.PeakBuffers)
 	return &tl, nil
+}
+
+// argShapes appends the shapes of in's arguments to dst (a flat buffer
+// is one dimension), as KernelTime takes them.
+func argShapes(p *ir.Program, in *ir.Instr, dst [][]int64) [][]int64 {
+	for _, a := range in.Args {
+		b := &p.Buffers[a]
+		if len(b.Shape) > 0 {
+			dst = append(dst, b.Shape)
+		} else {
+			dst = append(dst, []int64{b.Elems})
+		}
+	}
+	return dst
 }
 
 // advance moves the collectives in flight from now to the next event: a
