@@ -55,9 +55,10 @@ type topoFields struct {
 }
 
 type collKey struct {
-	c     Coll
-	bytes float64
-	g     ir.Factor
+	c      Coll
+	bytes  float64
+	g      ir.Factor
+	shared bool
 }
 
 // collMemoMax bounds the memo; past it, it starts again.
@@ -159,15 +160,29 @@ var nccl = struct {
 // and a pure function of its arguments (the planner's lower bound relies
 // on it). A measured profile covering (c, g) replaces the time.
 func (t *Topology) Collective(c Coll, bytes float64, g ir.Factor) CollCost {
-	n := g.Size()
-	if n <= 1 || !(bytes > 0) {
+	return t.lookup(collKey{c, bytes, g, false})
+}
+
+// SharedGather is Collective of the all-gather the CPU runtime's local
+// ranks share: one buffer every member reads, each member copying only
+// its own part into it (engine's AllGatherShared), timed by the
+// profile's all_gather_shared rows. Where the profile has none (ranks
+// in separate processes, GPUs), it is the plain all-gather's.
+func (t *Topology) SharedGather(bytes float64, g ir.Factor) CollCost {
+	return t.lookup(collKey{AllGather, bytes, g, true})
+}
+
+// lookup is Collective's or SharedGather's answer, from the memo where
+// the topology keeps one.
+func (t *Topology) lookup(k collKey) CollCost {
+	n := k.g.Size()
+	if n <= 1 || !(k.bytes > 0) {
 		return CollCost{}
 	}
 	if t.memo == nil {
-		return t.collective(c, bytes, g)
+		return t.collective(k)
 	}
 	on := topoFields{t.GPUsPerNode, t.Nodes, t.IntraBW, t.InterBW, t.IntraLatency, t.InterLat, t.Profile}
-	k := collKey{c, bytes, g}
 	t.memo.Lock()
 	if t.memo.on != on || len(t.memo.m) >= collMemoMax {
 		t.memo.on, t.memo.m = on, map[collKey]CollCost{}
@@ -177,7 +192,7 @@ func (t *Topology) Collective(c Coll, bytes float64, g ir.Factor) CollCost {
 	if ok {
 		return cc
 	}
-	cc = t.collective(c, bytes, g)
+	cc = t.collective(k)
 	t.memo.Lock()
 	if t.memo.on == on {
 		t.memo.m[k] = cc
@@ -186,11 +201,19 @@ func (t *Topology) Collective(c Coll, bytes float64, g ir.Factor) CollCost {
 	return cc
 }
 
-// collective is Collective's answer, computed.
-func (t *Topology) collective(c Coll, bytes float64, g ir.Factor) CollCost {
+// collective is lookup's answer, computed.
+func (t *Topology) collective(k collKey) CollCost {
+	c, bytes, g := k.c, k.bytes, k.g
 	cc := t.analytic(c, bytes, g)
 	if t.Profile != nil {
-		if bw, ok := t.Profile.Bandwidth(c, g, bytes); ok {
+		bw, ok := 0.0, false
+		if k.shared {
+			bw, ok = t.Profile.SharedBandwidth(g, bytes)
+		}
+		if !ok {
+			bw, ok = t.Profile.Bandwidth(c, g, bytes)
+		}
+		if ok {
 			w := cc.Time - cc.Latency
 			cc.Time = bytes / bw
 			cc.Latency = min(cc.Latency, cc.Time)

@@ -237,13 +237,10 @@ func MeasureCollective(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps
 // when every rank's backend has finished (Sync).
 func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
 	n := topo.Ranks()
-	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
-		return 0, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
+	if err := checkProbeGroup(topo, f, elems); err != nil {
+		return 0, err
 	}
 	size := f.Size()
-	if elems < size || elems%size != 0 {
-		return 0, fmt.Errorf("%d elements do not split over a group of %d", elems, size)
-	}
 	w := NewLocalWorld(n)
 	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
 	type member struct {
@@ -306,6 +303,56 @@ func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, re
 			}
 		}
 		return m.comm.be.Sync()
+	})
+}
+
+// checkProbeGroup refuses a group shape that does not divide topo, or
+// elems that do not split over its members.
+func checkProbeGroup(topo ir.Topology, f ir.Factor, elems int) error {
+	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
+		return fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
+	}
+	if size := f.Size(); elems < size || elems%size != 0 {
+		return fmt.Errorf("%d elements do not split over a group of %d", elems, size)
+	}
+	return nil
+}
+
+// MeasureSharedGather is MeasureCollective of the all-gather the local
+// ranks share (AllGatherShared: each member copies its own part into one
+// buffer of the world's pool that every member reads, and gives it back),
+// as a step runs a gather into a buffer only gathers write: elems is the
+// gathered buffer's, every group of shape f running it at once.
+func MeasureSharedGather(topo ir.Topology, f ir.Factor, elems int, reps int) (float64, error) {
+	n := topo.Ranks()
+	if err := checkProbeGroup(topo, f, elems); err != nil {
+		return 0, err
+	}
+	size := f.Size()
+	w := NewLocalWorld(n)
+	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	comms := make([]*localComm, n)
+	groups := make([][]int, n)
+	ins, outs := make([][]float32, n), make([][]float32, n)
+	for r := range n {
+		comms[r] = &localComm{w: w, rank: r}
+		groups[r] = grp.Ranks(topo, r)
+		ins[r] = make([]float32, elems/size)
+		for i := range ins[r] {
+			ins[r][i] = 1
+		}
+		// The rank's own buffer, which a shared gather only checks.
+		outs[r] = make([]float32, elems)
+	}
+	return timeRanks(n, reps, func(r, calls int) error {
+		for range calls {
+			_, release, _, err := comms[r].AllGatherShared(ir.CommGather, groups[r], ins[r], outs[r])
+			if err != nil {
+				return err
+			}
+			release()
+		}
+		return nil
 	})
 }
 

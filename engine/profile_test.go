@@ -54,3 +54,24 @@ func TestMeasureCollective(t *testing.T) {
 		t.Error("a size that does not split over the group was measured")
 	}
 }
+
+// The shared all-gather is measured over every group shape, and refused
+// where the shape or the size does not split.
+func TestMeasureSharedGather(t *testing.T) {
+	topo := ir.Topology{GPUsPerNode: 4, Nodes: 2}
+	for _, f := range []ir.Factor{{S0: 2, S1: 1}, {S0: 4, S1: 2}, {S0: 1, S1: 2}} {
+		s, err := engine.MeasureSharedGather(topo, f, 1024, 2)
+		if err != nil {
+			t.Fatalf("%v: %v", f, err)
+		}
+		if !(s > 0) {
+			t.Errorf("%v: %v s", f, s)
+		}
+	}
+	if _, err := engine.MeasureSharedGather(topo, ir.Factor{S0: 3, S1: 1}, 1023, 1); err == nil {
+		t.Error("a group shape that does not divide the topology was measured")
+	}
+	if _, err := engine.MeasureSharedGather(topo, ir.Factor{S0: 4, S1: 1}, 1022, 1); err == nil {
+		t.Error("a size that does not split over the group was measured")
+	}
+}

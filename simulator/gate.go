@@ -47,6 +47,7 @@ func Gated(p *ir.Program, m *cost.Machine, cores int) (float64, error) {
 	if m.Packs() {
 		g.packs = Packings(p)
 	}
+	g.shared = SharedGathers(p, m)
 	g.st = make([][ir.NumStreams]gStream, n)
 	g.recorded = make([][]float64, n)
 	g.waiting = make([][][]int, n)
@@ -101,13 +102,14 @@ type gColl struct {
 }
 
 type gate struct {
-	p     *ir.Program
-	m     *cost.Machine
-	topo  ir.Topology
-	n     int
-	cores int
-	share float64
-	packs [ir.NumStreams][]bool
+	p      *ir.Program
+	m      *cost.Machine
+	topo   ir.Topology
+	n      int
+	cores  int
+	share  float64
+	packs  [ir.NumStreams][]bool
+	shared []bool // SharedGathers
 
 	st       [][ir.NumStreams]gStream
 	recorded [][]float64 // by rank and event: when (NaN: not yet)
@@ -303,7 +305,7 @@ func (g *gate) exec(r, s int) error {
 			return nil
 		}
 	case ir.Collective:
-		cc := g.m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+		cc := collCost(g.m, in, g.shared)
 		if !(cc.Time > 0) || g.m.NoComm {
 			break
 		}

@@ -42,7 +42,7 @@ func Packings(p *ir.Program) [ir.NumStreams][]bool {
 			isP[l.P] = true
 		}
 	}
-	shareable := gatheredOnly(p)
+	shareable := Shareable(p)
 	gen := make([]int, n)
 	stable := make([]bool, n)
 	type key struct {
@@ -120,10 +120,10 @@ func walk(p *ir.Program, f func(s, i int, in *ir.Instr)) {
 	}
 }
 
-// gatheredOnly marks the transient buffers (allocated in the step) that
+// Shareable marks the transient buffers (allocated in the step) that
 // only all-gathers write, one of them into the whole buffer: the gathers
 // the local ranks share (engine's findShareable).
-func gatheredOnly(p *ir.Program) []bool {
+func Shareable(p *ir.Program) []bool {
 	ok := make([]bool, len(p.Buffers))
 	whole := make([]bool, len(p.Buffers))
 	for _, ins := range p.Streams {

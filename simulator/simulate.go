@@ -138,6 +138,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	if m.Packs() {
 		packs = Packings(p)
 	}
+	shared := SharedGathers(p, m)
 	// now is the time up to which collectives have progressed; every
 	// flight starts at or after it.
 	now := 0.0
@@ -187,7 +188,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 						mem = append(mem, memEvent{clock[s] + dur, -ws, -wsHost, -1, false})
 					}
 				case ir.Collective:
-					cc := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner))
+					cc := collCost(m, in, shared)
 					if cc.Time > 0 {
 						cc.Time += m.Overhead.Collective
 						cc.Latency += m.Overhead.Collective
@@ -337,6 +338,29 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	slices.Sort(tl.PeakBuffers)
 	return &tl, nil
+}
+
+// SharedGathers marks, by buffer id, the buffers whose all-gathers the
+// CPU runtime's local ranks share (Shareable: the member copies its
+// own part into one buffer all of them read), where m's profile
+// measured such gathers (all_gather_shared rows: the ranks ran in one
+// process); nil where it did not, and every gather is a plain one.
+func SharedGathers(p *ir.Program, m *cost.Machine) []bool {
+	if m.Topo == nil || m.Topo.Profile == nil || !m.Topo.Profile.HasShared() {
+		return nil
+	}
+	return Shareable(p)
+}
+
+// collCost is the cost of collective in on m: a gather into a shared
+// buffer (shared[in.Out], SharedGathers) as the shared gather, the others
+// as one call over the group.
+func collCost(m *cost.Machine, in *ir.Instr, shared []bool) cost.CollCost {
+	g := in.Group.Outer.Div(in.Group.Inner)
+	if in.Coll == ir.AllGather && shared != nil && shared[in.Out] {
+		return m.Topo.SharedGather(float64(in.Bytes), g)
+	}
+	return m.Topo.Collective(in.Coll, float64(in.Bytes), g)
 }
 
 // argShapes appends the shapes of in's arguments to dst (a flat buffer

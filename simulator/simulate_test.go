@@ -2,10 +2,12 @@ package simulator_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"amspc/compiler"
 	"amspc/cost"
+	"amspc/cost/profile"
 	"amspc/internal/testjob"
 	"amspc/ir"
 	. "amspc/simulator"
@@ -19,6 +21,7 @@ import (
 func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slowed int) {
 	t.Helper()
 	packs := Packings(p)
+	shared := SharedGathers(p, m)
 	for _, sp := range tl.Spans {
 		in := p.Streams[sp.Stream][sp.Index]
 		switch in.Op {
@@ -45,7 +48,12 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 				t.Fatalf("%s %d %s: %g s, KernelTime %g s", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, want)
 			}
 		case ir.Collective:
-			solo := m.Topo.Collective(in.Coll, float64(in.Bytes), in.Group.Outer.Div(in.Group.Inner)).Time + m.Overhead.Collective
+			g := in.Group.Outer.Div(in.Group.Inner)
+			cc := m.Topo.Collective(in.Coll, float64(in.Bytes), g)
+			if in.Coll == ir.AllGather && shared != nil && shared[in.Out] {
+				cc = m.Topo.SharedGather(float64(in.Bytes), g)
+			}
+			solo := cc.Time + m.Overhead.Collective
 			if sp.Dur < solo {
 				t.Fatalf("%s %d %s: %g s, sooner than alone (%g s)", ir.StreamName(sp.Stream), sp.Index, sp.Name, sp.Dur, solo)
 			}
@@ -260,6 +268,65 @@ func TestSimulateSharedCores(t *testing.T) {
 	}
 	if s.Compute < a.Compute {
 		t.Errorf("shared compute %g s < %g s alone", s.Compute, a.Compute)
+	}
+}
+
+// TestSimulateSharedGathers: where the profile measured the all-gather
+// the local CPU ranks share (all_gather_shared), ZeRO-3's gathers into
+// buffers only gathers write take its time, not the plain gather's; a
+// profile without those rows costs every gather as a plain one.
+func TestSimulateSharedGathers(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ir.Factor{S0: 4, S1: 2}
+	prog := buildFor(t, cost.Factors{P: f, G: f, OS: f})
+	const plainRows = "collective,s0,s1,bytes,effective_gbps\nall_gather,4,2,4096,0.01\nall_gather,4,2,1e9,0.01\n"
+	steps := map[bool]float64{}
+	for _, withShared := range []bool{false, true} {
+		text := plainRows
+		if withShared {
+			text += "all_gather_shared,4,2,4096,10\nall_gather_shared,4,2,1e9,10\n"
+		}
+		prof, err := profile.Parse("p.csv", strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo := *m.Topo
+		topo.Profile = prof
+		mach := cost.NewMachine(job.Cluster, &topo)
+		tl, err := Simulate(prog, mach, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSpans(t, prog, mach, tl)
+		shareable := Shareable(prog)
+		fast := 0
+		for _, sp := range tl.Spans {
+			in := prog.Streams[sp.Stream][sp.Index]
+			if in.Op != ir.Collective || in.Coll != ir.AllGather {
+				continue
+			}
+			plain := float64(in.Bytes) / 0.01e9
+			switch {
+			case withShared && shareable[in.Out]:
+				if sp.Dur >= plain/100 {
+					t.Errorf("%s: shared gather of %d bytes took %g s, the plain gather's %g s", sp.Name, in.Bytes, sp.Dur, plain)
+				}
+				fast++
+			case sp.Dur < plain*(1-1e-9):
+				t.Errorf("%s (shared rows %v, shareable %v): %g s, under the plain gather's %g s", sp.Name, withShared, shareable[in.Out], sp.Dur, plain)
+			}
+		}
+		if withShared && fast == 0 {
+			t.Error("ZeRO-3 of tiny has no gather into a shareable buffer")
+		}
+		steps[withShared] = tl.Step
+	}
+	if steps[true] >= steps[false] {
+		t.Errorf("step with shared gathers %g s, not under %g s with plain ones", steps[true], steps[false])
 	}
 }
 

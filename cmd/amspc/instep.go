@@ -41,11 +41,12 @@ func kernelKey(p *ir.Program, in *ir.Instr) string {
 
 // inStepRun is one plan's run, traced a step at a time.
 type inStepRun struct {
-	r     *compiler.Result
-	run   *engine.Run
-	trace *engine.Trace
-	share float64 // ranks per core, when the ranks outnumber the cores
-	packs map[*ir.Program][ir.NumStreams][]bool
+	r      *compiler.Result
+	run    *engine.Run
+	trace  *engine.Trace
+	share  float64 // ranks per core, when the ranks outnumber the cores
+	packs  map[*ir.Program][ir.NumStreams][]bool
+	shared map[*ir.Program][]bool // simulator.Shareable
 }
 
 // startInStep starts r's plan on the local ranks and takes one untimed
@@ -62,7 +63,7 @@ func startInStep(r *compiler.Result, tokens []int32) (*inStepRun, error) {
 	tr.Start()
 	ranks := float64(r.Bundle.Topo.Ranks())
 	return &inStepRun{r: r, run: run, trace: tr, share: max(1, ranks/float64(runtime.GOMAXPROCS(0))),
-		packs: map[*ir.Program][ir.NumStreams][]bool{}}, nil
+		packs: map[*ir.Program][ir.NumStreams][]bool{}, shared: map[*ir.Program][]bool{}}, nil
 }
 
 // step takes one traced step.
@@ -100,12 +101,14 @@ type inStepSamples struct {
 }
 
 // inStepColl is one traced collective: its kind, group shape, bytes as
-// the program counts them, and seconds.
+// the program counts them, seconds, and whether it gathered into a
+// buffer the local ranks share (simulator.Shareable).
 type inStepColl struct {
-	c     ir.Coll
-	g     ir.Factor
-	bytes float64
-	secs  float64
+	c      ir.Coll
+	g      ir.Factor
+	bytes  float64
+	secs   float64
+	shared bool
 }
 
 func newInStepSamples() *inStepSamples {
@@ -140,7 +143,11 @@ func (in *inStepSamples) wake() float64 {
 func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 	var extra []float64
 	for _, c := range in.colls {
-		extra = append(extra, c.secs-topo.Collective(c.c, c.bytes, c.g).Time)
+		cc := topo.Collective(c.c, c.bytes, c.g)
+		if c.shared {
+			cc = topo.SharedGather(c.bytes, c.g)
+		}
+		extra = append(extra, c.secs-cc.Time)
 	}
 	return max(0, median(extra))
 }
@@ -171,8 +178,14 @@ func (s *inStepRun) times(out *inStepSamples) {
 		if sp.Stream != ir.Compute {
 			continue
 		}
-		if sp.Instr.Op == ir.Collective {
-			out.colls = append(out.colls, inStepColl{sp.Instr.Coll, sp.Instr.Group.Outer.Div(sp.Instr.Group.Inner), float64(sp.Instr.Bytes), sp.Dur.Seconds()})
+		if in := sp.Instr; in.Op == ir.Collective {
+			p := s.r.Bundle.Template(sp.Rank)
+			shared, ok := s.shared[p]
+			if !ok {
+				shared = simulator.Shareable(p)
+				s.shared[p] = shared
+			}
+			out.colls = append(out.colls, inStepColl{in.Coll, in.Group.Outer.Div(in.Group.Inner), float64(in.Bytes), sp.Dur.Seconds(), in.Coll == ir.AllGather && shared[in.Out]})
 		}
 		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
 			if a := prev.Start + prev.Dur; !busy.overlaps(a, sp.Start) {

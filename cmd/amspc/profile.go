@@ -93,8 +93,12 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, inStepLine)
 	}
 	printSlowest(stdout, ks)
-	fmt.Fprintf(stdout, "  collectives: 4 kinds x %d group shapes x %d sizes (%s to %s), measured in %s\n",
-		len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
+	kinds := "4 kinds"
+	if prof.HasShared() {
+		kinds = "4 kinds and the shared all-gather"
+	}
+	fmt.Fprintf(stdout, "  collectives: %s x %d group shapes x %d sizes (%s to %s), measured in %s\n",
+		kinds, len(shapes), len(sizes), shortBytes(float64(sizes[0])), shortBytes(float64(sizes[len(sizes)-1])), dur(collTime.Seconds()))
 	printAllReduce(stdout, prof, c, sizes[len(sizes)-1])
 	fmt.Fprintf(stdout, "  rank 0's kernels of one %s step add up to %s by this profile\n", plans[0].Name, dur(profiledStep(prof, results[0])))
 	if fit != nil {
@@ -297,7 +301,8 @@ const inStepSteps = 3
 
 // measureCollectives times every collective kind over every group shape
 // of the cluster at sizes from --min-bytes to --max-bytes, by factors of
-// 4, and adds their rows to prof.
+// 4, and adds their rows to prof; on CPU ranks, also the all-gather into
+// a buffer the ranks share.
 func (o *profileOptions) measureCollectives(prof *profile.Profile, topo ir.Topology, stderr io.Writer) ([]ir.Factor, []int64, bool) {
 	shapes := groupShapes(topo.GPUsPerNode, topo.Nodes)
 	var sizes []int64
@@ -320,6 +325,24 @@ func (o *profileOptions) measureCollectives(prof *profile.Profile, topo ir.Topol
 				bytes := float64(4 * n)
 				prof.AddCollective(profile.CollectiveRow{Coll: coll, Group: f, Bytes: bytes, GBps: bytes / s / 1e9})
 			}
+		}
+		if o.device != "cpu" {
+			continue
+		}
+		// The CPU ranks of one process gather a parameter into one
+		// buffer they share (all_gather_shared rows).
+		for _, b := range sizes {
+			n := int(b/4) / f.Size() * f.Size()
+			if n == 0 {
+				continue
+			}
+			s, err := engine.MeasureSharedGather(topo, f, n, o.reps)
+			if err != nil {
+				fmt.Fprintf(stderr, "amspc profile: shared all_gather over %v: %v\n", f, err)
+				return nil, nil, false
+			}
+			bytes := float64(4 * n)
+			prof.AddCollective(profile.CollectiveRow{Coll: cost.AllGather, Group: f, Bytes: bytes, GBps: bytes / s / 1e9, Shared: true})
 		}
 	}
 	return shapes, sizes, true

@@ -31,9 +31,13 @@ func TestProfileCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 2 x 4 ranks: group shapes 2x1 4x1 1x2 2x2 4x2; sizes 4K and 16K.
-	if n := len(p.Collectives); n != 5*4*2 {
-		t.Errorf("%d collective rows, want 40", n)
+	// 2 x 4 ranks: group shapes 2x1 4x1 1x2 2x2 4x2; sizes 4K and 16K;
+	// four kinds and the shared all-gather.
+	if n := len(p.Collectives); n != 5*5*2 {
+		t.Errorf("%d collective rows, want 50", n)
+	}
+	if _, ok := p.SharedBandwidth(ir.Factor{S0: 4, S1: 2}, 1<<20); !ok {
+		t.Error("no shared all_gather over 4x2")
 	}
 	if got := p.MetaValue("ranks"); !strings.HasPrefix(got, "8 (2 nodes x 4 per node)") {
 		t.Errorf("ranks metadata %q", got)

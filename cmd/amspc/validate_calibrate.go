@@ -14,6 +14,7 @@ import (
 	"amspc/cost/profile"
 	"amspc/engine"
 	"amspc/ir"
+	"amspc/simulator"
 )
 
 // A calibration measures, between the rounds of validate's rotation,
@@ -46,13 +47,16 @@ type calibration struct {
 
 // collProbe is one collective the programs run: its kind, its group's
 // shape, its size in elements (the CPU ranks store every float as
-// float32, so a bf16 collective moves as many float32s) and its size in
-// bytes as the program counts them (which the cost model looks up).
+// float32, so a bf16 collective moves as many float32s), its size in
+// bytes as the program counts them (which the cost model looks up), and
+// whether it is an all-gather into a buffer the ranks share
+// (simulator.Shareable).
 type collProbe struct {
-	c     ir.Coll
-	g     ir.Factor
-	elems int
-	bytes int64
+	c      ir.Coll
+	g      ir.Factor
+	elems  int
+	bytes  int64
+	shared bool
 }
 
 // calibrationReps is the samples of each measurement in a round (their
@@ -88,6 +92,7 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 	}
 	c := &calibration{topo: topo, reps: calibrationReps, kernels: distinctKernels(results), packs: distinctPacks(results)}
 	seen := map[collProbe]bool{}
+	shareable := map[*ir.Program][]bool{}
 	eachInstr(results, ir.Collective, func(p *ir.Program, in *ir.Instr) {
 		g := in.Group.Outer.Div(in.Group.Inner)
 		n := g.Size()
@@ -99,7 +104,12 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 		if n < 2 || elems == 0 {
 			return
 		}
-		if pr := (collProbe{in.Coll, g, elems, in.Bytes}); !seen[pr] {
+		sh, ok := shareable[p]
+		if !ok {
+			sh = simulator.Shareable(p)
+			shareable[p] = sh
+		}
+		if pr := (collProbe{in.Coll, g, elems, in.Bytes, in.Coll == ir.AllGather && sh[in.Out]}); !seen[pr] {
 			seen[pr] = true
 			c.colls = append(c.colls, pr)
 		}
@@ -108,6 +118,9 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 		a, b := c.colls[i], c.colls[j]
 		if a.c != b.c {
 			return a.c < b.c
+		}
+		if a.shared != b.shared {
+			return !a.shared
 		}
 		if a.g != b.g {
 			return a.g.S1 < b.g.S1 || a.g.S1 == b.g.S1 && a.g.S0 < b.g.S0
@@ -172,7 +185,13 @@ func (c *calibration) measure() error {
 		c.pt[j] = append(c.pt[j], s)
 	}
 	for i, p := range c.colls {
-		s, err := engine.MeasureCollective(c.topo, p.c, p.g, p.elems, c.reps)
+		measure := engine.MeasureCollective
+		if p.shared {
+			measure = func(topo ir.Topology, _ ir.Coll, f ir.Factor, elems, reps int) (float64, error) {
+				return engine.MeasureSharedGather(topo, f, elems, reps)
+			}
+		}
+		s, err := measure(c.topo, p.c, p.g, p.elems, c.reps)
 		if err != nil {
 			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
 		}
@@ -221,7 +240,7 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	addKernels(prof, ks, packs)
 	for i, p := range c.colls {
 		bytes := float64(p.bytes)
-		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9})
+		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9, Shared: p.shared})
 	}
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)

@@ -38,7 +38,11 @@ import (
 // time in GB/s (10^9 bytes per second, the paper's w). Between measured
 // sizes the bandwidth is interpolated linearly in log(size) and
 // log(bandwidth); outside them it is held at the nearest measurement. A
-// group shape the profile lacks falls back to the analytic model.
+// group shape the profile lacks falls back to the analytic model. An
+// all_gather_shared row is the all-gather the CPU runtime's local ranks
+// share (a parameter gathered into one buffer all members read, each
+// member copying only its own part; engine's AllGatherShared), measured
+// where ranks are goroutines of one process (SharedBandwidth).
 //
 // Kernel rows: the op (ir's name), its operands' shapes, the dtype of
 // its first result, its FLOP count and the median seconds of one call
@@ -71,10 +75,11 @@ type Profile struct {
 	Overhead    Overhead
 	Packs       []PackRow
 
-	rows    map[profileKey][]profilePoint
-	exact   map[kernelKey][]float64 // seconds of each dtype measured
-	byKind  map[ir.OpKind][]ratePoint
-	indexed bool
+	rows      map[profileKey][]profilePoint
+	hasShared bool                    // a row is Shared
+	exact     map[kernelKey][]float64 // seconds of each dtype measured
+	byKind    map[ir.OpKind][]ratePoint
+	indexed   bool
 }
 
 // MetaEntry is one `# key = value` line.
@@ -86,6 +91,20 @@ type CollectiveRow struct {
 	Group ir.Factor // s0 x s1
 	Bytes float64
 	GBps  float64 // effective bandwidth, 10^9 bytes/s
+	// Shared: an all-gather into one buffer the local ranks share
+	// (all_gather_shared), not one into each member's own.
+	Shared bool
+}
+
+// sharedGatherName is a shared all-gather's name in the CSV.
+const sharedGatherName = "all_gather_shared"
+
+// name is the row's collective as the CSV names it.
+func (r CollectiveRow) name() string {
+	if r.Shared {
+		return sharedGatherName
+	}
+	return r.Coll.String()
 }
 
 // KernelRow is one measured kernel.
@@ -138,6 +157,7 @@ const (
 type profileKey struct {
 	c      Coll
 	s0, s1 int
+	shared bool
 }
 
 type profilePoint struct{ logBytes, logBW float64 }
@@ -231,7 +251,7 @@ func Parse(name string, r io.Reader) (*Profile, error) {
 			if err != nil {
 				return nil, errf("%v", err)
 			}
-			key = fmt.Sprintf("%v %v %g", row.Coll, row.Group, row.Bytes)
+			key = fmt.Sprintf("%s %v %g", row.name(), row.Group, row.Bytes)
 			p.Collectives = append(p.Collectives, row)
 		} else {
 			row, err := parseKernelRow(f)
@@ -289,8 +309,12 @@ func parseCollectiveRow(f []string) (CollectiveRow, error) {
 		return CollectiveRow{}, fmt.Errorf("want 5 fields (%s), got %d", collectiveHeader, len(f))
 	}
 	c, ok := ir.ParseColl(f[0])
+	shared := f[0] == sharedGatherName
+	if shared {
+		c, ok = ir.AllGather, true
+	}
 	if !ok {
-		return CollectiveRow{}, fmt.Errorf("unknown collective %q (all_gather, reduce_scatter, all_reduce, broadcast)", f[0])
+		return CollectiveRow{}, fmt.Errorf("unknown collective %q (all_gather, reduce_scatter, all_reduce, broadcast, %s)", f[0], sharedGatherName)
 	}
 	s0, e0 := strconv.Atoi(f[1])
 	s1, e1 := strconv.Atoi(f[2])
@@ -304,7 +328,7 @@ func parseCollectiveRow(f []string) (CollectiveRow, error) {
 	case e3 != nil || !positive(bw):
 		return CollectiveRow{}, fmt.Errorf("bandwidth %q must be a positive number of GB/s", f[4])
 	}
-	return CollectiveRow{Coll: c, Group: ir.Factor{S0: s0, S1: s1}, Bytes: bytes, GBps: bw}, nil
+	return CollectiveRow{Coll: c, Group: ir.Factor{S0: s0, S1: s1}, Bytes: bytes, GBps: bw, Shared: shared}, nil
 }
 
 func parseKernelRow(f []string) (KernelRow, error) {
@@ -454,8 +478,10 @@ func (p *Profile) index() {
 		return
 	}
 	p.rows = map[profileKey][]profilePoint{}
+	p.hasShared = false
 	for _, r := range p.Collectives {
-		k := profileKey{r.Coll, r.Group.S0, r.Group.S1}
+		p.hasShared = p.hasShared || r.Shared
+		k := profileKey{r.Coll, r.Group.S0, r.Group.S1, r.Shared}
 		p.rows[k] = append(p.rows[k], profilePoint{math.Log(r.Bytes), math.Log(r.GBps * 1e9)})
 	}
 	for _, pts := range p.rows {
@@ -498,7 +524,21 @@ func mean(xs []float64) float64 {
 // Bandwidth is the effective bandwidth (bytes/s) of c over g at size
 // bytes, and whether the profile covers that collective and group.
 func (p *Profile) Bandwidth(c Coll, g ir.Factor, bytes float64) (float64, bool) {
-	pts := p.rows[profileKey{c, g.S0, g.S1}]
+	return p.bandwidth(profileKey{c, g.S0, g.S1, false}, bytes)
+}
+
+// SharedBandwidth is Bandwidth of the shared all-gather (all_gather_shared
+// rows) over g at size bytes (the whole gathered buffer), and whether the
+// profile measured it: only where the ranks run in one process.
+func (p *Profile) SharedBandwidth(g ir.Factor, bytes float64) (float64, bool) {
+	return p.bandwidth(profileKey{ir.AllGather, g.S0, g.S1, true}, bytes)
+}
+
+// HasShared says whether the profile measured shared all-gathers.
+func (p *Profile) HasShared() bool { return p.hasShared }
+
+func (p *Profile) bandwidth(k profileKey, bytes float64) (float64, bool) {
+	pts := p.rows[k]
 	if len(pts) == 0 {
 		return 0, false
 	}
@@ -598,6 +638,8 @@ func (p *Profile) Write(w io.Writer) error {
 			switch {
 			case a.Coll != b.Coll:
 				return a.Coll < b.Coll
+			case a.Shared != b.Shared:
+				return !a.Shared
 			case a.Group.S1 != b.Group.S1:
 				return a.Group.S1 < b.Group.S1
 			case a.Group.S0 != b.Group.S0:
@@ -607,7 +649,7 @@ func (p *Profile) Write(w io.Writer) error {
 		})
 		fmt.Fprintln(bw, collectiveHeader)
 		for _, r := range rows {
-			fmt.Fprintf(bw, "%v,%d,%d,%s,%s\n", r.Coll, r.Group.S0, r.Group.S1,
+			fmt.Fprintf(bw, "%s,%d,%d,%s,%s\n", r.name(), r.Group.S0, r.Group.S1,
 				strconv.FormatFloat(r.Bytes, 'f', -1, 64), g4(r.GBps))
 		}
 	}

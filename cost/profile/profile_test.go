@@ -62,6 +62,65 @@ matmul,128x64;64x64,f32,1048576,0.001
 	}
 }
 
+// Shared all-gathers (all_gather_shared) read and write back after the
+// plain ones of their kind, and are looked up apart from them: a plain
+// gather of the same group and size is another measurement.
+func TestProfileSharedGather(t *testing.T) {
+	const text = `# amspc profile v3
+collective,s0,s1,bytes,effective_gbps
+all_gather_shared,2,1,65536,8
+all_gather,2,1,65536,2
+all_gather_shared,2,1,4096,1
+reduce_scatter,2,1,4096,3
+`
+	p, err := Parse("p.csv", strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := p.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `# amspc profile v3
+collective,s0,s1,bytes,effective_gbps
+all_gather,2,1,65536,2
+all_gather_shared,2,1,4096,1
+all_gather_shared,2,1,65536,8
+reduce_scatter,2,1,4096,3
+`
+	if b.String() != want {
+		t.Errorf("written:\n%s\nwant:\n%s", b.String(), want)
+	}
+	g := ir.Factor{S0: 2, S1: 1}
+	if bw, ok := p.Bandwidth(ir.AllGather, g, 65536); !ok || math.Abs(bw-2e9) > 1 {
+		t.Errorf("plain all_gather: %g, %v; want 2e9 (the plain row)", bw, ok)
+	}
+	if bw, ok := p.SharedBandwidth(g, 65536); !ok || math.Abs(bw-8e9) > 1 {
+		t.Errorf("shared all_gather: %g, %v; want 8e9", bw, ok)
+	}
+	// Halfway in log(size): the geometric mean of 1 and 8 GB/s.
+	if bw, ok := p.SharedBandwidth(g, 16384); !ok || math.Abs(bw-math.Sqrt(8)*1e9) > 1 {
+		t.Errorf("shared all_gather at 16 KiB: %g, %v; want %g", bw, ok, math.Sqrt(8)*1e9)
+	}
+	if _, ok := p.SharedBandwidth(ir.Factor{S0: 4, S1: 1}, 65536); ok {
+		t.Error("a group shape without shared rows has a shared bandwidth")
+	}
+	if !p.HasShared() {
+		t.Error("HasShared is false")
+	}
+	plain, err := Parse("q.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_gather,2,1,65536,2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.HasShared() {
+		t.Error("a profile without all_gather_shared rows HasShared")
+	}
+	if _, err := Parse("r.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_gather_shared,2,1,4096,1\nall_gather_shared,2,1,4096,2\n")); err == nil ||
+		!strings.HasPrefix(err.Error(), "r.csv:3: all_gather_shared 2x1 4096 measured twice (first on line 2)") {
+		t.Errorf("a shared row measured twice: %v", err)
+	}
+}
+
 // The pack table reads and writes back, sorted; PackTime takes a
 // measured shape as it is and scales the nearest by elements.
 func TestProfilePacks(t *testing.T) {
