@@ -237,7 +237,7 @@ func (ev *Evaluator) facts(k setting) *graphFacts {
 		default:
 			return 0, false
 		}
-		return f.m.Topo.Collective(c, bytes, tpGroup).Time, true
+		return minColl(f.m.Topo, c, bytes, tpGroup), true
 	}
 	// opTime is an op's least time on the compute stream; window says
 	// the time is exact (a kernel's), so it may bound a window that hides
@@ -441,12 +441,20 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 
 // minColl is the cheaper of a collective's two lowerings: one flat call,
 // or (for a group spanning nodes with several GPUs in each) the
-// hierarchical phases the hierarchical pass would make.
+// hierarchical phases the hierarchical pass would make; an all-gather
+// may also be one the local CPU ranks share (cost.Topology.SharedGather),
+// whichever is the cheapest.
 func minColl(t *cost.Topology, c ir.Coll, bytes float64, g ir.Factor) float64 {
 	if g.Size() <= 1 || bytes <= 0 {
 		return 0
 	}
-	flat := t.Collective(c, bytes, g).Time
+	one := func(c ir.Coll, bytes float64, g ir.Factor) float64 {
+		if c == ir.AllGather {
+			return math.Min(t.Collective(c, bytes, g).Time, t.SharedGather(bytes, g).Time)
+		}
+		return t.Collective(c, bytes, g).Time
+	}
+	flat := one(c, bytes, g)
 	if g.S1 <= 1 || g.S0 <= 1 || c == ir.Broadcast {
 		return flat
 	}
@@ -455,12 +463,12 @@ func minColl(t *cost.Topology, c ir.Coll, bytes float64, g ir.Factor) float64 {
 	var h float64
 	switch c {
 	case ir.AllGather:
-		h = t.Collective(c, bytes/k, inter).Time + t.Collective(c, bytes, intra).Time
+		h = one(c, bytes/k, inter) + one(c, bytes, intra)
 	case ir.ReduceScatter:
-		h = t.Collective(c, bytes, intra).Time + t.Collective(c, bytes/k, inter).Time
+		h = one(c, bytes, intra) + one(c, bytes/k, inter)
 	case ir.AllReduce:
-		h = t.Collective(ir.ReduceScatter, bytes, intra).Time + t.Collective(c, bytes/k, inter).Time +
-			t.Collective(ir.AllGather, bytes, intra).Time
+		h = one(ir.ReduceScatter, bytes, intra) + one(c, bytes/k, inter) +
+			one(ir.AllGather, bytes, intra)
 	}
 	return math.Min(flat, h)
 }

@@ -20,13 +20,36 @@ import (
 // needs, for every candidate of the small models and LLaMA-7B
 // (tensor-parallel ones included), and for the per-group plan the MILP
 // picks.
+//
+// On tiny's CPU ranks it is checked again with a profile whose shared
+// all-gathers (the local ranks' gathers into one buffer) are a thousand
+// times faster than its plain ones, so that a bound that took every gather
+// as a plain one would show.
 func TestBoundBelowSimulation(t *testing.T) {
-	for _, name := range []string{"tiny", "tied", "shared", "norepeat", "llama-7b"} {
+	var rows strings.Builder
+	rows.WriteString("collective,s0,s1,bytes,effective_gbps\n")
+	for _, g := range []string{"2,1", "4,1", "1,2", "2,2", "4,2"} {
+		fmt.Fprintf(&rows, "all_gather,%s,4096,0.01\nall_gather,%s,1e9,0.01\n", g, g)
+		fmt.Fprintf(&rows, "all_gather_shared,%s,4096,10\nall_gather_shared,%s,1e9,10\n", g, g)
+	}
+	sharedProfile := filepath.Join(t.TempDir(), "shared.csv")
+	if err := os.WriteFile(sharedProfile, []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tiny", "tied", "shared", "norepeat", "llama-7b", "tiny+shared-gathers"} {
 		t.Run(name, func(t *testing.T) {
-			job := testjob.Load(t, name)
+			job := testjob.Load(t, strings.TrimSuffix(name, "+shared-gathers"))
+			if strings.HasSuffix(name, "+shared-gathers") {
+				c := *job.Cluster
+				c.Profile = sharedProfile
+				job.Cluster = &c
+			}
 			m, err := cost.NewModel(job, cost.DefaultConfig)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if strings.HasSuffix(name, "+shared-gathers") && !m.Topo.Profile.HasShared() {
+				t.Fatal("the profile's shared gathers did not reach the model")
 			}
 			ev := compiler.NewEvaluator(job, m)
 			plans := planner.Candidates(m.DP, job.Train.Recompute, job.Train.MicroBatch)

@@ -169,7 +169,7 @@ func (t *Topology) Collective(c Coll, bytes float64, g ir.Factor) CollCost {
 // profile's all_gather_shared rows. Where the profile has none (ranks
 // in separate processes, GPUs), it is the plain all-gather's.
 func (t *Topology) SharedGather(bytes float64, g ir.Factor) CollCost {
-	return t.lookup(collKey{AllGather, bytes, g, true})
+	return t.lookup(collKey{AllGather, bytes, g, t.Profile != nil && t.Profile.HasShared()})
 }
 
 // lookup is Collective's or SharedGather's answer, from the memo where
