@@ -324,22 +324,24 @@ func measurePacks(topo ir.Topology, packs []profPack, reps int) error {
 	return nil
 }
 
-// inStepKernels is what steps traced steps of each result's plan
-// measured.
+// inStepKernels is what steps runs of each result's plan measured, a
+// traced step each (after an untimed one): two runs of one plan land up
+// to 17 % apart on a 2-vCPU machine however long each runs, so the
+// samples are of several runs rather than of one.
 func inStepKernels(results []*compiler.Result, tokens []int32, steps int) (*inStepSamples, error) {
 	out := newInStepSamples()
-	for _, r := range results {
-		s, err := startInStep(r, tokens)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v", r.Bundle.Plan, err)
-		}
-		for range steps {
-			if err := s.step(); err != nil {
+	for range steps {
+		for _, r := range results {
+			s, err := startInStep(r, tokens)
+			if err == nil {
+				err = s.step()
+			}
+			if err != nil {
 				return nil, fmt.Errorf("%s: %v", r.Bundle.Plan, err)
 			}
+			s.times(out)
+			runtime.GC()
 		}
-		s.times(out)
-		runtime.GC()
 	}
 	return out, nil
 }

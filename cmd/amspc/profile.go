@@ -132,7 +132,7 @@ func newProfileFlags(stderr io.Writer) (*flag.FlagSet, *profileOptions) {
 	fs.Int64Var(&o.maxBytes, "max-bytes", 4<<20, "largest collective size in `bytes` (sizes go up by factors of 4)")
 	fs.StringVar(&o.device, "device", "cpu", "measure on `DEVICE`: cpu, or cuda (rank r on GPU r mod the GPUs; collectives as the CUDA backend runs them, staged through the host)")
 	fs.BoolVar(&o.tensorCores, "tensor-cores", false, "with --device cuda, measure bf16 attention on tensor cores, as run --tensor-cores trains it")
-	fs.BoolVar(&o.inStepTimes, "in-step", true, "on CPU ranks, also run 3 traced steps of each plan and take each kernel's time as the steps ran it (its time alone, scaled by the median ratio of the two, where they do not run it); false: every kernel's time alone")
+	fs.BoolVar(&o.inStepTimes, "in-step", true, "on CPU ranks, also run each plan 3 times, a traced step each, and take each kernel's time as the steps ran it (its time alone, scaled by the median ratio of the two, where they do not run it); false: every kernel's time alone")
 	fs.BoolVar(&o.overhead, "overhead", false, "fit a kernel scale and an overhead per collective to steps of ZeRO-3 and DDP run on the local ranks (--device cpu; experimental: on a noisy machine the fit follows the noise)")
 	return fs, o
 }
@@ -292,11 +292,11 @@ func (o *profileOptions) inStep(job *ir.Job, ks []profKernel, packs []profPack, 
 	for j := range packs {
 		packs[j].secs = t.packs[j]
 	}
-	return fmt.Sprintf("  in steps: %d of the %d kernels timed in %d traced steps of each plan (a kernel takes %.2fx its time alone, the median; the others are scaled by it)",
+	return fmt.Sprintf("  in steps: %d of the %d kernels timed in %d runs of each plan, a traced step each (a kernel takes %.2fx its time alone, the median; the others are scaled by it)",
 		t.covered, len(ks), inStepSteps, t.ratio), times, nil
 }
 
-// inStepSteps is how many traced steps of each plan the profile takes.
+// inStepSteps is how many runs of each plan the profile traces a step of.
 const inStepSteps = 3
 
 // measureCollectives times every collective kind over every group shape

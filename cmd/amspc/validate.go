@@ -109,7 +109,7 @@ func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
 	fs.BoolVar(&o.calibrate, "calibrate", false, "predict with a profile of the plans' own kernels and collectives measured in the rotation (before the first round and after each), not one taken earlier: the machine's drift then falls on costs and steps alike (the plans are still chosen by --profile's or the cluster's figures)")
-	fs.BoolVar(&o.inStep, "in-step", true, "with --calibrate, also trace a step of each of the profile's plans every round and cost kernels as those steps ran them (as amspc profile does); false: every kernel's time alone")
+	fs.BoolVar(&o.inStep, "in-step", true, "with --calibrate, also start each of the profile's plans every round, trace a step of it and cost kernels as those steps ran them (as amspc profile does); false: every kernel's time alone")
 	return fs, o
 }
 

@@ -34,10 +34,16 @@ type calibration struct {
 	colls   []collProbe
 	// a sample per round: kernels', packings', collectives' seconds
 	kt, pt, ct [][]float64
-	// probes are the profile's plans (profilePlans, under shard auto), a traced step of
-	// each taken every round: the kernels' times as a step runs them
-	// (instep.go).
-	probes []*inStepRun
+	// probes are the profile's plans (profilePlans, under shard auto),
+	// each started afresh every round and traced a step: the kernels'
+	// times as a step runs them (instep.go), in samples. Two runs of one
+	// plan on this machine's 2 vCPUs land up to 17 % apart however long
+	// each runs (bench/README.md), so a probe kept for every round would
+	// carry its one run's luck into every prediction; a run per round
+	// gives the rounds' median as many runs as rounds.
+	probes  []*compiler.Result
+	tokens  []int32
+	samples *inStepSamples
 	// ratio is the median of a kernel's time in the probes' steps over
 	// its time alone; covered counts the kernels the probes ran.
 	ratio   float64
@@ -64,9 +70,9 @@ type collProbe struct {
 // rounds' median is the cost (a wide model's round takes tens of seconds).
 const calibrationReps = 1
 
-// startProbes starts the profile's plans of job under shard auto (a
+// startProbes compiles the profile's plans of job under shard auto (a
 // file's fixed shard section would make its one plan the only probe),
-// to be traced a step each round.
+// to be started and traced a step each round.
 func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) error {
 	auto := *job
 	auto.Shard = nil
@@ -74,12 +80,23 @@ func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) erro
 	if st != exitOK {
 		return fmt.Errorf("the profile's plans do not compile")
 	}
-	for _, r := range results {
-		s, err := startInStep(r, tokens)
-		if err != nil {
-			return fmt.Errorf("%s: %v", r.Bundle.Plan, err)
+	c.probes, c.tokens, c.samples = results, tokens, newInStepSamples()
+	return nil
+}
+
+// probe starts each probe's plan, traces a step of it into c.samples,
+// and lets the run go.
+func (c *calibration) probe() error {
+	for _, r := range c.probes {
+		s, err := startInStep(r, c.tokens)
+		if err == nil {
+			err = s.step()
 		}
-		c.probes = append(c.probes, s)
+		if err != nil {
+			return fmt.Errorf("calibrating with %s: %v", r.Bundle.Plan, err)
+		}
+		s.times(c.samples)
+		runtime.GC()
 	}
 	return nil
 }
@@ -150,8 +167,8 @@ func (c *calibration) bytes() float64 {
 		most = max(most, n)
 	}
 	probes := 0.0
-	for _, pr := range c.probes {
-		probes += hostBytes(pr.r)
+	for _, r := range c.probes {
+		probes = max(probes, hostBytes(r))
 	}
 	return 2*most*float64(c.topo.Ranks()) + probes
 }
@@ -198,12 +215,7 @@ func (c *calibration) measure() error {
 		c.ct[i] = append(c.ct[i], s)
 		runtime.GC()
 	}
-	for _, pr := range c.probes {
-		if err := pr.step(); err != nil {
-			return fmt.Errorf("calibrating with %s: %v", pr.r.Bundle.Plan, err)
-		}
-	}
-	return nil
+	return c.probe()
 }
 
 // profile is the medians of the rounds' samples as a profile.
@@ -222,10 +234,7 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	t := inStepTimes{kernels: alone, packs: packAlone}
 	var samples *inStepSamples
 	if len(c.probes) > 0 {
-		samples = newInStepSamples()
-		for _, pr := range c.probes {
-			pr.times(samples)
-		}
+		samples = c.samples
 		t = applyInStep(c.kernels, alone, c.packs, packAlone, samples)
 		c.ratio, c.covered = t.ratio, t.covered
 	}
