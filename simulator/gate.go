@@ -48,6 +48,9 @@ func Gated(p *ir.Program, m *cost.Machine, cores int) (float64, error) {
 		g.packs = Packings(p)
 	}
 	g.shared = SharedGathers(p, m)
+	if m.Packs() {
+		g.sharers = PackSharers(p, m)
+	}
 	g.st = make([][ir.NumStreams]gStream, n)
 	g.recorded = make([][]float64, n)
 	g.waiting = make([][][]int, n)
@@ -102,14 +105,15 @@ type gColl struct {
 }
 
 type gate struct {
-	p      *ir.Program
-	m      *cost.Machine
-	topo   ir.Topology
-	n      int
-	cores  int
-	share  float64
-	packs  [ir.NumStreams][]bool
-	shared []bool // SharedGathers
+	p       *ir.Program
+	m       *cost.Machine
+	topo    ir.Topology
+	n       int
+	cores   int
+	share   float64
+	packs   [ir.NumStreams][]bool
+	shared  []bool // SharedGathers
+	sharers []int  // PackSharers
 
 	st       [][ir.NumStreams]gStream
 	recorded [][]float64 // by rank and event: when (NaN: not yet)
@@ -296,7 +300,7 @@ func (g *gate) exec(r, s int) error {
 		g.shapes = argShapes(g.p, in, g.shapes[:0])
 		dur := g.m.KernelTime(in.Kern, g.shapes, g.p.Buffers[in.Args[0]].DType, in.Flops)
 		if g.packs[s] != nil && g.packs[s][x.at] {
-			dur += g.m.PackTime(in.Kern, g.p.Buffers[in.Args[1]].Shape)
+			dur += packTime(g.p, g.m, in, g.sharers)
 		}
 		if dur /= g.share; dur > 0 {
 			// Its flight starts now (run moved the clock to x.t).

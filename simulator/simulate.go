@@ -139,6 +139,10 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 		packs = Packings(p)
 	}
 	shared := SharedGathers(p, m)
+	var sharers []int
+	if packs[ir.Compute] != nil {
+		sharers = PackSharers(p, m)
+	}
 	// now is the time up to which collectives have progressed; every
 	// flight starts at or after it.
 	now := 0.0
@@ -170,7 +174,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					if packs[s] != nil && packs[s][at[s]] {
-						dur += m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+						dur += packTime(p, m, in, sharers)
 					}
 					name = SpanName(p, in)
 					// Scratch the kernel holds while it runs (ir.OpInfo.Workspace).
@@ -350,6 +354,42 @@ func SharedGathers(p *ir.Program, m *cost.Machine) []bool {
 		return nil
 	}
 	return Shareable(p)
+}
+
+// PackSharers is, by buffer id, how many local ranks share each packing
+// of a weight in the buffer: the members of the shared all-gather that
+// writes it (SharedGathers). They read one buffer, and the first product
+// to need a packing of it makes it while the others wait for it or find
+// it made (engine's memo): the group packs it once, and a rank's share
+// of that work is 1/members. 0 where a rank packs its own; nil where m
+// shares no gathers.
+func PackSharers(p *ir.Program, m *cost.Machine) []int {
+	shared := SharedGathers(p, m)
+	if shared == nil {
+		return nil
+	}
+	out := make([]int, len(p.Buffers))
+	for _, ins := range p.Streams {
+		for _, in := range ins {
+			if in.Op == ir.Collective && in.Coll == ir.AllGather && shared[in.Out] {
+				out[in.Out] = in.Group.Outer.Div(in.Group.Inner).Size()
+			}
+		}
+	}
+	return out
+}
+
+// packTime is the packing time product in adds on m: its weight's
+// packing, a share of it where the local ranks pack it once
+// (PackSharers).
+func packTime(p *ir.Program, m *cost.Machine, in *ir.Instr, sharers []int) float64 {
+	t := m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+	if sharers != nil {
+		if n := sharers[p.Root(in.Args[1])]; n > 1 {
+			t /= float64(n)
+		}
+	}
+	return t
 }
 
 // collCost is the cost of collective in on m: a gather into a shared

@@ -22,6 +22,7 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 	t.Helper()
 	packs := Packings(p)
 	shared := SharedGathers(p, m)
+	sharers := PackSharers(p, m)
 	for _, sp := range tl.Spans {
 		in := p.Streams[sp.Stream][sp.Index]
 		switch in.Op {
@@ -37,7 +38,12 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 			}
 			want := m.KernelTime(in.Kern, shapes, p.Buffers[in.Args[0]].DType, in.Flops)
 			if packs[sp.Stream][sp.Index] {
-				want += m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+				pt := m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
+				if sharers != nil && sharers[p.Root(in.Args[1])] > 1 {
+					n := sharers[p.Root(in.Args[1])]
+					pt /= float64(n)
+				}
+				want += pt
 			}
 			switch {
 			case m.SharedCores && sp.Dur < want:
@@ -327,6 +333,35 @@ func TestSimulateSharedGathers(t *testing.T) {
 	}
 	if steps[true] >= steps[false] {
 		t.Errorf("step with shared gathers %g s, not under %g s with plain ones", steps[true], steps[false])
+	}
+
+	// A product packing a weight the group gathered into one buffer
+	// takes its share of the packing, which the group makes once: with
+	// the cores apart (kernels exactly their time), checkSpans holds each
+	// kernel to KernelTime plus PackTime over the weight's sharers.
+	prof, err := profile.Parse("p.csv", strings.NewReader(plainRows+"all_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := *m.Topo
+	topo.Profile = prof
+	mach := cost.NewMachine(job.Cluster, &topo)
+	mach.Kernels, mach.SharedCores = prof, false
+	tl, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpans(t, prog, mach, tl)
+	sharers, packs, shared := PackSharers(prog, mach), Packings(prog), 0
+	for s := range prog.Streams {
+		for i, in := range prog.Streams[s] {
+			if packs[s][i] && sharers[prog.Root(in.Args[1])] == 8 {
+				shared++
+			}
+		}
+	}
+	if shared == 0 {
+		t.Error("no product of ZeRO-3 packs a weight its group of 8 gathered into one buffer")
 	}
 }
 
