@@ -236,13 +236,11 @@ func MeasureCollective(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps
 // backend memory (device memory staged through the host); a sample ends
 // when every rank's backend has finished (Sync).
 func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, reps int, newBackend func(int) (Backend, error)) (float64, error) {
-	n := topo.Ranks()
-	if err := checkProbeGroup(topo, f, elems); err != nil {
+	w, grp, err := probeWorld(topo, f, elems)
+	if err != nil {
 		return 0, err
 	}
-	size := f.Size()
-	w := NewLocalWorld(n)
-	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	n, size := topo.Ranks(), f.Size()
 	type member struct {
 		comm    memComm
 		g       []int
@@ -306,16 +304,18 @@ func MeasureCollectiveOn(topo ir.Topology, c ir.Coll, f ir.Factor, elems int, re
 	})
 }
 
-// checkProbeGroup refuses a group shape that does not divide topo, or
-// elems that do not split over its members.
-func checkProbeGroup(topo ir.Topology, f ir.Factor, elems int) error {
+// probeWorld is the local world of topo's ranks a collective probe runs
+// on and the groups of shape f; it refuses a shape that does not divide
+// topo, or elems that do not split over a group's members.
+func probeWorld(topo ir.Topology, f ir.Factor, elems int) (*LocalWorld, ir.Group, error) {
+	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
 	if f.S0 < 1 || f.S1 < 1 || topo.GPUsPerNode%f.S0 != 0 || topo.Nodes%f.S1 != 0 {
-		return fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
+		return nil, grp, fmt.Errorf("group shape %v does not divide %d nodes x %d GPUs", f, topo.Nodes, topo.GPUsPerNode)
 	}
 	if size := f.Size(); elems < size || elems%size != 0 {
-		return fmt.Errorf("%d elements do not split over a group of %d", elems, size)
+		return nil, grp, fmt.Errorf("%d elements do not split over a group of %d", elems, size)
 	}
-	return nil
+	return NewLocalWorld(topo.Ranks()), grp, nil
 }
 
 // MeasureSharedGather is MeasureCollective of the all-gather the local
@@ -324,13 +324,11 @@ func checkProbeGroup(topo ir.Topology, f ir.Factor, elems int) error {
 // as a step runs a gather into a buffer only gathers write: elems is the
 // gathered buffer's, every group of shape f running it at once.
 func MeasureSharedGather(topo ir.Topology, f ir.Factor, elems int, reps int) (float64, error) {
-	n := topo.Ranks()
-	if err := checkProbeGroup(topo, f, elems); err != nil {
+	w, grp, err := probeWorld(topo, f, elems)
+	if err != nil {
 		return 0, err
 	}
-	size := f.Size()
-	w := NewLocalWorld(n)
-	grp := ir.Group{Outer: f, Inner: ir.Factor{S0: 1, S1: 1}}
+	n, size := topo.Ranks(), f.Size()
 	comms := make([]*localComm, n)
 	groups := make([][]int, n)
 	ins, outs := make([][]float32, n), make([][]float32, n)

@@ -141,7 +141,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	shared := SharedGathers(p, m)
 	var sharers []int
 	if packs[ir.Compute] != nil {
-		sharers = PackSharers(p, m)
+		sharers = packSharers(p, shared)
 	}
 	// now is the time up to which collectives have progressed; every
 	// flight starts at or after it.
@@ -364,7 +364,11 @@ func SharedGathers(p *ir.Program, m *cost.Machine) []bool {
 // of that work is 1/members. 0 where a rank packs its own; nil where m
 // shares no gathers.
 func PackSharers(p *ir.Program, m *cost.Machine) []int {
-	shared := SharedGathers(p, m)
+	return packSharers(p, SharedGathers(p, m))
+}
+
+// packSharers is PackSharers from the program's SharedGathers.
+func packSharers(p *ir.Program, shared []bool) []int {
 	if shared == nil {
 		return nil
 	}

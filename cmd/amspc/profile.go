@@ -309,43 +309,44 @@ func (o *profileOptions) measureCollectives(prof *profile.Profile, topo ir.Topol
 	for b := o.minBytes; b <= o.maxBytes; b *= 4 {
 		sizes = append(sizes, b)
 	}
+	// On CPU ranks of one process, also the gather of a parameter into
+	// one buffer the group shares (all_gather_shared rows).
+	kinds := []profile.CollectiveRow{{Coll: cost.AllGather}, {Coll: cost.ReduceScatter}, {Coll: cost.AllReduce}, {Coll: cost.Broadcast}}
+	if o.device == "cpu" {
+		kinds = append(kinds, profile.CollectiveRow{Coll: cost.AllGather, Shared: true})
+	}
 	for _, f := range shapes {
-		for _, coll := range []cost.Coll{cost.AllGather, cost.ReduceScatter, cost.AllReduce, cost.Broadcast} {
+		for _, kind := range kinds {
 			for _, b := range sizes {
 				// float32 elements, a whole number per member.
 				n := int(b/4) / f.Size() * f.Size()
 				if n == 0 {
 					continue
 				}
-				s, err := engine.MeasureCollectiveOn(topo, coll, f, n, o.reps, o.devices.Backend)
+				s, err := measureColl(topo, kind.Coll, kind.Shared, f, n, o.reps, o.devices.Backend)
 				if err != nil {
-					fmt.Fprintf(stderr, "amspc profile: %v over %v: %v\n", coll, f, err)
+					fmt.Fprintf(stderr, "amspc profile: %v (shared %v) over %v: %v\n", kind.Coll, kind.Shared, f, err)
 					return nil, nil, false
 				}
-				bytes := float64(4 * n)
-				prof.AddCollective(profile.CollectiveRow{Coll: coll, Group: f, Bytes: bytes, GBps: bytes / s / 1e9})
+				row := kind
+				row.Group, row.Bytes = f, float64(4*n)
+				row.GBps = row.Bytes / s / 1e9
+				prof.AddCollective(row)
 			}
-		}
-		if o.device != "cpu" {
-			continue
-		}
-		// The CPU ranks of one process gather a parameter into one
-		// buffer they share (all_gather_shared rows).
-		for _, b := range sizes {
-			n := int(b/4) / f.Size() * f.Size()
-			if n == 0 {
-				continue
-			}
-			s, err := engine.MeasureSharedGather(topo, f, n, o.reps)
-			if err != nil {
-				fmt.Fprintf(stderr, "amspc profile: shared all_gather over %v: %v\n", f, err)
-				return nil, nil, false
-			}
-			bytes := float64(4 * n)
-			prof.AddCollective(profile.CollectiveRow{Coll: cost.AllGather, Group: f, Bytes: bytes, GBps: bytes / s / 1e9, Shared: true})
 		}
 	}
 	return shapes, sizes, true
+}
+
+// measureColl times collective c of elems float32s over every group of
+// shape f at once on newBackend's ranks (engine.MeasureCollectiveOn), or
+// with shared the all-gather into one buffer the local CPU ranks share
+// (engine.MeasureSharedGather).
+func measureColl(topo ir.Topology, c ir.Coll, shared bool, f ir.Factor, elems, reps int, newBackend func(int) (engine.Backend, error)) (float64, error) {
+	if shared {
+		return engine.MeasureSharedGather(topo, f, elems, reps)
+	}
+	return engine.MeasureCollectiveOn(topo, c, f, elems, reps, newBackend)
 }
 
 // kernelCalls is the number of kernel instructions of rank 0's step.

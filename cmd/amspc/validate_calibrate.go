@@ -202,13 +202,7 @@ func (c *calibration) measure() error {
 		c.pt[j] = append(c.pt[j], s)
 	}
 	for i, p := range c.colls {
-		measure := engine.MeasureCollective
-		if p.shared {
-			measure = func(topo ir.Topology, _ ir.Coll, f ir.Factor, elems, reps int) (float64, error) {
-				return engine.MeasureSharedGather(topo, f, elems, reps)
-			}
-		}
-		s, err := measure(c.topo, p.c, p.g, p.elems, c.reps)
+		s, err := measureColl(c.topo, p.c, p.shared, p.g, p.elems, c.reps, nil)
 		if err != nil {
 			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
 		}
