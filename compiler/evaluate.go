@@ -1,12 +1,14 @@
 package compiler
 
 import (
+	"cmp"
 	"math"
-	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
 	"amspc/cost"
+	"amspc/internal/par"
 	"amspc/ir"
 	"amspc/passes"
 	"amspc/planner"
@@ -21,7 +23,14 @@ type Evaluator struct {
 	m   *cost.Model
 
 	mu     sync.Mutex
-	graphs map[setting]*graphFacts
+	graphs map[setting]*factsOnce
+}
+
+// factsOnce computes one setting's facts once, while other settings'
+// are computed alongside.
+type factsOnce struct {
+	once sync.Once
+	f    *graphFacts
 }
 
 // setting is what the graph passes depend on.
@@ -43,6 +52,9 @@ type graphFacts struct {
 	compute float64
 	dp      ir.Factor // the data-parallel mesh the factors shard
 	stages  []stageFacts
+	// bySlack lists the stages with params by the backward compute
+	// that hides their gradients' reduction (slack), least first.
+	bySlack []int
 	// saved is the bytes of every value a backward kernel reads that
 	// forward made (or an input): all live while the last forward kernel
 	// of a micro-batch runs.
@@ -71,12 +83,16 @@ type stageFacts struct {
 	// that writes one of its params' gradients; bwd all of its backward
 	// compute (of one micro-batch).
 	after, bwd float64
+	// hidden is every earlier stage's bwd: with after, the backward
+	// compute that hides the reduction of the gradients of the stages
+	// up to this one in the last micro-batch (its slack).
+	hidden float64
 }
 
 // NewEvaluator makes the evaluator of job under cost model m (the
 // planner's Options.NewEvaluator).
 func NewEvaluator(job *ir.Job, m *cost.Model) planner.Evaluator {
-	return &Evaluator{job: job, m: m, graphs: map[setting]*graphFacts{}}
+	return &Evaluator{job: job, m: m, graphs: map[setting]*factsOnce{}}
 }
 
 // Predict compiles each plan and simulates its program, in parallel;
@@ -85,23 +101,28 @@ func NewEvaluator(job *ir.Job, m *cost.Model) planner.Evaluator {
 func (ev *Evaluator) Predict(plans []cost.Plan) ([]*cost.Prediction, []error) {
 	out := make([]*cost.Prediction, len(plans))
 	errs := make([]error, len(plans))
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(plans)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				out[i], errs[i] = ev.predict(plans[i])
-			}
-		}()
-	}
-	for i := range plans {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	par.For(len(plans), func(i int) { out[i], errs[i] = ev.predict(plans[i]) })
 	return out, errs
+}
+
+// Bounds bounds each plan (Bound), in parallel: first the graph passes
+// of every setting the plans have, then the plans.
+func (ev *Evaluator) Bounds(plans []cost.Plan) []planner.Bound {
+	var settings []setting
+	seen := map[setting]bool{}
+	for _, p := range plans {
+		if k := settingOf(ev.job, p); !seen[k] {
+			seen[k] = true
+			settings = append(settings, k)
+		}
+	}
+	par.For(len(settings), func(i int) { ev.facts(settings[i]) })
+	out := make([]planner.Bound, len(plans))
+	par.For(len(plans), func(i int) {
+		b := &out[i]
+		b.Step, b.Mem, b.Err = ev.Bound(plans[i])
+	})
+	return out
 }
 
 func (ev *Evaluator) predict(p cost.Plan) (*cost.Prediction, error) {
@@ -170,15 +191,23 @@ func prediction(r *Result) *cost.Prediction {
 	return pr
 }
 
-// facts runs the graph passes for a setting once.
+// facts runs the graph passes for a setting once; callers may ask for
+// different settings at once.
 func (ev *Evaluator) facts(k setting) *graphFacts {
 	ev.mu.Lock()
-	defer ev.mu.Unlock()
-	if f, ok := ev.graphs[k]; ok {
-		return f
+	o, ok := ev.graphs[k]
+	if !ok {
+		o = &factsOnce{}
+		ev.graphs[k] = o
 	}
+	ev.mu.Unlock()
+	o.once.Do(func() { o.f = ev.computeFacts(k) })
+	return o.f
+}
+
+// computeFacts runs the graph passes for setting k.
+func (ev *Evaluator) computeFacts(k setting) *graphFacts {
 	f := &graphFacts{}
-	ev.graphs[k] = f
 	job, err := forPlan(ev.job, cost.Plan{Name: "bound", MicroBatch: k.mb, Tensor: k.tp, Sequence: k.sp})
 	if err != nil {
 		f.err = err
@@ -317,6 +346,16 @@ func (ev *Evaluator) facts(k setting) *graphFacts {
 		}
 		f.stages = append(f.stages, st)
 	}
+	var hidden float64
+	for i, st := range f.stages {
+		if st.elems > 0 {
+			f.bySlack = append(f.bySlack, i)
+			f.stages[i].hidden = hidden
+		}
+		hidden += st.bwd
+	}
+	slack := func(i int) float64 { return f.stages[i].hidden + f.stages[i].after }
+	slices.SortStableFunc(f.bySlack, func(a, b int) int { return cmp.Compare(slack(a), slack(b)) })
 	return f
 }
 
@@ -370,8 +409,32 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 	pdt := float64(ev.job.Train.Precision.DType().Size())
 	osb := float64(ev.job.Train.Precision.OptimBytesPerParam())
 	M := float64(f.M)
-	coll := func(c ir.Coll, bytes float64, g ir.Factor) float64 { return minColl(m.Topo, c, bytes, g) }
+	// The stages of a group repeat their sizes: each collective is
+	// costed once per bound.
+	type collKey struct {
+		c     ir.Coll
+		bytes float64
+		g     ir.Factor
+	}
+	memo := map[collKey]float64{}
+	coll := func(c ir.Coll, bytes float64, g ir.Factor) float64 {
+		k := collKey{c, bytes, g}
+		t, ok := memo[k]
+		if !ok {
+			t = minColl(m.Topo, c, bytes, g)
+			memo[k] = t
+		}
+		return t
+	}
 	gather := func(bytes float64, g ir.Factor) float64 { return coll(ir.AllGather, bytes, g) }
+	var lastFa ir.Factors
+	var lastColls []ir.StateColl
+	stateColls := func(fa ir.Factors) []ir.StateColl {
+		if lastColls == nil || fa != lastFa {
+			lastFa, lastColls = fa, ir.StateCollectives(fa, f.dp)
+		}
+		return lastColls
+	}
 	first, last := -1, -1
 	for i, st := range f.stages {
 		if st.elems > 0 {
@@ -392,7 +455,7 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 		mem += n*pdt/float64(fa.P.Size()) + n*osb/float64(fa.OS.Size())
 		// The stage's gathers, as the collectives pass emits them.
 		var ag, agb, spread float64
-		for _, c := range ir.StateCollectives(fa, f.dp) {
+		for _, c := range stateColls(fa) {
 			switch c.Role {
 			case ir.GatherForward:
 				ag = gather(n*pdt, c.Mesh())
@@ -416,24 +479,54 @@ func (ev *Evaluator) Bound(p cost.Plan) (step, mem float64, err error) {
 	// The tail: the gradients of stages 0..j are reduced on the reduce
 	// stream, one after another (or fused into buckets where their
 	// factors agree), after stage j's last gradient is written in the
-	// last micro-batch; only the backward compute after that hides them.
-	var hidden float64
-	bytes := map[ir.Factors]float64{}
-	var order []ir.Factors
-	for _, st := range f.stages {
-		if st.elems > 0 {
-			fa := p.Groups[st.group]
-			if _, ok := bytes[fa]; !ok {
-				order = append(order, fa)
-			}
-			bytes[fa] += float64(st.elems) * pdt
-			var red float64
-			for _, fa := range order {
-				red += reduction(coll, bytes[fa], fa, f.dp)
-			}
-			tail = math.Max(tail, red-hidden-st.after)
+	// last micro-batch; only the backward compute after that (the
+	// stage's slack) hides them. Collective times grow with size, so no
+	// stage's reduction exceeds all stages' (whole): the stages are
+	// taken by their slack, least first, until whole less the slack
+	// falls short of the tail found, with a margin for rounding (were
+	// times not to grow with size, the tail would only be less, and
+	// still a bound).
+	var order []ir.Factors // the stages' factors, as they first come
+	of := make([]int, len(f.stages))
+	for i, st := range f.stages {
+		if st.elems == 0 {
+			continue
 		}
-		hidden += st.bwd
+		fa := p.Groups[st.group]
+		k := slices.Index(order, fa)
+		if k < 0 {
+			k = len(order)
+			order = append(order, fa)
+		}
+		of[i] = k
+	}
+	// upTo[i*G+k] is the gradient bytes of the stages 0..i with factors
+	// order[k].
+	G := len(order)
+	upTo := make([]float64, len(f.stages)*G)
+	sum := make([]float64, G)
+	for i, st := range f.stages {
+		if st.elems > 0 {
+			sum[of[i]] += float64(st.elems) * pdt
+		}
+		copy(upTo[i*G:], sum)
+	}
+	var whole float64
+	for k, fa := range order {
+		whole += reduction(coll, sum[k], stateColls(fa), fa)
+	}
+	for _, i := range f.bySlack {
+		st := f.stages[i]
+		if whole-st.hidden-st.after < tail*(1-1e-9) {
+			break
+		}
+		var red float64
+		for k, fa := range order {
+			if b := upTo[i*G+k]; b > 0 {
+				red += reduction(coll, b, stateColls(fa), fa)
+			}
+		}
+		tail = math.Max(tail, red-st.hidden-st.after)
 	}
 	mem += (1 + m.Config.Fragmentation) * f.saved
 	return math.Max(M*f.compute+idle+tail, busy), mem, nil
@@ -474,15 +567,15 @@ func minColl(t *cost.Topology, c ir.Coll, bytes float64, g ir.Factor) float64 {
 }
 
 // reduction bounds the time of reducing a stage's gradient of bytes
-// across the data-parallel mesh dp under factors f in the last
-// micro-batch (ir.StateCollectives): the reduce-scatter onto the
+// across the data-parallel mesh under factors f in the last
+// micro-batch, whose state collectives are colls (ir.StateCollectives): the reduce-scatter onto the
 // p-chunk, then the replicas' reduction of the p-chunk, lowered as the
 // reduce-scatter creator makes it (ir.StateColl.Lowered) or, where the
 // creator does not apply, as one all-reduce, whichever is cheaper
 // (buckets only add latency).
-func reduction(coll func(ir.Coll, float64, ir.Factor) float64, bytes float64, f ir.Factors, dp ir.Factor) float64 {
+func reduction(coll func(ir.Coll, float64, ir.Factor) float64, bytes float64, colls []ir.StateColl, f ir.Factors) float64 {
 	var t float64
-	for _, c := range ir.StateCollectives(f, dp) {
+	for _, c := range colls {
 		switch c.Role {
 		case ir.ReduceGrads:
 			t += coll(c.Coll, bytes, c.Mesh())

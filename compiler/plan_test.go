@@ -58,12 +58,13 @@ func TestBoundBelowSimulation(t *testing.T) {
 				plans = append(plans, mr.Best.Plan)
 			}
 			prs, errs := ev.Predict(plans)
+			bounds := ev.Bounds(plans)
 			checked := 0
 			for i, p := range plans {
 				if errs[i] != nil {
 					continue // a plan the batch cannot split: the planner never simulates it either
 				}
-				step, mem, err := ev.Bound(p)
+				step, mem, err := bounds[i].Step, bounds[i].Mem, bounds[i].Err
 				if err != nil {
 					t.Fatalf("%s: %v", p.Name, err)
 				}

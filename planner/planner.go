@@ -3,10 +3,12 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
 	"amspc/cost"
+	"amspc/internal/par"
 	"amspc/ir"
 )
 
@@ -44,12 +46,19 @@ func ParseObjective(s string) (Objective, bool) {
 // implements it; the planner cannot import the compiler, which imports
 // it).
 type Evaluator interface {
-	// Bound is a proven lower bound of a plan's simulated step time and
-	// of the memory it needs.
-	Bound(p cost.Plan) (step, mem float64, err error)
+	// Bounds gives each plan a proven lower bound of its simulated step
+	// time and of the memory it needs, or the error that refuses it.
+	Bounds(plans []cost.Plan) []Bound
 	// Predict compiles and simulates plans; a plan that does not compile
 	// gets a nil prediction and its error.
 	Predict(plans []cost.Plan) ([]*cost.Prediction, []error)
+}
+
+// Bound is a lower bound of a plan's simulated step time and of the
+// memory it needs (Evaluator.Bounds).
+type Bound struct {
+	Step, Mem float64
+	Err       error
 }
 
 // Options steer a search.
@@ -230,22 +239,35 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		p.Tensor, p.Sequence = sh.Tensor, sh.Sequence
 		res.Fixed = m.Evaluate(p)
 	}
-	var all []*cost.Estimate
 	plans := Candidates(m.DP, rc, mb)
 	if ev != nil {
 		// Tensor-parallel plans: ranked only by simulation.
 		plans = append(plans, TensorCandidates(m.DP, rc, mb)...)
 	}
-	for _, p := range plans {
+	if opts.Objective == Paper {
 		// The paper's objective searches the paper's space: T_comm does
 		// not charge recompute's compute, so the train section's
 		// recompute is kept, and ZeRO++'s secondary copy is not AMSP's.
-		if opts.Objective == Paper && (p.Recompute != rc || p.Groups[0].Secondary.Size() > 1) {
-			continue
-		}
-		all = append(all, m.Evaluate(p))
+		plans = slices.DeleteFunc(plans, func(p cost.Plan) bool {
+			return p.Recompute != rc || p.Groups[0].Secondary.Size() > 1
+		})
 	}
+	all := make([]*cost.Estimate, len(plans))
+	par.For(len(plans), func(i int) { all[i] = m.Evaluate(plans[i]) })
 	res.Candidates = len(all)
+	// The candidates' bounds are computed while the MILP is solved and
+	// the rows are simulated: they depend on their plans alone.
+	var bounds []Bound
+	boundsDone := make(chan struct{})
+	if ev != nil {
+		go func() {
+			defer close(boundsDone)
+			bounds = ev.Bounds(splitting(all))
+		}()
+	} else {
+		close(boundsDone)
+	}
+	defer func() { <-boundsDone }()
 	var milp *cost.Estimate
 	if opts.PerGroup && opts.Objective == Step {
 		mr, err := SolveMILP(m, job, Space(m.DP))
@@ -270,7 +292,8 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		if err := simulate(ev, m, rows); err != nil {
 			return nil, err
 		}
-		if err := res.branchAndBound(ev, m, all, rows); err != nil {
+		<-boundsDone
+		if err := res.branchAndBound(ev, all, rows, bounds); err != nil {
 			return nil, err
 		}
 	}
@@ -320,30 +343,32 @@ func (r *Result) Less(a, b *cost.Estimate) bool {
 // a batch at a time, until the next bound, times 1+Gap, is no better than the best
 // simulated feasible step; a candidate whose memory bound exceeds the
 // GPU is infeasible without simulation.
-func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.Estimate) error {
+func (r *Result) branchAndBound(ev Evaluator, all, rows []*cost.Estimate, bounds []Bound) error {
 	type cand struct {
 		e    *cost.Estimate
 		step float64
 	}
 	var open []cand
+	limit := r.Model.Limit()
 	for _, e := range all {
 		if e.M == 0 { // the batch does not split: Evaluate said why
 			r.Pruned++
 			continue
 		}
-		step, mem, err := ev.Bound(e.Plan)
-		if err != nil { // the passes refuse the plan (a tensor-parallel degree that does not divide the heads)
-			e.Feasible, e.Why = false, err.Error()
+		b := bounds[0]
+		bounds = bounds[1:]
+		if b.Err != nil { // the passes refuse the plan (a tensor-parallel degree that does not divide the heads)
+			e.Feasible, e.Why = false, b.Err.Error()
 			r.Pruned++
 			continue
 		}
-		if mem > m.Limit() {
+		if b.Mem > limit {
 			e.Feasible = false
-			e.Why = fmt.Sprintf("needs at least %s > %s", cost.GiB(mem), cost.GiB(m.Limit()))
+			e.Why = fmt.Sprintf("needs at least %s > %s", cost.GiB(b.Mem), cost.GiB(limit))
 			r.Pruned++
 			continue
 		}
-		open = append(open, cand{e, step})
+		open = append(open, cand{e, b.Step})
 	}
 	sort.SliceStable(open, func(i, j int) bool { return open[i].step < open[j].step })
 	best := math.Inf(1)
@@ -362,7 +387,7 @@ func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.E
 			break
 		}
 		r.Simulated += len(next)
-		if err := simulate(ev, m, next); err != nil {
+		if err := simulate(ev, r.Model, next); err != nil {
 			return err
 		}
 		for _, e := range next {
@@ -372,6 +397,18 @@ func (r *Result) branchAndBound(ev Evaluator, m *cost.Model, all, rows []*cost.E
 		}
 	}
 	return nil
+}
+
+// splitting lists the plans of the candidates whose batch splits (the
+// ones branchAndBound bounds), in order.
+func splitting(all []*cost.Estimate) []cost.Plan {
+	var plans []cost.Plan
+	for _, e := range all {
+		if e.M != 0 {
+			plans = append(plans, e.Plan)
+		}
+	}
+	return plans
 }
 
 // simulate replaces estimates with the simulations of their compiled
