@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"amspc/cost"
@@ -239,6 +240,20 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		p.Tensor, p.Sequence = sh.Tensor, sh.Sequence
 		res.Fixed = m.Evaluate(p)
 	}
+	// The rows every user sees are simulated first: their best is the
+	// incumbent the bound prunes against. The baselines' and the fixed
+	// plan's simulations run alongside the candidates' estimates, their
+	// bounds and the MILP: each depends on its plan alone.
+	rows := append([]*cost.Estimate{}, res.Baselines...)
+	if res.Fixed != nil {
+		rows = append(rows, res.Fixed)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if ev != nil {
+		res.Simulated += len(rows)
+		background(&wg, func() { simulate(ev, m, rows) })
+	}
 	plans := Candidates(m.DP, rc, mb)
 	if ev != nil {
 		// Tensor-parallel plans: ranked only by simulation.
@@ -255,20 +270,10 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	all := make([]*cost.Estimate, len(plans))
 	par.For(len(plans), func(i int) { all[i] = m.Evaluate(plans[i]) })
 	res.Candidates = len(all)
-	// The candidates' bounds are computed while the MILP is solved and
-	// the rows are simulated: they depend on their plans alone.
 	var bounds []Bound
-	boundsDone := make(chan struct{})
 	if ev != nil {
-		go func() {
-			defer close(boundsDone)
-			bounds = ev.Bounds(splitting(all))
-		}()
-	} else {
-		close(boundsDone)
+		background(&wg, func() { bounds = ev.Bounds(splitting(all)) })
 	}
-	defer func() { <-boundsDone }()
-	var milp *cost.Estimate
 	if opts.PerGroup && opts.Objective == Step {
 		mr, err := SolveMILP(m, job, Space(m.DP))
 		if err != nil {
@@ -276,26 +281,17 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 		}
 		res.MILP = mr
 		res.Candidates += mr.Columns
-		milp = mr.Best
-	}
-	// The rows every user sees are simulated first: their best is the
-	// incumbent the bound prunes against.
-	rows := append([]*cost.Estimate{}, res.Baselines...)
-	if res.Fixed != nil {
-		rows = append(rows, res.Fixed)
-	}
-	if milp != nil {
-		rows = append(rows, milp)
+		if mr.Best != nil {
+			if ev != nil {
+				res.Simulated++
+				simulate(ev, m, []*cost.Estimate{mr.Best})
+			}
+			rows = append(rows[:len(rows):len(rows)], mr.Best)
+		}
 	}
 	if ev != nil {
-		res.Simulated += len(rows)
-		if err := simulate(ev, m, rows); err != nil {
-			return nil, err
-		}
-		<-boundsDone
-		if err := res.branchAndBound(ev, all, rows, bounds); err != nil {
-			return nil, err
-		}
+		wg.Wait()
+		res.branchAndBound(ev, all, rows, bounds)
 	}
 	sort.SliceStable(all, func(i, j int) bool { return res.Less(all[i], all[j]) })
 	for _, e := range all {
@@ -343,7 +339,7 @@ func (r *Result) Less(a, b *cost.Estimate) bool {
 // a batch at a time, until the next bound, times 1+Gap, is no better than the best
 // simulated feasible step; a candidate whose memory bound exceeds the
 // GPU is infeasible without simulation.
-func (r *Result) branchAndBound(ev Evaluator, all, rows []*cost.Estimate, bounds []Bound) error {
+func (r *Result) branchAndBound(ev Evaluator, all, rows []*cost.Estimate, bounds []Bound) {
 	type cand struct {
 		e    *cost.Estimate
 		step float64
@@ -387,16 +383,22 @@ func (r *Result) branchAndBound(ev Evaluator, all, rows []*cost.Estimate, bounds
 			break
 		}
 		r.Simulated += len(next)
-		if err := simulate(ev, r.Model, next); err != nil {
-			return err
-		}
+		simulate(ev, r.Model, next)
 		for _, e := range next {
 			if e.Simulated && e.Feasible {
 				best = math.Min(best, e.Step)
 			}
 		}
 	}
-	return nil
+}
+
+// background runs f in a goroutine that wg waits for.
+func background(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
 }
 
 // splitting lists the plans of the candidates whose batch splits (the
@@ -414,7 +416,7 @@ func splitting(all []*cost.Estimate) []cost.Plan {
 // simulate replaces estimates with the simulations of their compiled
 // programs. A plan the compiler refuses keeps its analytic estimate,
 // marked infeasible with the compiler's reason.
-func simulate(ev Evaluator, m *cost.Model, es []*cost.Estimate) error {
+func simulate(ev Evaluator, m *cost.Model, es []*cost.Estimate) {
 	plans := make([]cost.Plan, len(es))
 	for i, e := range es {
 		plans[i] = e.Plan
@@ -430,7 +432,6 @@ func simulate(ev Evaluator, m *cost.Model, es []*cost.Estimate) error {
 		}
 		m.Apply(e, prs[i])
 	}
-	return nil
 }
 
 // Explain says in a few lines why the chosen plan won: whether memory

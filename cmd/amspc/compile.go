@@ -73,7 +73,12 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
 		return exitUser
 	}
-	size := len(codegen.Encode(bundle))
+	fi, err := os.Stat(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "amspc compile: %v\n", err)
+		return exitUser
+	}
+	size := fi.Size()
 	var n [ir.NumStreams]int
 	for i := range prog.Streams {
 		n[i] = len(prog.Streams[i])
