@@ -6,7 +6,10 @@ package ir
 // the schedule pass splits the sequence into the three streams with the
 // events between them, which codegen encodes as is.
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Topology is the job's rank layout: a node's GPUs are consecutive ranks,
 // rank = node x GPUsPerNode + local.
@@ -276,13 +279,15 @@ func (p *Program) Persistent() map[int32]bool {
 }
 
 // Reads and Writes list the buffers an instruction reads and writes (an
-// alloc and a free write their buffer).
+// alloc and a free write their buffer). The lists are the instruction's
+// own fields, not copies (the passes ask for them of every instruction,
+// many times): read them, never write them.
 func (in *Instr) Reads() []int32 {
 	switch in.Op {
 	case Kernel:
 		return in.Args
 	case Collective:
-		return []int32{in.In}
+		return unsafe.Slice(&in.In, 1)
 	}
 	return nil
 }
@@ -292,9 +297,9 @@ func (in *Instr) Writes() []int32 {
 	case Kernel:
 		return in.Outs
 	case Collective:
-		return []int32{in.Out}
+		return unsafe.Slice(&in.Out, 1)
 	case Alloc, Free, Load:
-		return []int32{in.Buf}
+		return unsafe.Slice(&in.Buf, 1)
 	}
 	return nil
 }

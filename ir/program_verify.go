@@ -61,18 +61,44 @@ func VerifyProgram(p *Program, t Topology, checks Checks) error {
 	}
 	isInput := inputs(p)
 	bufOK := func(id int32) bool { return id >= 0 && id < nbuf }
+	// The instructions in chunks, and the event order, are checked at
+	// once: the error is the first instruction's in stream order, else
+	// the events'. The event check follows only ids the form check
+	// proves in range, so it waits for those.
+	type chunk struct{ s, lo, hi int }
+	var chunks []chunk
+	const chunkLen = 16 << 10
 	for s := range p.Streams {
-		for i := range p.Streams[s] {
-			in := &p.Streams[s][i]
-			if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
-				return fmt.Errorf("%s %d: %v", StreamName(s), i, err)
+		for lo := 0; lo < len(p.Streams[s]); lo += chunkLen {
+			chunks = append(chunks, chunk{s, lo, min(lo+chunkLen, len(p.Streams[s]))})
+		}
+	}
+	errs := make([]error, len(chunks))
+	var wg sync.WaitGroup
+	for k, c := range chunks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c.lo; i < c.hi; i++ {
+				in := &p.Streams[c.s][i]
+				if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
+					errs[k] = fmt.Errorf("%s %d: %v", StreamName(c.s), i, err)
+					return
+				}
+				if checks&Consistent == 0 {
+					continue
+				}
+				if err := verifySizes(p, in); err != nil {
+					errs[k] = fmt.Errorf("%s %d (%s): %v", StreamName(c.s), i, FormatInstr(in, Group.String), err)
+					return
+				}
 			}
-			if checks&Consistent == 0 {
-				continue
-			}
-			if err := verifySizes(p, in); err != nil {
-				return fmt.Errorf("%s %d (%s): %v", StreamName(s), i, FormatInstr(in, Group.String), err)
-			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	if checks&Runnable != 0 {
