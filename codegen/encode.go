@@ -70,13 +70,29 @@ var (
 // Validate (or Match) first, or use WriteFile, which does.
 func Encode(b *Bundle) []byte {
 	var e encoder
-	e.buf = make([]byte, headerSize, 4096)
+	e.buf = make([]byte, headerSize, headerSize+sizeHint(b))
 	copy(e.buf, magic)
 	binary.LittleEndian.PutUint32(e.buf[len(magic):], FormatVersion)
 	e.bundle(b)
 	binary.LittleEndian.PutUint64(e.buf[len(magic)+4:], uint64(len(e.buf)-headerSize))
 	sum := sha256.Sum256(e.buf)
 	return append(e.buf, sum[:]...)
+}
+
+// sizeHint is about what Encode writes of b (56 bytes an instruction
+// and 24 a buffer, as LLaMA-2-70B's programs take), so that the buffer
+// grows at most once: a 140k-instruction bundle grew through a dozen
+// copies.
+func sizeHint(b *Bundle) int {
+	n := 4096
+	for i := range b.Templates {
+		p := &b.Templates[i]
+		n += 24 * len(p.Buffers)
+		for s := range p.Streams {
+			n += 56 * len(p.Streams[s])
+		}
+	}
+	return n
 }
 
 // Decode parses and validates a bundle written by Encode.

@@ -236,9 +236,9 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	// free of the (k-depth)-th, where that free comes first.
 	bound := make([]int, n)
 	var gathers []int
-	for i, op := range seq {
+	for i := range seq {
 		bound[i] = -1
-		if op.Op != ir.Alloc || op.Stream != ir.CommGather {
+		if op := &seq[i]; op.Op != ir.Alloc || op.Stream != ir.CommGather {
 			continue
 		}
 		if k := len(gathers) - depth; k >= 0 {
@@ -254,6 +254,8 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	}
 
 	var deps []int
+	// Each stream's length: its instructions, waits and records.
+	size := [ir.NumStreams]int{}
 	for i := range seq {
 		op := &seq[i]
 		s := op.Stream
@@ -296,8 +298,10 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 				ev = nextEvent
 				nextEvent++
 				recordAfter[j] = ev
+				size[t]++
 			}
 			waitEv = append(waitEv, ev)
+			size[s]++
 			for k := range clocks[s] {
 				clocks[s][k] = max(clocks[s][k], snap[j][k])
 			}
@@ -314,17 +318,8 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 		}
 	}
 	waitAt[n] = len(waitEv)
-	// Each stream's instructions, waits and records, allocated at once.
-	size := count
-	for i := range seq {
-		s := seq[i].Stream
-		size[s] += waitAt[i+1] - waitAt[i]
-		if recordAfter[i] >= 0 {
-			size[s]++
-		}
-	}
 	for s := range p.Streams {
-		p.Streams[s] = make([]ir.Instr, 0, size[s])
+		p.Streams[s] = make([]ir.Instr, 0, count[s]+size[s])
 	}
 	for i := range seq {
 		op := &seq[i]
