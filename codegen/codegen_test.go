@@ -220,7 +220,7 @@ func TestEncodeCoversEveryField(t *testing.T) {
 		reflect.TypeFor[ir.Buffer]():     "Name DType Elems Parent Offset Part Shape",
 		reflect.TypeFor[ir.Group]():      "Outer Inner",
 		reflect.TypeFor[ir.Factor]():     "S0 S1",
-		reflect.TypeFor[ir.Instr]():      "Op Buf Kern Args Outs Attrs Coll Group Bytes DType In Out Event Flops Stage Micro Pos Comment",
+		reflect.TypeFor[ir.Instr]():      "Op Kern Coll DType Buf Args Outs Attrs Group Bytes In Out Event Stage Micro Flops Pos Comment",
 		reflect.TypeFor[ir.Attr]():       "Name Val",
 		reflect.TypeFor[ir.AttrVal]():    "Type Int Float Bool",
 		reflect.TypeFor[ir.Pos]():        "File Line Col",

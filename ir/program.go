@@ -139,32 +139,36 @@ func (o OpCode) String() string {
 }
 
 // Instr is one instruction.
+//
+// The one-byte fields come first, together: the passes copy a program's
+// instructions many times, and padding after each cost 16 of 216 bytes.
 type Instr struct {
-	Op   OpCode
-	Buf  int32 // Alloc, Free
-	Kern OpKind
+	Op    OpCode
+	Kern  OpKind
+	Coll  Coll  // Collective
+	DType DType // Collective
+	Buf   int32 // Alloc, Free
 	// Kernel operands and results as buffer ids, the results in the op's
 	// result order (one for most ops); Attrs as in the IR.
 	Args  []int32
 	Outs  []int32
 	Attrs []Attr
-	// Collective: In and Out buffers (Out may equal In), the group, and
-	// the collective's size in bytes (nccl-tests convention).
-	Coll  Coll
+	// Collective: the group, the collective's size in bytes (nccl-tests
+	// convention) and its In and Out buffers (Out may equal In), of
+	// DType.
 	Group Group
 	Bytes int64
-	DType DType
 	In    int32
 	Out   int32
 	Event int32 // Record, Wait
-	// Flops is a kernel's FLOP count (for the predicted timeline and the
-	// runtime's measurements).
-	Flops float64
 	// Stage and Micro say which stage and micro-batch the instruction
 	// serves (-1 when none), for traces and error messages.
 	Stage, Micro int32
-	Pos          Pos
-	Comment      string
+	// Flops is a kernel's FLOP count (for the predicted timeline and the
+	// runtime's measurements).
+	Flops   float64
+	Pos     Pos
+	Comment string
 }
 
 // Layout is a stage's flat parameter buffer: where each param sits. The
