@@ -3,8 +3,9 @@
 # search at 2048 GPUs (the file's cluster) and at 16384 (2048 nodes, a
 # global batch of 64Mi tokens), and with the plan given at 16384. Wall
 # times, medians of $RUNS (default 5), interleaved so that the machine's
-# drift falls on every case alike. With OLD=path/to/amspc, that binary
-# is timed too, interleaved with this tree's (a before/after figure).
+# drift falls on every case alike. With OLD=path/to/amspc (and
+# OLD_LABEL=its commit), that binary is timed too, interleaved with this
+# tree's (a before/after figure).
 #
 #   sh bench/compile_speed.sh                  # prints the medians
 #   OUT=bench/results/compile-speed.json sh bench/compile_speed.sh
@@ -53,7 +54,10 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) printf "%.3f\n", a[(NR+1)/2]
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 json="{\n  \"what\": \"amspc compile of LLaMA-2-70B (testdata/models/llama2-70b-gqa.amsp), wall seconds, median of $RUNS interleaved runs: search at 2048 GPUs, search at 16384 (2048 nodes, 64Mi tokens), plan given at 16384 ($shard)\",\n  \"command\": \"sh bench/compile_speed.sh\",\n  \"date\": \"$(date +%F)\",\n  \"cpu\": \"$cpu\",\n  \"cores\": $(nproc)"
 for b in $bins; do
-	line=""
+	label=$(git rev-parse --short HEAD)
+	git diff --quiet HEAD -- . || label="$label+changes"
+	[ "$b" = old ] && label=${OLD_LABEL:-$OLD}
+	line=",\n    \"binary\": \"$label\""
 	for c in 2048 16384 shard; do
 		m=$(awk -v b=$b -v c=$c '$1==b && $2==c {print $3}' "$tmp/times" | median)
 		all=$(awk -v b=$b -v c=$c '$1==b && $2==c {printf "%s%.2f", sep, $3; sep=", "}' "$tmp/times")
@@ -62,7 +66,9 @@ for b in $bins; do
 		[ $c = shard ] && key=16384_shard_given
 		line="$line,\n    \"$key\": {\"median_s\": $m, \"runs_s\": [$all]}"
 	done
-	json="$json,\n  \"$b\": {${line#,}\n  }"
+	key=this
+	[ "$b" = old ] && key=old
+	json="$json,\n  \"$key\": {${line#,}\n  }"
 done
 json="$json\n}"
 if [ -n "${OUT:-}" ]; then
