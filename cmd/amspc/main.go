@@ -29,7 +29,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -45,20 +47,33 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// collectLess lets the heap of the commands that search and compile
-// grow to five times what is live before the garbage collector runs
-// (GOGC=400), unless the environment sets GOGC: they compile a program
-// per simulated candidate and keep little of each, and on two cores the
-// collector took a fifth of a LLaMA-2-70B search. The commands that
-// train keep Go's default: their heap is the model's tensors.
+// collectLess lets the commands that search and compile run without
+// the garbage collector until their heap reaches 1 GiB, and at GOGC=400
+// after that, unless the environment sets GOGC or GOMEMLIMIT: they
+// compile a program per simulated candidate and keep little of each (a
+// LLaMA-2-70B search allocates under 1 GB in all, and the collector
+// took a fifth of it on two cores; a compile with the plan given, a
+// sixth). cmd/compile starts its heap large for the same reason. The
+// commands that train keep Go's default: their heap is the model's
+// tensors.
 func collectLess(args []string) {
-	if len(args) == 0 || os.Getenv("GOGC") != "" {
+	if len(args) == 0 || os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
 	switch args[0] {
 	case "plan", "compile", "trace", "report":
-		debug.SetGCPercent(400)
+	default:
+		return
 	}
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(1 << 30)
+	// The first collection is the heap reaching the limit; the sentinel
+	// is unreachable from the start, so its finalizer runs after it.
+	sentinel := &struct{ p *int }{}
+	runtime.SetFinalizer(sentinel, func(*struct{ p *int }) {
+		debug.SetGCPercent(400)
+		debug.SetMemoryLimit(math.MaxInt64)
+	})
 }
 
 // Exit statuses.
