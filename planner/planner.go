@@ -252,7 +252,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	defer wg.Wait()
 	if ev != nil {
 		res.Simulated += len(rows)
-		background(&wg, func() { simulate(ev, m, rows) })
+		wg.Go(func() { simulate(ev, m, rows) })
 	}
 	plans := Candidates(m.DP, rc, mb)
 	if ev != nil {
@@ -272,7 +272,7 @@ func Plan(job *ir.Job, opts Options) (*Result, error) {
 	res.Candidates = len(all)
 	var bounds []Bound
 	if ev != nil {
-		background(&wg, func() { bounds = ev.Bounds(splitting(all)) })
+		wg.Go(func() { bounds = ev.Bounds(splitting(all)) })
 	}
 	if opts.PerGroup && opts.Objective == Step {
 		mr, err := SolveMILP(m, job, Space(m.DP))
@@ -390,15 +390,6 @@ func (r *Result) branchAndBound(ev Evaluator, all, rows []*cost.Estimate, bounds
 			}
 		}
 	}
-}
-
-// background runs f in a goroutine that wg waits for.
-func background(wg *sync.WaitGroup, f func()) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f()
-	}()
 }
 
 // splitting lists the plans of the candidates whose batch splits (the
