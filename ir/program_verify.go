@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"sync"
+
+	"amspc/internal/par"
 )
 
 // Checks selects what VerifyProgram proves beyond a program's form.
@@ -74,28 +76,23 @@ func VerifyProgram(p *Program, t Topology, checks Checks) error {
 		}
 	}
 	errs := make([]error, len(chunks))
-	var wg sync.WaitGroup
-	for k, c := range chunks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := c.lo; i < c.hi; i++ {
-				in := &p.Streams[c.s][i]
-				if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
-					errs[k] = fmt.Errorf("%s %d: %v", StreamName(c.s), i, err)
-					return
-				}
-				if checks&Consistent == 0 {
-					continue
-				}
-				if err := verifySizes(p, in); err != nil {
-					errs[k] = fmt.Errorf("%s %d (%s): %v", StreamName(c.s), i, FormatInstr(in, Group.String), err)
-					return
-				}
+	par.For(len(chunks), func(k int) {
+		c := chunks[k]
+		for i := c.lo; i < c.hi; i++ {
+			in := &p.Streams[c.s][i]
+			if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
+				errs[k] = fmt.Errorf("%s %d: %v", StreamName(c.s), i, err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			if checks&Consistent == 0 {
+				continue
+			}
+			if err := verifySizes(p, in); err != nil {
+				errs[k] = fmt.Errorf("%s %d (%s): %v", StreamName(c.s), i, FormatInstr(in, Group.String), err)
+				return
+			}
+		}
+	})
 	for _, err := range errs {
 		if err != nil {
 			return err

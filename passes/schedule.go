@@ -254,7 +254,7 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	}
 
 	var deps []int
-	// Each stream's length: its instructions, waits and records.
+	// Each stream's waits and records (count has its instructions).
 	size := [ir.NumStreams]int{}
 	for i := range seq {
 		op := &seq[i]

@@ -4,6 +4,7 @@ package par
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // For runs f(0), ..., f(n-1), as many at once as there are processors
@@ -19,24 +20,14 @@ func For(n int, f func(i int)) {
 		}
 		return
 	}
-	var next sync.Mutex
-	i := 0
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				next.Lock()
-				j := i
-				i++
-				next.Unlock()
-				if j >= n {
-					return
-				}
+		wg.Go(func() {
+			for j := int(next.Add(1) - 1); j < n; j = int(next.Add(1) - 1) {
 				f(j)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
