@@ -5,8 +5,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-
-	"amspc/internal/par"
 )
 
 // Checks selects what VerifyProgram proves beyond a program's form.
@@ -66,7 +64,8 @@ func VerifyProgram(p *Program, t Topology, checks Checks) error {
 	// The instructions in chunks, and the event order, are checked at
 	// once: the error is the first instruction's in stream order, else
 	// the events'. The event check follows only ids the form check
-	// proves in range, so it waits for those.
+	// proves in range, so it waits for those. (ir imports nothing of
+	// ours, internal/par included: its own goroutines.)
 	type chunk struct{ s, lo, hi int }
 	var chunks []chunk
 	const chunkLen = 16 << 10
@@ -76,23 +75,28 @@ func VerifyProgram(p *Program, t Topology, checks Checks) error {
 		}
 	}
 	errs := make([]error, len(chunks))
-	par.For(len(chunks), func(k int) {
-		c := chunks[k]
-		for i := c.lo; i < c.hi; i++ {
-			in := &p.Streams[c.s][i]
-			if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
-				errs[k] = fmt.Errorf("%s %d: %v", StreamName(c.s), i, err)
-				return
+	var wg sync.WaitGroup
+	for k, c := range chunks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c.lo; i < c.hi; i++ {
+				in := &p.Streams[c.s][i]
+				if err := verifyInstr(t, in, bufOK, isInput, p.Events, len(p.Layouts)); err != nil {
+					errs[k] = fmt.Errorf("%s %d: %v", StreamName(c.s), i, err)
+					return
+				}
+				if checks&Consistent == 0 {
+					continue
+				}
+				if err := verifySizes(p, in); err != nil {
+					errs[k] = fmt.Errorf("%s %d (%s): %v", StreamName(c.s), i, FormatInstr(in, Group.String), err)
+					return
+				}
 			}
-			if checks&Consistent == 0 {
-				continue
-			}
-			if err := verifySizes(p, in); err != nil {
-				errs[k] = fmt.Errorf("%s %d (%s): %v", StreamName(c.s), i, FormatInstr(in, Group.String), err)
-				return
-			}
-		}
-	})
+		}()
+	}
+	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return err
