@@ -50,9 +50,32 @@ func Reschedule(s *State, depth int) (*ir.Program, error) {
 }
 
 func scheduleSeq(p *ir.Program, depth int) error {
-	seq := liveness(p, p.Seq, deferFinish(p.Seq))
-	placeAllocs(p, seq)
-	return events(p, seq, max(depth, 1))
+	ent := liveness(p, p.Seq, deferFinish(p.Seq))
+	placeAllocs(p, p.Seq, ent)
+	return events(p, p.Seq, ent, max(depth, 1))
+}
+
+// entry is one instruction of the scheduled sequence: seq[k] itself, or
+// (mark) the alloc or free of root buf that liveness placed next to
+// seq[k], which lends it its stage, micro-batch and phase. The schedule
+// works on entries so that it never copies the sequence's instructions
+// before it writes the streams.
+type entry struct {
+	k      int32
+	buf    int32 // a mark's buffer; seq[k].Buf otherwise
+	op     ir.OpCode
+	mark   bool
+	stream int32
+}
+
+// instr returns e's instruction: seq[k] or, for a mark, into tmp.
+func (e *entry) instr(seq []ir.SeqOp, tmp *ir.Instr) *ir.Instr {
+	if !e.mark {
+		return &seq[e.k].Instr
+	}
+	op := &seq[e.k]
+	*tmp = ir.Instr{Op: e.op, Buf: e.buf, Stage: op.Stage, Micro: op.Micro}
+	return tmp
 }
 
 // deferFinish orders the sequence (as indices into it) so that each run
@@ -97,8 +120,9 @@ func deferFinish(seq []ir.SeqOp) []int32 {
 // (activations, inputs, accumulators; not the persistent state) before
 // each definition (a write of it by an instruction that does not read
 // it) and frees it after its last access before the next definition. It
-// returns the sequence in the given order with the allocs and frees.
-func liveness(p *ir.Program, seq []ir.SeqOp, order []int32) []ir.SeqOp {
+// returns the sequence in the given order with the allocs and frees, as
+// entries.
+func liveness(p *ir.Program, seq []ir.SeqOp, order []int32) []entry {
 	root := roots(p)
 	// implicit[b]: root b is allocated and freed here (not persistent,
 	// not allocated by the sequence itself).
@@ -151,18 +175,18 @@ func liveness(p *ir.Program, seq []ir.SeqOp, order []int32) []ir.SeqOp {
 			after[last] = append(after[last], int32(rt))
 		}
 	}
-	out := make([]ir.SeqOp, 0, len(seq)+2*nmark)
-	mark := func(op *ir.SeqOp, c ir.OpCode, ids []int32) {
+	out := make([]entry, 0, len(seq)+2*nmark)
+	mark := func(k int32, c ir.OpCode, ids []int32) {
 		slices.Sort(ids)
 		for _, id := range slices.Compact(ids) {
-			out = append(out, ir.SeqOp{Instr: ir.Instr{Op: c, Buf: id, Stage: op.Stage, Micro: op.Micro}, Phase: op.Phase})
+			out = append(out, entry{k: k, buf: id, op: c, mark: true})
 		}
 	}
 	for i, k := range order {
 		op := &seq[k]
-		mark(op, ir.Alloc, before[i])
-		out = append(out, *op)
-		mark(op, ir.Free, after[i])
+		mark(k, ir.Alloc, before[i])
+		out = append(out, entry{k: k, buf: op.Buf, op: op.Op, stream: int32(op.Stream)})
+		mark(k, ir.Free, after[i])
 	}
 	return out
 }
@@ -180,26 +204,26 @@ func readsRoot(root []int32, reads []int32, rt int32) bool {
 // placeAllocs puts kernels and loads on compute, an alloc on the stream
 // of the next instruction using its buffer and a free on that of the
 // last.
-func placeAllocs(p *ir.Program, seq []ir.SeqOp) {
-	uses := func(op *ir.SeqOp, root int32) bool {
-		return op.Op != ir.Alloc && op.Op != ir.Free && touches(p, &op.Instr, root)
+func placeAllocs(p *ir.Program, seq []ir.SeqOp, ent []entry) {
+	uses := func(e *entry, root int32) bool {
+		return !e.mark && e.op != ir.Alloc && e.op != ir.Free && touches(p, &seq[e.k].Instr, root)
 	}
-	for i := range seq {
-		op := &seq[i]
-		switch op.Op {
+	for i := range ent {
+		e := &ent[i]
+		switch e.op {
 		case ir.Kernel, ir.Load:
-			op.Stream = ir.Compute
+			e.stream = ir.Compute
 		case ir.Alloc:
-			for j := i + 1; j < len(seq); j++ {
-				if uses(&seq[j], op.Buf) {
-					op.Stream = seq[j].Stream
+			for j := i + 1; j < len(ent); j++ {
+				if uses(&ent[j], e.buf) {
+					e.stream = ent[j].stream
 					break
 				}
 			}
 		case ir.Free:
 			for j := i - 1; j >= 0; j-- {
-				if uses(&seq[j], op.Buf) {
-					op.Stream = seq[j].Stream
+				if uses(&ent[j], e.buf) {
+					e.stream = ent[j].stream
 					break
 				}
 			}
@@ -207,11 +231,11 @@ func placeAllocs(p *ir.Program, seq []ir.SeqOp) {
 	}
 }
 
-// events splits the sequence into streams with the record/wait pairs
-// its dependencies need.
-func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
+// events splits the scheduled sequence into streams with the record/wait
+// pairs its dependencies need.
+func events(p *ir.Program, seq []ir.SeqOp, ent []entry, depth int) error {
 	type clock [ir.NumStreams]int // ops of each stream known complete
-	n := len(seq)
+	n := len(ent)
 	root := roots(p)
 	idx := make([]int, n) // position in its stream
 	snap := make([]clock, n)
@@ -236,15 +260,15 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	// free of the (k-depth)-th, where that free comes first.
 	bound := make([]int, n)
 	var gathers []int
-	for i := range seq {
+	for i := range ent {
 		bound[i] = -1
-		if op := &seq[i]; op.Op != ir.Alloc || op.Stream != ir.CommGather {
+		if e := &ent[i]; e.op != ir.Alloc || e.stream != ir.CommGather {
 			continue
 		}
 		if k := len(gathers) - depth; k >= 0 {
 			prev := gathers[k]
 			for j := prev + 1; j < i; j++ {
-				if seq[j].Op == ir.Free && seq[j].Buf == seq[prev].Buf {
+				if ent[j].op == ir.Free && ent[j].buf == ent[prev].buf {
 					bound[i] = j
 					break
 				}
@@ -256,11 +280,12 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	var deps []int
 	// Each stream's waits and records (count has its instructions).
 	size := [ir.NumStreams]int{}
-	for i := range seq {
-		op := &seq[i]
-		s := op.Stream
+	var tmp ir.Instr
+	for i := range ent {
+		op := ent[i].instr(seq, &tmp)
+		s := int(ent[i].stream)
 		if s < 0 || s >= ir.NumStreams {
-			return fmt.Errorf("instruction %d (%s) has no stream", i, ir.FormatInstr(&op.Instr, ir.Group.String))
+			return fmt.Errorf("instruction %d (%s) has no stream", i, ir.FormatInstr(op, ir.Group.String))
 		}
 		idx[i] = count[s]
 		count[s]++
@@ -289,7 +314,7 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 		}
 		slices.Sort(deps)
 		for _, j := range slices.Compact(deps) {
-			t := seq[j].Stream
+			t := int(ent[j].stream)
 			if t == s || clocks[s][t] > idx[j] {
 				continue
 			}
@@ -321,13 +346,13 @@ func events(p *ir.Program, seq []ir.SeqOp, depth int) error {
 	for s := range p.Streams {
 		p.Streams[s] = make([]ir.Instr, 0, count[s]+size[s])
 	}
-	for i := range seq {
-		op := &seq[i]
-		s := op.Stream
+	for i := range ent {
+		op := ent[i].instr(seq, &tmp)
+		s := ent[i].stream
 		for _, ev := range waitEv[waitAt[i]:waitAt[i+1]] {
 			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Wait, Event: ev, Stage: op.Stage, Micro: op.Micro})
 		}
-		p.Streams[s] = append(p.Streams[s], op.Instr)
+		p.Streams[s] = append(p.Streams[s], *op)
 		if ev := recordAfter[i]; ev >= 0 {
 			p.Streams[s] = append(p.Streams[s], ir.Instr{Op: ir.Record, Event: ev, Stage: op.Stage, Micro: op.Micro})
 		}

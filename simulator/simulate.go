@@ -100,11 +100,14 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	allocated := make([]bool, len(p.Buffers))
 	live := 0
-	n := 0
+	n, nmem := 0, 0 // spans; allocs and frees
 	for s := range p.Streams {
 		for i := range p.Streams[s] {
-			if op := p.Streams[s][i].Op; op == ir.Kernel || op == ir.Collective {
+			switch p.Streams[s][i].Op {
+			case ir.Kernel, ir.Collective:
 				n++
+			case ir.Alloc, ir.Free:
+				nmem++
 			}
 		}
 	}
@@ -118,7 +121,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	var persistentHost float64
 	trans := Transient(p)
-	mem := make([]memEvent, 0, 2*len(trans))
+	mem := make([]memEvent, 0, nmem)
 	for id, b := range p.Buffers {
 		if !b.IsView() && !trans[int32(id)] {
 			tl.PersistentBytes += float64(b.Bytes())
