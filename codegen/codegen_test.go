@@ -189,6 +189,36 @@ func TestEncodeDeterministic(t *testing.T) {
 	golden.File(t, "testdata/tiny.plan.sha256", fmt.Sprintf("%x\n", sha256.Sum256(a)))
 }
 
+// TestEncodeCountsItsBytes checks Encode's counting pass against the
+// bytes it writes, and its checksum, hashed behind the encoding on
+// another goroutine for a large bundle, against one hashed after it.
+func TestEncodeCountsItsBytes(t *testing.T) {
+	big := tinyBundle()
+	p := &big.Templates[0]
+	for len(Encode(big)) < 5*hashChunk {
+		p.Streams[ir.Compute] = append(p.Streams[ir.Compute], p.Streams[ir.Compute]...)
+	}
+	for _, b := range append(sampleBundles(), big) {
+		count := encoder{counting: true}
+		count.bundle(b)
+		var e encoder
+		e.bundle(b)
+		if count.n != len(e.buf) {
+			t.Errorf("%s: counted %d payload bytes, wrote %d", b.Model, count.n, len(e.buf))
+		}
+		want := make([]byte, headerSize, headerSize+len(e.buf)+sumSize)
+		copy(want, magic)
+		binary.LittleEndian.PutUint32(want[len(magic):], FormatVersion)
+		binary.LittleEndian.PutUint64(want[len(magic)+4:], uint64(len(e.buf)))
+		want = append(want, e.buf...)
+		sum := sha256.Sum256(want)
+		want = append(want, sum[:]...)
+		if got := Encode(b); !bytes.Equal(got, want) {
+			t.Errorf("%s: Encode's %d bytes differ from the payload hashed after encoding (%d bytes)", b.Model, len(got), len(want))
+		}
+	}
+}
+
 func TestFloatAttrsBitExact(t *testing.T) {
 	b := tinyBundle()
 	floats := []float64{math.Copysign(0, -1), math.Inf(-1), math.Float64frombits(0x7ff8000000000123), 5e-324, 0.1}

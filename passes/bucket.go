@@ -105,7 +105,7 @@ func bucket(s *State) error {
 	for _, ops := range instead {
 		extra += len(ops)
 	}
-	out := make([]ir.SeqOp, 0, len(p.Seq)+extra)
+	out := ds.newSeq(len(p.Seq) + extra)
 	for i, op := range p.Seq {
 		out = append(out, before[i]...)
 		if r, ok := instead[i]; ok {
@@ -114,7 +114,7 @@ func bucket(s *State) error {
 			out = append(out, op)
 		}
 	}
-	p.Seq = out
+	ds.setSeq(p, out)
 	return nil
 }
 

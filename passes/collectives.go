@@ -31,7 +31,7 @@ func collectives(s *State) error {
 	in := p.Seq
 	// Room for what each stage adds every micro-batch, so the sequence
 	// is rarely copied as it grows.
-	p.Seq = make([]ir.SeqOp, 0, len(in)+16*ds.d.Micro*len(ds.stages))
+	p.Seq = ds.newSeq(len(in) + 16*ds.d.Micro*len(ds.stages))
 	cur := 0
 	take := func(m int, ph ir.Phase, stage int) {
 		for cur < len(in) && int(in[cur].Micro) == m && in[cur].Phase == ph && int(in[cur].Stage) == stage {
@@ -135,6 +135,7 @@ func collectives(s *State) error {
 	if cur != len(in) {
 		return fmt.Errorf("lower's sequence has %d instructions past the expected ones, from %q", len(in)-cur, ir.FormatInstr(&in[cur].Instr, ir.Group.String))
 	}
+	ds.spare = in[:0] // as setSeq does
 	return nil
 }
 

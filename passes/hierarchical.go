@@ -20,7 +20,7 @@ func hierarchical(s *State) error {
 	if ds.d.Hierarchical == nil {
 		return nil
 	}
-	out := make([]ir.SeqOp, 0, len(p.Seq)+2*collectiveCount(p.Seq))
+	out := ds.newSeq(len(p.Seq) + 2*collectiveCount(p.Seq))
 	for _, op := range p.Seq {
 		if op.Op != ir.Collective {
 			out = append(out, op)
@@ -70,7 +70,7 @@ func hierarchical(s *State) error {
 			phase(ir.AllGather, intra, share, op.Out, ib.Bytes(), "inside the node")
 		}
 	}
-	p.Seq = out
+	ds.setSeq(p, out)
 	return nil
 }
 

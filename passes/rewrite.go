@@ -16,8 +16,8 @@ import (
 // select and drop, and ZeRO-1/2's data-parallel reduction, move DDP's
 // bytes.
 func reduceScatter(s *State) error {
-	p := s.Prog
-	out := make([]ir.SeqOp, 0, len(p.Seq)+collectiveCount(p.Seq))
+	p, ds := s.Prog, s.dist
+	out := ds.newSeq(len(p.Seq) + collectiveCount(p.Seq))
 	for i, op := range p.Seq {
 		if op.Op != ir.Collective || op.Coll != ir.AllReduce || op.In != op.Out {
 			out = append(out, op)
@@ -40,7 +40,7 @@ func reduceScatter(s *State) error {
 			out = append(out, ar)
 		}
 	}
-	p.Seq = out
+	ds.setSeq(p, out)
 	return nil
 }
 
