@@ -300,7 +300,7 @@ func (g *gate) exec(r, s int) error {
 		g.shapes = argShapes(g.p, in, g.shapes[:0])
 		dur := g.m.KernelTime(in.Kern, g.shapes, g.p.Buffers[in.Args[0]].DType, in.Flops)
 		if g.packs[s] != nil && g.packs[s][x.at] {
-			dur += packTime(g.p, g.m, in, g.sharers)
+			dur += packTime(g.p, g.m, in, g.sharers, 0)
 		}
 		if dur /= g.share; dur > 0 {
 			// Its flight starts now (run moved the clock to x.t).

@@ -20,7 +20,7 @@ import "amspc/ir"
 // copy share a packing: one packs while the others wait for it or find it
 // made. A replicated weight's packing is costed in full on every rank (it
 // is made once a step); a gathered weight's, made once a gather, at the
-// rank's share of the group's one packing (PackSharers). MatMul packs B,
+// rank's share of the group's one packing (PackSharers, PackShare). MatMul packs B,
 // MatMulGradA B^T: two packings of one weight. Under MPI (a rank a process) a rank keeps its
 // own packings of replicated weights the same way; a gathered weight's
 // is not kept there (no shared gathers), which differs from this only

@@ -143,8 +143,12 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	}
 	shared := SharedGathers(p, m)
 	var sharers []int
+	procs := 0
 	if packs[ir.Compute] != nil {
 		sharers = packSharers(p, shared)
+		if sharers != nil {
+			procs = m.Topo.Profile.Processors()
+		}
 	}
 	// now is the time up to which collectives have progressed; every
 	// flight starts at or after it.
@@ -177,7 +181,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 					dt := p.Buffers[in.Args[0]].DType
 					dur = m.KernelTime(in.Kern, shapes, dt, in.Flops)
 					if packs[s] != nil && packs[s][at[s]] {
-						dur += packTime(p, m, in, sharers)
+						dur += packTime(p, m, in, sharers, procs)
 					}
 					name = SpanName(p, in)
 					// Scratch the kernel holds while it runs (ir.OpInfo.Workspace).
@@ -363,8 +367,8 @@ func SharedGathers(p *ir.Program, m *cost.Machine) []bool {
 // of a weight in the buffer: the members of the shared all-gather that
 // writes it (SharedGathers). They read one buffer, and the first product
 // to need a packing of it makes it while the others wait for it or find
-// it made (engine's memo): the group packs it once, and a rank's share
-// of that work is 1/members. 0 where a rank packs its own; nil where m
+// it made (engine's memo): the group packs it once, and a rank pays its
+// PackShare of that packing. 0 where a rank packs its own; nil where m
 // shares no gathers.
 func PackSharers(p *ir.Program, m *cost.Machine) []int {
 	return packSharers(p, SharedGathers(p, m))
@@ -388,15 +392,35 @@ func packSharers(p *ir.Program, shared []bool) []int {
 
 // packTime is the packing time product in adds on m: its weight's
 // packing, a share of it where the local ranks pack it once
-// (PackSharers).
-func packTime(p *ir.Program, m *cost.Machine, in *ir.Instr, sharers []int) float64 {
+// (PackSharers, PackShare), procs the processors of m's profile.
+func packTime(p *ir.Program, m *cost.Machine, in *ir.Instr, sharers []int, procs int) float64 {
 	t := m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
 	if sharers != nil {
 		if n := sharers[p.Root(in.Args[1])]; n > 1 {
-			t /= float64(n)
+			t *= PackShare(n, m.Topo.GPUsPerNode*m.Topo.Nodes, procs)
 		}
 	}
 	return t
+}
+
+// PackShare is the part of a packing's profiled time that each of the n
+// local ranks sharing it pays, of ranks local ranks on procs processors.
+// The profile times a packing with every rank packing at once: ranks /
+// procs times a packing alone where the ranks outnumber the processors.
+// Shared, the group's one packing is 1/n of that work; but it is one
+// rank's work, which the others wait for, so it takes at least a packing
+// alone, procs / ranks of the profiled time (on 8 ranks sharing 2
+// processors, 1/n for groups of up to 4; on 2 ranks with 2 processors,
+// the whole packing: 1/2 had LLaMA-like ZeRO-3 steps of wide and fewwide
+// 17-22 % short, bench/validation.md of 2026-11-29). Without procs (a
+// profile that does not say, or the gated model, which has the ranks
+// queue for the processors themselves), 1/n.
+func PackShare(n, ranks, procs int) float64 {
+	share := 1 / float64(n)
+	if procs > 0 && ranks > 0 {
+		share = max(share, min(1, float64(procs)/float64(ranks)))
+	}
+	return share
 }
 
 // collCost is the cost of collective in on m: a gather into a shared

@@ -41,7 +41,7 @@ func checkSpans(t *testing.T, p *ir.Program, m *cost.Machine, tl *Timeline) (slo
 				pt := m.PackTime(in.Kern, p.Buffers[in.Args[1]].Shape)
 				if sharers != nil && sharers[p.Root(in.Args[1])] > 1 {
 					n := sharers[p.Root(in.Args[1])]
-					pt /= float64(n)
+					pt *= PackShare(n, m.Topo.GPUsPerNode*m.Topo.Nodes, m.Topo.Profile.Processors())
 				}
 				want += pt
 			}
@@ -362,6 +362,28 @@ func TestSimulateSharedGathers(t *testing.T) {
 	}
 	if shared == 0 {
 		t.Error("no product of ZeRO-3 packs a weight its group of 8 gathered into one buffer")
+	}
+}
+
+// TestPackShare: a shared packing costs each sharer its share of the
+// group's one packing, and never less than one rank's packing alone.
+func TestPackShare(t *testing.T) {
+	for _, c := range []struct {
+		n, ranks, procs int
+		want            float64
+	}{
+		{2, 2, 2, 1},      // one packs, its partner waits
+		{2, 2, 0, 0.5},    // processors unknown: the share
+		{2, 8, 2, 0.5},    // 4 ranks a processor: 2 packings' work on each
+		{4, 8, 2, 0.25},   // one packing's work on each processor
+		{8, 8, 2, 0.25},   // one rank packing, alone on its processor
+		{2, 2, 16, 1},     // more processors than ranks
+		{8, 16, 4, 0.25},  // a packing alone is 4/16 of the profiled one
+		{16, 16, 4, 0.25}, // ditto
+	} {
+		if got := PackShare(c.n, c.ranks, c.procs); got != c.want {
+			t.Errorf("PackShare(%d sharers, %d ranks, %d processors) = %g, want %g", c.n, c.ranks, c.procs, got, c.want)
+		}
 	}
 }
 

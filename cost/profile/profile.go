@@ -720,6 +720,17 @@ func (p *Profile) MetaValue(key string) string {
 	return ""
 }
 
+// Processors is how many processors the profile's ranks ran on at once
+// (its `# gomaxprocs` line, which amspc profile and validate write), 0
+// when it does not say.
+func (p *Profile) Processors() int {
+	n, err := strconv.Atoi(p.MetaValue("gomaxprocs"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // KernelShapes is the operand shapes of kernel instruction in of program
 // p as a profile keys them: each buffer's tensor shape, or [elements] for
 // a flat shard that has none (the optimizer's operands).
