@@ -47,8 +47,8 @@ type dist struct {
 // input dies as the next pass replaces it, so the passes take turns with
 // two buffers instead of each copying the sequence into fresh memory (at
 // LLaMA-2-70B's 140k instructions, 12 MB a pass). A new buffer has a
-// quarter to spare, as the passes grow the sequence.
-// A nil ds (a pass run alone, in tests) keeps no buffer.
+// quarter to spare, as the passes grow the sequence. A nil ds (a pass
+// run alone, in tests) keeps no buffer.
 func (ds *dist) newSeq(n int) []ir.SeqOp {
 	if ds != nil && cap(ds.spare) >= n {
 		out := ds.spare[:0]
