@@ -31,17 +31,17 @@ func collectives(s *State) error {
 	in := p.Seq
 	// Room for what each stage adds every micro-batch, so the sequence
 	// is rarely copied as it grows.
-	p.Seq = ds.newSeq(len(in) + 16*ds.d.Micro*len(ds.stages))
+	out := ds.newSeq(len(in) + 16*ds.d.Micro*len(ds.stages))
 	cur := 0
 	take := func(m int, ph ir.Phase, stage int) {
 		for cur < len(in) && int(in[cur].Micro) == m && in[cur].Phase == ph && int(in[cur].Stage) == stage {
-			p.Seq = append(p.Seq, in[cur])
+			out = append(out, in[cur])
 			cur++
 		}
 	}
 	emit := func(ph ir.Phase, stream int, x ir.Instr, stage, m int) {
 		x.Stage, x.Micro = int32(stage), int32(m)
-		p.Seq = append(p.Seq, ir.SeqOp{Instr: x, Phase: ph, Stream: stream})
+		out = append(out, ir.SeqOp{Instr: x, Phase: ph, Stream: stream})
 	}
 	coll := func(ph ir.Phase, stream int, c ir.StateColl, from, to int32, stage, m int, why string) {
 		emit(ph, stream, collInstr(p, c.Coll, from, to, ds.group(c.Outer, c.Inner), why), stage, m)
@@ -135,7 +135,7 @@ func collectives(s *State) error {
 	if cur != len(in) {
 		return fmt.Errorf("lower's sequence has %d instructions past the expected ones, from %q", len(in)-cur, ir.FormatInstr(&in[cur].Instr, ir.Group.String))
 	}
-	ds.spare = in[:0] // as setSeq does
+	ds.setSeq(p, out)
 	return nil
 }
 
