@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -36,6 +37,17 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if setFlags(fs)["in-step"] && !o.calibrate {
 		fmt.Fprintln(stderr, "amspc validate: --in-step says how --calibrate costs kernels: give --calibrate too")
 		return exitUser
+	}
+	if o.saveProfile != "" && !o.calibrate {
+		fmt.Fprintln(stderr, "amspc validate: --save-profile writes what --calibrate measured: give --calibrate too")
+		return exitUser
+	}
+	if o.saveProfile != "" {
+		// Found now, not after minutes of measurements.
+		if st, err := os.Stat(filepath.Dir(o.saveProfile)); err != nil || !st.IsDir() {
+			fmt.Fprintf(stderr, "amspc validate: --save-profile %s: no directory %s to write it in\n", o.saveProfile, filepath.Dir(o.saveProfile))
+			return exitUser
+		}
 	}
 	job, err := o.lf.load(file)
 	if err != nil {
@@ -93,11 +105,12 @@ type validateOptions struct {
 	markdown, json bool
 	calibrate      bool
 	inStep         bool
+	saveProfile    string
 	extremes       int // from --plans extremes=N; 0: every plan
 }
 
 func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--instances K] [--calibrate [--in-step=false]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--instances K] [--calibrate [--in-step=false] [--save-profile FILE]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &validateOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "validate, among the rows, (auto: no fixed plan)")
@@ -110,6 +123,7 @@ func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
 	fs.BoolVar(&o.calibrate, "calibrate", false, "predict with a profile of the plans' own kernels and collectives measured in the rotation (before the first round and after each), not one taken earlier: the machine's drift then falls on costs and steps alike (the plans are still chosen by --profile's or the cluster's figures)")
 	fs.BoolVar(&o.inStep, "in-step", true, "with --calibrate, also start each of the profile's plans every round, trace a step of it and cost kernels as those steps ran them (as amspc profile does); false: every kernel's time alone")
+	fs.StringVar(&o.saveProfile, "save-profile", "", "with --calibrate, also write the profile the predictions were costed with to `FILE` (plan, compile and trace --profile FILE cost with it)")
 	return fs, o
 }
 

@@ -13,6 +13,7 @@ import (
 	"amspc/cost"
 	"amspc/cost/profile"
 	"amspc/engine"
+	"amspc/internal/outfile"
 	"amspc/ir"
 	"amspc/simulator"
 )
@@ -308,6 +309,11 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	calibrated := cal.profile(job, cal.rounds)
 	if _, err := predictCalibrated(job, rows, calibrated, dir); err != nil {
 		return "", err
+	}
+	if o.saveProfile != "" {
+		if err := outfile.Write(o.saveProfile, nil, calibrated.Write); err != nil {
+			return "", err
+		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
 	prof := fmt.Sprintf("a profile of the plans' %d kernels, %d packings and %d collectives measured between the rounds", len(cal.kernels), len(cal.packs), len(cal.colls))

@@ -145,8 +145,9 @@ func TestValidateCalibrated(t *testing.T) {
 	if err := os.WriteFile(two, []byte(`cluster two { nodes = 1 gpus_per_node = 2 gpu = "cpu" intra_node_bw = 10 GB/s inter_node_bw = 1 GB/s }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	saved := filepath.Join(t.TempDir(), "calibration.csv")
 	var stdout, stderr bytes.Buffer
-	if st := run([]string{"validate", "--calibrate", "--steps", "3", "--instances", "1", "--json", "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+	if st := run([]string{"validate", "--calibrate", "--steps", "3", "--instances", "1", "--json", "--save-profile", saved, "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
 		t.Fatalf("status %d: %s", st, stderr.String())
 	}
 	var sum validationSummary
@@ -155,6 +156,39 @@ func TestValidateCalibrated(t *testing.T) {
 	}
 	if sum.Ranks != 2 || len(sum.Rows) < 4 || !strings.Contains(sum.Profile, "measured between the rounds") {
 		t.Fatalf("summary %+v", sum)
+	}
+	// The saved profile is what the predictions were costed with: plan
+	// --profile costs DDP's row to the same step (its baseline row).
+	ddp := -1
+	for i, r := range sum.Rows {
+		if r.Plan == "DDP" {
+			ddp = i
+		}
+	}
+	if ddp < 0 {
+		t.Fatalf("no DDP row in %+v", sum.Rows)
+	}
+	stdout.Reset()
+	if st := run([]string{"plan", "--json", "--profile", saved, "--cluster", two, "--shard", "auto", "../../testdata/models/tiny.amsp"}, &stdout, &stderr); st != exitOK {
+		t.Fatalf("plan with the saved profile: status %d: %s", st, stderr.String())
+	}
+	var planned struct {
+		Baselines []struct {
+			Name string  `json:"name"`
+			Step float64 `json:"step_time_s"`
+		} `json:"baselines"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
+		t.Fatal(err)
+	}
+	got := math.NaN()
+	for _, b := range planned.Baselines {
+		if b.Name == "DDP" {
+			got = b.Step
+		}
+	}
+	if want := sum.Rows[ddp].Predicted; !(math.Abs(got/want-1) <= 1e-9) {
+		t.Errorf("plan --profile of the saved calibration costs DDP at %g s, validate predicted %g s", got, want)
 	}
 	var pred, meas []float64
 	for _, r := range sum.Rows {
