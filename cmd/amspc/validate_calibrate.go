@@ -252,10 +252,15 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	return prof
 }
 
-// predictCalibrated compiles every row's plan again, costed by the
-// calibration's profile (written to dir, which the job's cluster then
-// names), and sets its prediction.
-func predictCalibrated(job *ir.Job, rows []validationRow, prof *profile.Profile, dir string) (string, error) {
+// predictCalibrated costs every row's program, the one its steps ran,
+// again with the calibration's profile (written to dir, which the job's
+// cluster then names), and sets its prediction. The program is not
+// compiled again: its cost-driven choices (a collective split into
+// phases inside and across nodes, cost.Topology.HierarchicalFaster) were
+// made with the profile the rows were compiled with, and may come out
+// otherwise with the calibration's, which would predict another program
+// than the one measured.
+func predictCalibrated(rows []validationRow, prof *profile.Profile, dir string) (string, error) {
 	path := filepath.Join(dir, "calibration.csv")
 	var b strings.Builder
 	if err := prof.Write(&b); err != nil {
@@ -264,16 +269,21 @@ func predictCalibrated(job *ir.Job, rows []validationRow, prof *profile.Profile,
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return "", err
 	}
-	j := *job
-	cl := *job.Cluster
-	cl.Profile = path
-	j.Cluster = &cl
 	for i := range rows {
-		r, err := compiler.Compile(&j, rows[i].plan, compiler.Options{Config: cost.DefaultConfig})
+		r := rows[i].result
+		j := *r.Job
+		cl := *r.Job.Cluster
+		cl.Profile = path
+		j.Cluster = &cl
+		m, err := cost.NewModel(&j, cost.DefaultConfig)
 		if err != nil {
 			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
 		}
-		rows[i].Predicted = r.Timeline.Step
+		tl, err := simulator.Simulate(r.Program, m.Machine, compiler.StageNames(r.Program))
+		if err != nil {
+			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
+		}
+		rows[i].Predicted = tl.Step
 		rows[i].Error = rows[i].Predicted/rows[i].Measured - 1
 	}
 	return path, nil
@@ -307,7 +317,7 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	}
 	defer os.RemoveAll(dir)
 	calibrated := cal.profile(job, cal.rounds)
-	if _, err := predictCalibrated(job, rows, calibrated, dir); err != nil {
+	if _, err := predictCalibrated(rows, calibrated, dir); err != nil {
 		return "", err
 	}
 	if o.saveProfile != "" {

@@ -9,6 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"amspc/compiler"
+	"amspc/cost"
+	"amspc/ir"
+	"amspc/simulator"
 )
 
 // TestValidateCommand runs the rows plan prints for tiny one step each
@@ -206,5 +211,53 @@ func TestValidateCalibrated(t *testing.T) {
 		100*sum.MedianAbsError, 100*sum.MaxAbsError, sum.Spearman, 100*sum.Noise, 100*median(rel))
 	if m := median(rel); m > 0.3 {
 		t.Errorf("the plans' predictions against their median are %.1f%% off their measurements against theirs (median): more than 30 %%", 100*m)
+	}
+}
+
+// The calibrated prediction is of the program the steps ran. tiny's DDP
+// on its 2 x 4 cluster all-reduces in phases inside and across nodes by
+// the cluster's nominal figures and in one call by bench's profile:
+// compiled with the one and costed with the other, the row is predicted
+// as the program it ran (with the phases), not as the program compiling
+// again with the profile would make.
+func TestPredictCalibratedCostsTheProgramRun(t *testing.T) {
+	job := loadJob(t, "../../testdata/models/tiny.amsp")
+	one := ir.Factor{S0: 1, S1: 1}
+	ddp := cost.Uniform("DDP", cost.Factors{P: one, G: one, OS: one}, job.Train.Recompute, job.Train.MicroBatch)
+	ran, err := compiler.Compile(job, ddp, compiler.Options{Config: cost.DefaultConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := cost.ReadProfile("../../bench/profiles/tiny.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []validationRow{{Plan: "DDP", Measured: 0.1, result: ran}}
+	path, err := predictCalibrated(rows, prof, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := *job
+	cl := *job.Cluster
+	cl.Profile = path
+	j.Cluster = &cl
+	again, err := compiler.Compile(&j, ddp, compiler.Options{Config: cost.DefaultConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reduces := func(p *ir.Program) int { return len(p.Streams[ir.CommReduce]) }
+	if reduces(ran.Program) == reduces(again.Program) {
+		t.Fatalf("the two compiles made the same reduce stream (%d instructions): the test needs programs that differ", reduces(ran.Program))
+	}
+	m, err := cost.NewModel(&j, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := simulator.Simulate(ran.Program, m.Machine, compiler.StageNames(ran.Program))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rows[0].Predicted; got != tl.Step || got == again.Timeline.Step {
+		t.Errorf("predicted %g s; the program run costs %g s with the calibration, the program compiled again %g s", got, tl.Step, again.Timeline.Step)
 	}
 }
