@@ -212,6 +212,11 @@ type validationRow struct {
 	Repeat float64 `json:"repeat"`
 	result *compiler.Result
 	plan   cost.Plan
+	// ran is the program the steps ran and the job it was compiled
+	// from, kept when result is let go after the measurement (the
+	// calibrated prediction costs it again: predictCalibrated).
+	ran    *ir.Program
+	ranJob *ir.Job
 }
 
 type validationSummary struct {
@@ -527,6 +532,7 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances 
 			}
 			row.Spread = median(dev) / row.Measured
 			row.Repeat = (slices.Max(meds) - slices.Min(meds)) / row.Measured
+			row.ran, row.ranJob = row.result.Program, row.result.Job
 			row.result = nil
 		}
 		lo = hi

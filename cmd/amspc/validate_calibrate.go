@@ -270,16 +270,16 @@ func predictCalibrated(rows []validationRow, prof *profile.Profile, dir string) 
 		return "", err
 	}
 	for i := range rows {
-		r := rows[i].result
-		j := *r.Job
-		cl := *r.Job.Cluster
+		prog, job := rows[i].ran, rows[i].ranJob
+		j := *job
+		cl := *job.Cluster
 		cl.Profile = path
 		j.Cluster = &cl
 		m, err := cost.NewModel(&j, cost.DefaultConfig)
 		if err != nil {
 			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
 		}
-		tl, err := simulator.Simulate(r.Program, m.Machine, compiler.StageNames(r.Program))
+		tl, err := simulator.Simulate(prog, m.Machine, compiler.StageNames(prog))
 		if err != nil {
 			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
 		}

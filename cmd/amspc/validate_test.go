@@ -232,7 +232,7 @@ func TestPredictCalibratedCostsTheProgramRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := []validationRow{{Plan: "DDP", Measured: 0.1, result: ran}}
+	rows := []validationRow{{Plan: "DDP", Measured: 0.1, ran: ran.Program, ranJob: ran.Job}}
 	path, err := predictCalibrated(rows, prof, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
