@@ -290,12 +290,14 @@ func (k *rank) kernel(s int, in *ir.Instr) error {
 	for _, id := range in.Outs {
 		k.wrote(id)
 	}
+	k.packUse[s] = 0
 	if in.Kern == ir.MatMul || in.Kern == ir.MatMulGradA {
 		if k.memos != nil {
-			c.PackedB = k.sharedPack(in)
+			c.PackedB, k.packUse[s] = k.sharedPack(in)
 		}
 		if c.PackedB == nil && k.reps != nil {
-			p, done, err := k.replicaPack(in)
+			p, done, use, err := k.replicaPack(in)
+			k.packUse[s] = use
 			if done != nil {
 				defer done()
 			}
@@ -347,17 +349,20 @@ func (k *rank) countPack(pb *kernels.PackedB) {
 
 // sharedPack is the packing of a matmul's operand 1 when it lies in a
 // shared gather (a weight every local rank of the group reads): computed
-// by the first rank to need it, reused by the others; else nil.
-func (k *rank) sharedPack(in *ir.Instr) *kernels.PackedB {
+// by the first rank to need it, reused by the others; else nil. use says
+// which this call was (PackMade, PackReused).
+func (k *rank) sharedPack(in *ir.Instr) (pb *kernels.PackedB, use PackUse) {
 	root, off := k.offset(in.Args[1])
 	k.mu.Lock()
 	m := k.memos[root]
 	k.mu.Unlock()
 	if m == nil {
-		return nil
+		return nil, 0
 	}
 	b := k.m(in.Args[1]).f32
-	return m.get(memoKey{off, int64(len(b)), in.Kern}, func() any { return k.packOperand(in, b) }).(*kernels.PackedB)
+	use = PackReused
+	pb = m.get(memoKey{off, int64(len(b)), in.Kern}, func() any { use = PackMade; return k.packOperand(in, b) }).(*kernels.PackedB)
+	return pb, use
 }
 
 // packOperand packs b, operand 1 of matmul instruction in, as the

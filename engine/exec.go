@@ -78,6 +78,9 @@ type rank struct {
 	// (tests: simulator.Packings says which).
 	packCalls int64
 	packSeen  map[*kernels.PackedB]bool
+	// packUse is how the kernel each stream ran last took a packing the
+	// local ranks share (traced: TraceSpan.Pack).
+	packUse [ir.NumStreams]PackUse
 
 	// gate, when the process runs more ranks than it has cores, lets only
 	// as many streams compute at once as there are cores: each runs its
@@ -663,6 +666,7 @@ func (k *rank) runStream(s int, abort <-chan struct{}, failed *atomic.Bool) (err
 			k.time(in.Kern.String(), t1.Sub(t0))
 			if tr != nil {
 				tr.add(s, i, st, tr.stampAt(s, t1))
+				tr.markPack(s, k.packUse[s])
 			}
 			// A collective woken while both cores compute would wait for
 			// the scheduler's 10 ms preemption: let it run now.

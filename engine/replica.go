@@ -253,7 +253,7 @@ func (m *replicaMemo) finish(e *replicaEntry, i int) {
 // in a stable replicated P buffer, else nil; done, when not nil, is to be
 // called once the kernel has run: that was the rank's last use of the
 // packing in this generation.
-func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), err error) {
+func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), use PackUse, err error) {
 	st := k.reps
 	root, off := k.offset(in.Args[1])
 	b := k.m(in.Args[1]).f32
@@ -268,7 +268,7 @@ func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), er
 	}
 	k.mu.Unlock()
 	if !ok {
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 
 	m := st.memo
@@ -293,7 +293,7 @@ func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), er
 		// Used more often than the program's count says: this use
 		// packs for itself.
 		m.mu.Unlock()
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 	m.mu.Unlock()
 	if last {
@@ -315,16 +315,18 @@ func (k *rank) replicaPack(in *ir.Instr) (pack *kernels.PackedB, done func(), er
 			e.src = append([]float32(nil), b...)
 		}
 	})
+	use = PackMade
 	if !mine {
 		m.reused.Add(1)
+		use = PackReused
 	}
 	if e.src != nil {
 		for j := range b {
 			if math.Float32bits(b[j]) != math.Float32bits(e.src[j]) {
-				return nil, done, fmt.Errorf("replicas of %s differ at element %d: %v here, %v where it was packed",
+				return nil, done, use, fmt.Errorf("replicas of %s differ at element %d: %v here, %v where it was packed",
 					k.p.Buffers[in.Args[1]].Name, j, b[j], e.src[j])
 			}
 		}
 	}
-	return e.pack, done, nil
+	return e.pack, done, use, nil
 }

@@ -114,6 +114,7 @@ func (rt *rankTrace) stampAt(s int, now time.Time) traceStamp {
 type traceRec struct {
 	index, step int32
 	start, end  time.Duration
+	pack        PackUse
 }
 
 // Start arms the trace: the next step any rank begins is the first one
@@ -234,11 +235,33 @@ func growSpans(s []traceRec, n int) []traceRec {
 // device rank's marks, their numbers until resolve).
 func (rt *rankTrace) add(s, i int, a, b traceStamp) {
 	if rt.dev != nil {
-		rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, time.Duration(a.mark), time.Duration(b.mark)})
+		rt.spans[s] = append(rt.spans[s], traceRec{index: int32(i), step: rt.step, start: time.Duration(a.mark), end: time.Duration(b.mark)})
 		return
 	}
-	rt.spans[s] = append(rt.spans[s], traceRec{int32(i), rt.step, a.t.Sub(rt.origin), b.t.Sub(rt.origin)})
+	rt.spans[s] = append(rt.spans[s], traceRec{index: int32(i), step: rt.step, start: a.t.Sub(rt.origin), end: b.t.Sub(rt.origin)})
 }
+
+// markPack says how the kernel just recorded on stream s took a packing
+// the local ranks share.
+func (rt *rankTrace) markPack(s int, u PackUse) {
+	if n := len(rt.spans[s]); n > 0 {
+		rt.spans[s][n-1].pack = u
+	}
+}
+
+// PackUse is how a product took the packing of its weight that the local
+// ranks share (a shared gather's or a replica's, packed once for all of
+// them): 0 where it took none (it packed its own, or read one made
+// before the run).
+type PackUse uint8
+
+const (
+	// PackMade: the product made the packing, for itself and the others.
+	PackMade PackUse = 1 + iota
+	// PackReused: another rank's product made it; this one found it made
+	// or waited for it.
+	PackReused
+)
 
 // A TraceSpan is one instruction a rank executed.
 type TraceSpan struct {
@@ -246,6 +269,8 @@ type TraceSpan struct {
 	Index        int // its position in its stream
 	Step         int
 	Instr        *ir.Instr // the instruction, of the rank's template
+	// Pack: how a product took a shared packing of its weight.
+	Pack PackUse
 	// Start and Dur: when it began, since the trace's origin (the start
 	// of the first step recorded, as this process's first rank began it),
 	// and how long it took, on this process's wall clock.
@@ -266,7 +291,7 @@ func (t *Trace) Spans() []TraceSpan {
 			// In a stream, recorded in order: by step, then index.
 			for _, x := range recs {
 				out = append(out, TraceSpan{Rank: rt.k.r, Stream: s, Index: int(x.index), Step: int(x.step),
-					Instr: &rt.k.p.Streams[s][x.index], Start: x.start, Dur: x.end - x.start})
+					Instr: &rt.k.p.Streams[s][x.index], Start: x.start, Dur: x.end - x.start, Pack: x.pack})
 			}
 		}
 	}

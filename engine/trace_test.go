@@ -9,6 +9,7 @@ import (
 	"amspc/cost"
 	"amspc/engine"
 	"amspc/ir"
+	"amspc/simulator"
 )
 
 // TestTraceRecordsWhatRan: a trace started after a warm-up step records
@@ -35,6 +36,38 @@ func TestTraceRecordsWhatRan(t *testing.T) {
 		t.Fatalf("recorded %d steps from step %d, want 2 from step 2", n, first)
 	}
 	checkTrace(t, b, trace, 2, 3)
+	checkTracePacks(t, b, trace)
+}
+
+// checkTracePacks: the plan gathers its params into buffers each pair of
+// ranks shares (2x1), and the pair packs a gathered weight once. At each
+// product that packs (simulator.Packings), one member of every pair made
+// the packing and the other took it made (TraceSpan.Pack).
+func checkTracePacks(t *testing.T, b *codegen.Bundle, trace *engine.Trace) {
+	t.Helper()
+	type at struct{ step, stream, index int }
+	made, reused := map[at]int{}, map[at]int{}
+	packs := simulator.Packings(b.Template(0))
+	for _, sp := range trace.Spans() {
+		if !packs[sp.Stream][sp.Index] {
+			continue
+		}
+		switch sp.Pack {
+		case engine.PackMade:
+			made[at{sp.Step, sp.Stream, sp.Index}]++
+		case engine.PackReused:
+			reused[at{sp.Step, sp.Stream, sp.Index}]++
+		}
+	}
+	if len(made) == 0 {
+		t.Fatal("no traced product made a packing the pair shares")
+	}
+	pairs := b.Topo.Ranks() / 2
+	for k, n := range made {
+		if n != pairs || reused[k] != pairs {
+			t.Errorf("step %d %s %d: %d ranks made the packing and %d took it made, want %d and %d", k.step, ir.StreamName(k.stream), k.index, n, reused[k], pairs, pairs)
+		}
+	}
 }
 
 // checkTrace checks that trace holds steps first to last of b's ranks

@@ -49,7 +49,7 @@ func Gated(p *ir.Program, m *cost.Machine, cores int) (float64, error) {
 	}
 	g.shared = SharedGathers(p, m)
 	if m.Packs() {
-		g.sharers = packSharers(p, g.shared)
+		g.sharers = packSharers(p, g.shared, n)
 	}
 	g.st = make([][ir.NumStreams]gStream, n)
 	g.recorded = make([][]float64, n)

@@ -18,9 +18,9 @@ import "amspc/ir"
 //
 // Every other product packs its B each call. The local ranks holding one
 // copy share a packing: one packs while the others wait for it or find it
-// made. A replicated weight's packing is costed in full on every rank (it
-// is made once a step); a gathered weight's, made once a gather, at the
-// rank's share of the group's one packing (PackSharers, PackShare). MatMul packs B,
+// made. Each pays its share of the group's one packing (PackSharers,
+// PackShare): a replicated weight's, made once a step, and a gathered
+// weight's, made once a gather. MatMul packs B,
 // MatMulGradA B^T: two packings of one weight. Under MPI (a rank a process) a rank keeps its
 // own packings of replicated weights the same way; a gathered weight's
 // is not kept there (no shared gathers), which differs from this only

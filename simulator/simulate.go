@@ -145,7 +145,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	var sharers []int
 	procs := 0
 	if packs[ir.Compute] != nil {
-		sharers = packSharers(p, shared)
+		sharers = packSharers(p, shared, m.Topo.GPUsPerNode*m.Topo.Nodes)
 		if sharers != nil {
 			procs = m.Topo.Profile.Processors()
 		}
@@ -364,18 +364,28 @@ func SharedGathers(p *ir.Program, m *cost.Machine) []bool {
 }
 
 // PackSharers is, by buffer id, how many local ranks share each packing
-// of a weight in the buffer: the members of the shared all-gather that
-// writes it (SharedGathers). They read one buffer, and the first product
-// to need a packing of it makes it while the others wait for it or find
-// it made (engine's memo): the group packs it once, and a rank pays its
-// PackShare of that packing. 0 where a rank packs its own; nil where m
-// shares no gathers.
+// of a weight in the buffer: the first product to need a packing of it
+// makes it while the others wait for it or find it made (engine's memo
+// and replicaMemo): the group packs it once, and a rank pays its
+// PackShare of that packing. The sharers are
+//
+//   - for a weight gathered into one buffer the local ranks share
+//     (SharedGathers), the members of its all-gather;
+//   - for a stage's P buffer (a replicated parameter: DDP, ZeRO-1 and
+//     ZeRO-2, Megatron's), the ranks holding the same P shard at the same
+//     tensor-parallel position, which hold equal copies whole-written
+//     alike (engine's replicaMemo).
+//
+// 0 or 1 where a rank packs its own; nil where m shares no gathers (its
+// ranks are not local ranks of one process: under MPI each rank packs
+// its own replicas).
 func PackSharers(p *ir.Program, m *cost.Machine) []int {
-	return packSharers(p, SharedGathers(p, m))
+	return packSharers(p, SharedGathers(p, m), m.Topo.GPUsPerNode*m.Topo.Nodes)
 }
 
-// packSharers is PackSharers from the program's SharedGathers.
-func packSharers(p *ir.Program, shared []bool) []int {
+// packSharers is PackSharers from the program's SharedGathers, on ranks
+// ranks.
+func packSharers(p *ir.Program, shared []bool, ranks int) []int {
 	if shared == nil {
 		return nil
 	}
@@ -387,7 +397,35 @@ func packSharers(p *ir.Program, shared []bool) []int {
 			}
 		}
 	}
+	t := tensorDegree(p)
+	for _, l := range p.Layouts {
+		if l.P < 0 || p.Buffers[l.P].IsView() || p.Buffers[l.P].DType == ir.I32 || out[l.P] != 0 {
+			continue
+		}
+		out[l.P] = ranks / (l.PShard.Size() * t)
+	}
 	return out
+}
+
+// tensorDegree is the ranks a tensor-parallel program splits a param
+// over (a split slot's whole param over the part a rank holds), 1 where
+// it splits none.
+func tensorDegree(p *ir.Program) int {
+	for _, l := range p.Layouts {
+		for _, sl := range l.Params {
+			if sl.Split < 0 || len(sl.Shape) == 0 || sl.Elems <= 0 {
+				continue
+			}
+			whole := int64(1)
+			for _, d := range sl.Shape {
+				whole *= d
+			}
+			if t := whole / sl.Elems; t > 1 {
+				return int(t)
+			}
+		}
+	}
+	return 1
 }
 
 // packTime is the packing time product in adds on m: its weight's

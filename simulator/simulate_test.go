@@ -512,3 +512,51 @@ func BenchmarkSimulate(b *testing.B) {
 		}
 	}
 }
+
+// TestPackSharersReplicas: DDP's weights are replicated on every rank,
+// and the 8 local ranks of tiny's 2 x 4 cluster hold equal copies, whose
+// packing one of them makes for all (engine's replicaMemo): each product
+// packing a replica pays its share of that packing (checkSpans), as a
+// gathered weight's does. Without shared rows in the profile (ranks that
+// are not goroutines of one process) there are no sharers.
+func TestPackSharersReplicas(t *testing.T) {
+	job := testjob.Load(t, "tiny")
+	m, err := cost.NewModel(job, cost.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := ir.Factor{S0: 1, S1: 1}
+	prog := buildFor(t, cost.Factors{P: one, G: one, OS: one})
+	prof, err := profile.Parse("p.csv", strings.NewReader("# gomaxprocs = 2\ncollective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,4096,0.01\nall_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := *m.Topo
+	topo.Profile = prof
+	mach := cost.NewMachine(job.Cluster, &topo)
+	mach.Kernels, mach.SharedCores = prof, false
+	tl, err := Simulate(prog, mach, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSpans(t, prog, mach, tl)
+	sharers, packs, replicas := PackSharers(prog, mach), Packings(prog), 0
+	for s := range prog.Streams {
+		for i, in := range prog.Streams[s] {
+			if packs[s][i] && sharers[prog.Root(in.Args[1])] == 8 {
+				replicas++
+			}
+		}
+	}
+	if replicas == 0 {
+		t.Error("no product of DDP packs a weight all 8 local ranks hold a copy of")
+	}
+	plain, err := profile.Parse("p.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,4096,0.01\npack,k,n,seconds\nmatmul,64,64,0.001\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.Profile = plain
+	if s := PackSharers(prog, cost.NewMachine(job.Cluster, &topo)); s != nil {
+		t.Errorf("a profile without shared gathers shares packings: %v", s)
+	}
+}
