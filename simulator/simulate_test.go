@@ -339,7 +339,18 @@ func TestSimulateSharedGathers(t *testing.T) {
 	// takes its share of the packing, which the group makes once: with
 	// the cores apart (kernels exactly their time), checkSpans holds each
 	// kernel to KernelTime plus PackTime over the weight's sharers.
-	prof, err := profile.Parse("p.csv", strings.NewReader(plainRows+"all_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n"))
+	if packsSharedBy8(t, job, m, prog, plainRows+"all_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n") == 0 {
+		t.Error("no product of ZeRO-3 packs a weight its group of 8 gathered into one buffer")
+	}
+}
+
+// packsSharedBy8 simulates prog on job's cluster with the profile in
+// text and the cores apart (kernels exactly their time), holds each
+// kernel to KernelTime plus its PackShare of PackTime (checkSpans), and
+// counts the products that pack a weight 8 local ranks share.
+func packsSharedBy8(t *testing.T, job *ir.Job, m *cost.Model, prog *ir.Program, text string) int {
+	t.Helper()
+	prof, err := profile.Parse("p.csv", strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,17 +363,15 @@ func TestSimulateSharedGathers(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSpans(t, prog, mach, tl)
-	sharers, packs, shared := PackSharers(prog, mach), Packings(prog), 0
+	sharers, packs, n := PackSharers(prog, mach), Packings(prog), 0
 	for s := range prog.Streams {
 		for i, in := range prog.Streams[s] {
 			if packs[s][i] && sharers[prog.Root(in.Args[1])] == 8 {
-				shared++
+				n++
 			}
 		}
 	}
-	if shared == 0 {
-		t.Error("no product of ZeRO-3 packs a weight its group of 8 gathered into one buffer")
-	}
+	return n
 }
 
 // TestPackShare: a shared packing costs each sharer its share of the
@@ -527,34 +536,14 @@ func TestPackSharersReplicas(t *testing.T) {
 	}
 	one := ir.Factor{S0: 1, S1: 1}
 	prog := buildFor(t, cost.Factors{P: one, G: one, OS: one})
-	prof, err := profile.Parse("p.csv", strings.NewReader("# gomaxprocs = 2\ncollective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,4096,0.01\nall_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo := *m.Topo
-	topo.Profile = prof
-	mach := cost.NewMachine(job.Cluster, &topo)
-	mach.Kernels, mach.SharedCores = prof, false
-	tl, err := Simulate(prog, mach, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSpans(t, prog, mach, tl)
-	sharers, packs, replicas := PackSharers(prog, mach), Packings(prog), 0
-	for s := range prog.Streams {
-		for i, in := range prog.Streams[s] {
-			if packs[s][i] && sharers[prog.Root(in.Args[1])] == 8 {
-				replicas++
-			}
-		}
-	}
-	if replicas == 0 {
+	if packsSharedBy8(t, job, m, prog, "# gomaxprocs = 2\ncollective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,4096,0.01\nall_gather_shared,4,2,4096,10\npack,k,n,seconds\nmatmul,64,64,0.001\nmatmul_grad_a,64,64,0.001\n") == 0 {
 		t.Error("no product of DDP packs a weight all 8 local ranks hold a copy of")
 	}
 	plain, err := profile.Parse("p.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_reduce,4,2,4096,0.01\npack,k,n,seconds\nmatmul,64,64,0.001\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	topo := *m.Topo
 	topo.Profile = plain
 	if s := PackSharers(prog, cost.NewMachine(job.Cluster, &topo)); s != nil {
 		t.Errorf("a profile without shared gathers shares packings: %v", s)
