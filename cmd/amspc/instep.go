@@ -181,9 +181,10 @@ func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 // with every rank computing at once, already hold that wait (a rank's
 // kernel takes the ranks per core times its time alone). Charging it
 // again counted it twice: deep's tensor-parallel plans on 8 ranks, whose
-// compute streams meet 1,176 times a step, were predicted 15-35 % slow
-// with it and within 10 % without it, as the gate's queue model
-// (simulator.Gated, which charges none) predicts them (bench/README.md).
+// compute streams meet 1,176 times a step, were predicted 15-17 % slow
+// with it and within 10 % without it in one rotation, near what the
+// gate's queue model (simulator.Gated, which charges none) predicts
+// (bench/README.md).
 func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
 	topo := cost.NewTopology(job.Cluster)
 	topo.Profile = prof
