@@ -104,22 +104,17 @@ func NewModel(job *ir.Job, cfg Config) (*Model, error) {
 			return nil, err
 		}
 	}
-	m := &Model{Job: job, Stages: Stages(g), Topo: NewTopology(c), Config: cfg,
-		DP: ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}, Stats: Stats(job.Graph)}
+	var prof *Profile
 	if c.Profile != "" {
 		p, err := ReadProfile(c.Profile)
 		if err != nil {
 			return nil, err
 		}
-		m.Topo.Profile = p
+		prof = p
 	}
-	m.Machine = NewMachine(c, m.Topo)
-	if p := m.Topo.Profile; p != nil && p.HasKernels() {
-		m.Machine.Kernels = p // measured kernel times replace the roofline
-	}
-	if p := m.Topo.Profile; p != nil {
-		m.Machine.Overhead = p.Overhead
-	}
+	m := &Model{Job: job, Stages: Stages(g), Machine: ProfiledMachine(c, prof), Config: cfg,
+		DP: ir.Factor{S0: c.GPUsPerNode, S1: c.Nodes}, Stats: Stats(job.Graph)}
+	m.Topo = m.Machine.Topo
 	prec := job.Train.Precision
 	m.pBytes = float64(prec.DType().Size())
 	m.gBytes = m.pBytes

@@ -52,6 +52,22 @@ func NewMachine(c *ir.Cluster, topo *Topology) *Machine {
 	return &Machine{Topo: topo, PeakFLOPS: c.GPU.PeakFLOPS, Efficiency: eff, MemBW: c.GPU.MemBW, MatMulHalf: c.GPU.MatMulHalf, SharedCores: c.GPU.SharedCores}
 }
 
+// ProfiledMachine is cluster c's machine costed with the measured
+// profile p (nil: by the cluster's figures alone): collectives by p's
+// rows, kernels by p's where it measured kernels, and p's overheads.
+func ProfiledMachine(c *ir.Cluster, p *Profile) *Machine {
+	topo := NewTopology(c)
+	topo.Profile = p
+	m := NewMachine(c, topo)
+	if p != nil {
+		if p.HasKernels() {
+			m.Kernels = p // measured kernel times replace the roofline
+		}
+		m.Overhead = p.Overhead
+	}
+	return m
+}
+
 // KernelTime is the predicted time of one kernel of kind on arguments of
 // the given shapes (in order; a flat buffer is one dimension) whose
 // elements are dtype (the first argument's), doing flops FLOPs. It is a

@@ -258,8 +258,8 @@ type PackUse uint8
 const (
 	// PackMade: the product made the packing, for itself and the others.
 	PackMade PackUse = 1 + iota
-	// PackReused: another rank's product made it; this one found it made
-	// or waited for it.
+	// PackReused: an earlier product made it (another rank's, or this
+	// rank's own earlier use); this one found it made or waited for it.
 	PackReused
 )
 

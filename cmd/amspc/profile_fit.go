@@ -47,12 +47,7 @@ func fitToSteps(job *ir.Job, probes []*compiler.Result, names []string, prof *pr
 	for _, r := range rows {
 		fit.measured = append(fit.measured, r.Measured)
 	}
-	topo := cost.NewTopology(job.Cluster)
-	topo.Profile = prof
-	m := cost.NewMachine(job.Cluster, topo)
-	if prof.HasKernels() {
-		m.Kernels = prof
-	}
+	m := cost.ProfiledMachine(job.Cluster, prof)
 	simulate := func(o profile.Overhead) ([]float64, float64, error) {
 		m.Overhead = o
 		var out []float64

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -253,40 +251,34 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 }
 
 // predictCalibrated costs every row's program, the one its steps ran,
-// again with the calibration's profile (written to dir, which the job's
-// cluster then names), and sets its prediction. The program is not
-// compiled again: its cost-driven choices (a collective split into
-// phases inside and across nodes, cost.Topology.HierarchicalFaster) were
-// made with the profile the rows were compiled with, and may come out
-// otherwise with the calibration's, which would predict another program
-// than the one measured.
-func predictCalibrated(rows []validationRow, prof *profile.Profile, dir string) (string, error) {
-	path := filepath.Join(dir, "calibration.csv")
+// again with the calibration's profile as a profile file stores it (four
+// significant digits: what --save-profile writes, and plan --profile
+// reads back), sets its prediction, and returns that profile. The
+// program is not compiled again: its cost-driven choices (a collective
+// split into phases inside and across nodes,
+// cost.Topology.HierarchicalFaster) were made with the profile the rows
+// were compiled with, and may come out otherwise with the calibration's,
+// which would predict another program than the one measured.
+func predictCalibrated(rows []validationRow, prof *profile.Profile) (*profile.Profile, error) {
 	var b strings.Builder
 	if err := prof.Write(&b); err != nil {
-		return "", err
+		return nil, err
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return "", err
+	stored, err := profile.Parse("calibration.csv", strings.NewReader(b.String()))
+	if err != nil {
+		return nil, err
 	}
 	for i := range rows {
-		prog, job := rows[i].ran, rows[i].ranJob
-		j := *job
-		cl := *job.Cluster
-		cl.Profile = path
-		j.Cluster = &cl
-		m, err := cost.NewModel(&j, cost.DefaultConfig)
+		prog := rows[i].ran
+		m := cost.ProfiledMachine(rows[i].ranJob.Cluster, stored)
+		tl, err := simulator.Simulate(prog, m, compiler.StageNames(prog))
 		if err != nil {
-			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
-		}
-		tl, err := simulator.Simulate(prog, m.Machine, compiler.StageNames(prog))
-		if err != nil {
-			return "", fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
+			return nil, fmt.Errorf("%s with the calibration: %v", rows[i].Plan, err)
 		}
 		rows[i].Predicted = tl.Step
 		rows[i].Error = rows[i].Predicted/rows[i].Measured - 1
 	}
-	return path, nil
+	return stored, nil
 }
 
 // measure times the rows' steps (measureRows) and, with --calibrate,
@@ -311,13 +303,8 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	if cal == nil {
 		return job.Cluster.Profile, nil
 	}
-	dir, err := os.MkdirTemp("", "amspc-validate")
+	calibrated, err := predictCalibrated(rows, cal.profile(job, cal.rounds))
 	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	calibrated := cal.profile(job, cal.rounds)
-	if _, err := predictCalibrated(rows, calibrated, dir); err != nil {
 		return "", err
 	}
 	if o.saveProfile != "" {

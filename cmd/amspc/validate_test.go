@@ -233,8 +233,15 @@ func TestPredictCalibratedCostsTheProgramRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := []validationRow{{Plan: "DDP", Measured: 0.1, ran: ran.Program, ranJob: ran.Job}}
-	path, err := predictCalibrated(rows, prof, t.TempDir())
-	if err != nil {
+	if _, err := predictCalibrated(rows, prof); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "calibration.csv")
+	var text strings.Builder
+	if err := prof.Write(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	j := *job
