@@ -302,8 +302,9 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	for s := range clock {
 		tl.Step = max(tl.Step, clock[s])
 	}
-	if c := m.Overhead.Cores; m.SharedCores && c > 0 && m.Topo.GPUsPerNode*m.Topo.Nodes > c {
-		// The ranks queue for the cores: the step is theirs (Gated);
+	if c := m.Overhead.Cores; m.SharedCores && c > 0 && m.Topo.GPUsPerNode*m.Topo.Nodes > c && MeetsInCompute(p) {
+		// The ranks queue for the cores, and meet their partners in the
+		// middle of their computation: the step is the queue's (Gated);
 		// the spans stay the evenly shared ones.
 		step, err := Gated(p, m, c)
 		if err != nil {

@@ -47,6 +47,7 @@ type inStepRun struct {
 	run    *engine.Run
 	trace  *engine.Trace
 	share  float64 // ranks per core, when the ranks outnumber the cores
+	cores  int     // the cores they queue for then (else 0)
 	packs  map[*ir.Program][ir.NumStreams][]bool
 	shared map[*ir.Program][]bool // simulator.Shareable
 }
@@ -63,9 +64,14 @@ func startInStep(r *compiler.Result, tokens []int32) (*inStepRun, error) {
 		return nil, err
 	}
 	tr.Start()
-	ranks := float64(r.Bundle.Topo.Ranks())
-	return &inStepRun{r: r, run: run, trace: tr, share: max(1, ranks/float64(runtime.GOMAXPROCS(0))),
-		packs: map[*ir.Program][ir.NumStreams][]bool{}, shared: map[*ir.Program][]bool{}}, nil
+	ranks, cores := r.Bundle.Topo.Ranks(), runtime.GOMAXPROCS(0)
+	s := &inStepRun{r: r, run: run, trace: tr, share: 1,
+		packs: map[*ir.Program][ir.NumStreams][]bool{}, shared: map[*ir.Program][]bool{}}
+	if ranks > cores {
+		// As engine.shareCores gates them.
+		s.share, s.cores = float64(ranks)/float64(cores), cores
+	}
+	return s, nil
 }
 
 // step takes one traced step.
@@ -100,10 +106,10 @@ type inStepSamples struct {
 	// wall time).
 	wakeInstrs float64
 	waits      int
-	// queued: the steps ran more ranks than cores (a rank waits for a
-	// place at the gate), where a partner's lateness is its wait for a
-	// place (handOff).
-	queued bool
+	// cores: where the steps ran more ranks than cores, the cores they
+	// queued for (a rank waits for a place at the gate: Overhead.Cores);
+	// else 0.
+	cores int
 }
 
 // inStepColl is one traced collective: its kind, group shape, bytes as
@@ -175,21 +181,17 @@ func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 
 // overhead is the instruction, hand-off and wake-up overheads the
 // samples measured, the hand-offs against the collectives of prof on
-// job's cluster. Where the ranks outnumbered the cores, the hand-off is
-// 0: a partner comes late there because it waits for a place at the
-// gate behind other ranks' kernels, and the kernels' times, measured
-// with every rank computing at once, already hold that wait (a rank's
-// kernel takes the ranks per core times its time alone). Charging it
-// again counted it twice: deep's tensor-parallel plans on 8 ranks, whose
-// compute streams meet 1,176 times a step, were predicted 15-17 % slow
-// with it and within 10 % without it in one rotation, near what the
-// gate's queue model (simulator.Gated, which charges none) predicts
-// (bench/README.md).
+// job's cluster. Where the ranks outnumbered the cores, it is the cores
+// they queued for instead of a hand-off: the simulator then replays that
+// queue for programs whose ranks meet on their compute stream
+// (simulator.MeetsInCompute), in which a partner comes late because it
+// waits for a place at the gate behind other ranks' kernels; other
+// programs have no collective there to hand off.
 func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
-	topo := cost.NewTopology(job.Cluster)
-	topo.Profile = prof
-	o := profile.Overhead{Instruction: in.instruction(), Wake: in.wake()}
-	if !in.queued {
+	o := profile.Overhead{Instruction: in.instruction(), Wake: in.wake(), Cores: in.cores}
+	if in.cores == 0 {
+		topo := cost.NewTopology(job.Cluster)
+		topo.Profile = prof
 		o.Collective = in.handOff(topo)
 	}
 	return o
@@ -204,7 +206,7 @@ func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Ov
 // takes it, so the traced time is scaled by the ranks per core (and so
 // is the time between two kernels, held on the same core).
 func (s *inStepRun) times(out *inStepSamples) {
-	out.queued = out.queued || s.share > 1
+	out.cores = max(out.cores, s.cores)
 	spans := s.trace.Spans()
 	busy := collectiveTimes(spans)
 	s.wakes(spans, out)

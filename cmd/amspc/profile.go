@@ -75,8 +75,13 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	collTime := time.Since(t0)
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)
-		inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
-			dur(prof.Overhead.Instruction), dur(prof.Overhead.Collective), dur(prof.Overhead.Wake))
+		if o := prof.Overhead; o.Cores > 0 {
+			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a blocked wait %s after its event; the ranks queue for %d cores (the simulator replays that queue where they meet on the compute stream: tensor parallelism)",
+				dur(o.Instruction), dur(o.Wake), o.Cores)
+		} else {
+			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
+				dur(o.Instruction), dur(o.Collective), dur(o.Wake))
+		}
 	}
 	fit, st := o.fitOverhead(file, job, prof, stderr)
 	if st != exitOK {

@@ -316,7 +316,12 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	prof := fmt.Sprintf("a profile of the plans' %d kernels, %d packings and %d collectives measured between the rounds", len(cal.kernels), len(cal.packs), len(cal.colls))
 	if cal.covered > 0 {
 		o := calibrated.Overhead
-		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f; %s an instruction, %s a hand-off, %s a wake-up", cal.covered, cal.ratio, dur(o.Instruction), dur(o.Collective), dur(o.Wake))
+		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f; %s an instruction", cal.covered, cal.ratio, dur(o.Instruction))
+		if o.Cores > 0 {
+			prof += fmt.Sprintf(", %s a wake-up; tensor-parallel ranks queue for %d cores", dur(o.Wake), o.Cores)
+		} else {
+			prof += fmt.Sprintf(", %s a hand-off, %s a wake-up", dur(o.Collective), dur(o.Wake))
+		}
 	}
 	return prof, nil
 }

@@ -134,8 +134,8 @@ type PackRow struct {
 // from the pool, the hand-off from one instruction to the next), and
 // Wake the seconds a compute stream that waited for an event takes to go
 // on after it is recorded (waking the stream, and on CPU ranks sharing
-// cores, its turn for one). Cores, when above 0 (an experimental
-// model, which no measurement sets: a profile's `cores` row), is the
+// cores, its turn for one). Cores, when above 0 (a profile's `cores`
+// row: traced steps that ran more ranks than cores set it), is the
 // cores the ranks share, being more than them, as goroutines of one
 // process (the runtime's gate lets that many compute at once): the
 // simulator then has the ranks queue for them (simulator.Gated) instead
@@ -532,6 +532,23 @@ func (p *Profile) Bandwidth(c Coll, g ir.Factor, bytes float64) (float64, bool) 
 // profile measured it: only where the ranks run in one process.
 func (p *Profile) SharedBandwidth(g ir.Factor, bytes float64) (float64, bool) {
 	return p.bandwidth(profileKey{ir.AllGather, g.S0, g.S1, true}, bytes)
+}
+
+// PeakBandwidth is the highest effective bandwidth (bytes/s) the
+// profile measured for c over g (shared: its all_gather_shared rows), at
+// any size, and whether it measured any: the rate its copies reach once
+// a call's fixed costs (meeting the members, waking them) are small
+// against its bytes.
+func (p *Profile) PeakBandwidth(c Coll, g ir.Factor, shared bool) (float64, bool) {
+	pts := p.rows[profileKey{c, g.S0, g.S1, shared}]
+	if len(pts) == 0 {
+		return 0, false
+	}
+	best := pts[0].logBW
+	for _, q := range pts[1:] {
+		best = max(best, q.logBW)
+	}
+	return math.Exp(best), true
 }
 
 // HasShared says whether the profile measured shared all-gathers.

@@ -108,6 +108,19 @@ reduce_scatter,2,1,4096,3
 	if !p.HasShared() {
 		t.Error("HasShared is false")
 	}
+	// The peak: the fastest row of the kind and group, at any size.
+	for _, c := range []struct {
+		coll   ir.Coll
+		shared bool
+		want   float64
+	}{{ir.AllGather, true, 8e9}, {ir.AllGather, false, 2e9}, {ir.ReduceScatter, false, 3e9}} {
+		if bw, ok := p.PeakBandwidth(c.coll, g, c.shared); !ok || math.Abs(bw-c.want) > 1 {
+			t.Errorf("%v (shared %v) peak: %g, %v; want %g", c.coll, c.shared, bw, ok, c.want)
+		}
+	}
+	if _, ok := p.PeakBandwidth(ir.AllReduce, g, false); ok {
+		t.Error("all_reduce, never measured, has a peak")
+	}
 	plain, err := Parse("q.csv", strings.NewReader("collective,s0,s1,bytes,effective_gbps\nall_gather,2,1,65536,2\n"))
 	if err != nil {
 		t.Fatal(err)
