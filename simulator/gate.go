@@ -34,7 +34,7 @@ import (
 // 2 cores takes 56 µs, of which its bytes at 4.5 GB/s are 5). Kernels load
 // them by 1 each; when the load passes cores, everything moving
 // progresses at cores/load of its speed. Each instruction takes
-// m.Overhead.Instruction over the ranks per core (a profile measures it
+// m.Overhead's instruction (InstructionOf) over the ranks per core (a profile measures it
 // scaled as kernels are). Wake-ups and hand-offs (m.Overhead.Wake and
 // Collective, which a profile measures as a mean over steps that ran
 // this queueing) are not added: the queueing is what this models.
@@ -48,7 +48,8 @@ func Gated(p *ir.Program, m *cost.Machine, cores int) (float64, error) {
 		return 0, fmt.Errorf("simulate: %d ranks on %d cores need no gate", n, cores)
 	}
 	share := float64(n) / float64(cores)
-	g := &gate{p: p, m: m, topo: topo, n: n, cores: cores, share: share, free: cores}
+	g := &gate{p: p, m: m, topo: topo, n: n, cores: cores, share: share, free: cores,
+		instr: m.Overhead.InstructionOf(MeetsInCompute(p))}
 	if m.Packs() {
 		g.packs = Packings(p)
 	}
@@ -140,6 +141,7 @@ type gate struct {
 	n       int
 	cores   int
 	share   float64
+	instr   float64 // Overhead.InstructionOf the program
 	packs   [ir.NumStreams][]bool
 	shared  []bool // SharedGathers
 	sharers []int  // PackSharers
@@ -257,10 +259,10 @@ func (g *gate) advance(t float64) {
 }
 
 // next moves x past its instruction: the next one's dispatch
-// (Overhead.Instruction, scaled as kernels are) comes first.
+// (Overhead.InstructionOf, scaled as kernels are) comes first.
 func (g *gate) next(x *gStream) {
 	x.at++
-	x.t += g.m.Overhead.Instruction / g.share
+	x.t += g.instr / g.share
 }
 
 // release gives rank r's place to the first rank waiting, or back.

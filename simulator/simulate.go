@@ -62,8 +62,9 @@ type flight struct {
 
 // Simulate replays a program on the machine model: each stream runs its
 // instructions in order; a wait blocks until its event is recorded;
-// every instruction first takes m.Overhead.Instruction of its stream
-// (the runtime's dispatch and hand-off; zero unless a profile measured
+// every instruction first takes m.Overhead's instruction cost of its
+// stream (InstructionOf: the runtime's dispatch and hand-off, measured
+// apart for programs that MeetsInCompute; zero unless a profile measured
 // it), and a compute-stream wait whose event comes after the stream
 // reached it goes on m.Overhead.Wake after the event; a kernel takes
 // m.KernelTime of its kind, argument shapes, dtype and FLOPs, plus
@@ -142,6 +143,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 		packs = Packings(p)
 	}
 	shared := SharedGathers(p, m)
+	instr := m.Overhead.InstructionOf(MeetsInCompute(p))
 	var sharers []int
 	procs := 0
 	if packs[ir.Compute] != nil {
@@ -172,7 +174,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 						}
 					}
 				}
-				clock[s] += m.Overhead.Instruction
+				clock[s] += instr
 				var dur float64
 				name := ""
 				switch in.Op {

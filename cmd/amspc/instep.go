@@ -48,6 +48,7 @@ type inStepRun struct {
 	trace  *engine.Trace
 	share  float64 // ranks per core, when the ranks outnumber the cores
 	cores  int     // the cores they queue for then (else 0)
+	meets  int     // 1: its ranks meet on their compute stream (simulator.MeetsInCompute); else 0
 	packs  map[*ir.Program][ir.NumStreams][]bool
 	shared map[*ir.Program][]bool // simulator.Shareable
 }
@@ -71,6 +72,11 @@ func startInStep(r *compiler.Result, tokens []int32) (*inStepRun, error) {
 		// As engine.shareCores gates them.
 		s.share, s.cores = float64(ranks)/float64(cores), cores
 	}
+	for i := range r.Bundle.Templates {
+		if simulator.MeetsInCompute(&r.Bundle.Templates[i]) {
+			s.meets = 1
+		}
+	}
 	return s, nil
 }
 
@@ -92,9 +98,11 @@ type inStepSamples struct {
 	// ran (a kernel yields its core when it ends, and a collective's
 	// copies would take it: the simulator has those as the processor's
 	// sharing), scaled by the ranks per core as kernels are, over the
-	// instructions in them.
-	gap       float64
-	gapInstrs int
+	// instructions in them; by whether the program's ranks meet on their
+	// compute stream (simulator.MeetsInCompute: 1) or not (0), which
+	// Overhead.InstructionTP and Instruction take apart.
+	gap       [2]float64
+	gapInstrs [2]int
 	colls     []inStepColl
 	// wakes: for each compute-stream wait that blocked (its event
 	// recorded after it began), the seconds from the event to the
@@ -103,8 +111,8 @@ type inStepSamples struct {
 	wakes float64
 	// wakeInstrs: those instructions, each divided by its run's ranks
 	// per core (instruction is scaled by it as kernels are; a wake-up is
-	// wall time).
-	wakeInstrs float64
+	// wall time), by meeting as gap.
+	wakeInstrs [2]float64
 	waits      int
 	// cores: where the steps ran more ranks than cores, the cores they
 	// queued for (a rank waits for a place at the gate: Overhead.Cores);
@@ -128,15 +136,16 @@ func newInStepSamples() *inStepSamples {
 }
 
 // instruction is the seconds an instruction costs its stream beyond its
-// work: the times between consecutive kernels that no collective
+// work in programs whose ranks meet on their compute stream (meets) or
+// not: the times between consecutive kernels that no collective
 // overlapped over the instructions in them (allocations, frees and the
 // dispatch of each; with both kernels on the stream's core, no wait for
 // one in it), 0 where the steps had none.
-func (in *inStepSamples) instruction() float64 {
-	if in.gapInstrs == 0 {
+func (in *inStepSamples) instruction(meets int) float64 {
+	if in.gapInstrs[meets] == 0 {
 		return 0
 	}
-	return max(0, in.gap/float64(in.gapInstrs))
+	return max(0, in.gap[meets]/float64(in.gapInstrs[meets]))
 }
 
 // wake is the mean seconds a blocked wait's stream took to go on after
@@ -146,7 +155,11 @@ func (in *inStepSamples) wake() float64 {
 	if in.waits == 0 {
 		return 0
 	}
-	return max(0, (in.wakes-in.instruction()*in.wakeInstrs)/float64(in.waits))
+	w := in.wakes
+	for meets := range in.wakeInstrs {
+		w -= in.instruction(meets) * in.wakeInstrs[meets]
+	}
+	return max(0, w/float64(in.waits))
 }
 
 // handOff is the mean seconds a compute-stream collective took in the
@@ -188,7 +201,7 @@ func (in *inStepSamples) handOff(topo *cost.Topology) float64 {
 // waits for a place at the gate behind other ranks' kernels; other
 // programs have no collective there to hand off.
 func (in *inStepSamples) overhead(job *ir.Job, prof *profile.Profile) profile.Overhead {
-	o := profile.Overhead{Instruction: in.instruction(), Wake: in.wake(), Cores: in.cores}
+	o := profile.Overhead{Instruction: in.instruction(0), InstructionTP: in.instruction(1), Wake: in.wake(), Cores: in.cores}
 	if in.cores == 0 {
 		topo := cost.NewTopology(job.Cluster)
 		topo.Profile = prof
@@ -226,8 +239,8 @@ func (s *inStepRun) times(out *inStepSamples) {
 		}
 		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
 			if a := prev.Start + prev.Dur; !busy.overlaps(a, sp.Start) {
-				out.gap += (sp.Start - a).Seconds() * s.share
-				out.gapInstrs += sp.Index - prev.Index
+				out.gap[s.meets] += (sp.Start - a).Seconds() * s.share
+				out.gapInstrs[s.meets] += sp.Index - prev.Index
 			}
 		}
 		prev = sp
@@ -283,7 +296,7 @@ func (s *inStepRun) wakes(spans []engine.TraceSpan, out *inStepSamples) {
 			continue
 		}
 		out.wakes += (next.Start - r).Seconds()
-		out.wakeInstrs += float64(next.Index-sp.Index) / s.share
+		out.wakeInstrs[s.meets] += float64(next.Index-sp.Index) / s.share
 		out.waits++
 	}
 }
@@ -420,16 +433,32 @@ type inStepTimes struct {
 	covered        int
 }
 
-// applyInStep sets each kernel's time (alone: alone[i]) to the median of
-// its traced times where the steps ran it, and elsewhere to its time
+// applyInStep sets each kernel's time (alone: alone[i]) to its traced
+// times' typical (callTime) where the steps ran it, and elsewhere to its time
 // alone times the ratio of the two for the kernel of its op nearest in
 // time alone that the steps ran (the median ratio where they ran none of
 // its op); each packing's (alone: packAlone[j]) likewise, from the
 // products of its weight that the steps ran both packing and reusing (a
 // product the steps ran only packing takes its calls' median less its
 // packing's time).
+//
+// callTime is the mean of a kernel's traced times where the ranks had a
+// core each: a step pays every call's time, and a kernel's times in
+// steps lean right (on 2 ranks tiny's probes' kernels added up 7-11 %
+// more by their means than by their medians, which predicted every
+// non-tensor-parallel plan of tiny about 10 % fast with the instruction
+// cost measured apart). Where they queued for the cores it is the
+// median: a traced time there is scaled to the cores shared evenly by
+// all ranks, and the calls that ran beside an idle core (faster: the
+// means came out 4-6 % under the medians on 8 ranks) are not evenly
+// shared ones; that core's idle time is not in the evenly shared
+// model's step either.
 func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone []float64, samples *inStepSamples) inStepTimes {
 	inStep := samples.kernels
+	callTime := mean
+	if samples.cores > 0 {
+		callTime = median
+	}
 	packIndex := map[string]int{}
 	for j, pk := range packs {
 		packIndex[pk.key] = j
@@ -459,9 +488,9 @@ func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone [
 	var ratios []float64
 	for i, k := range ks {
 		if ts := inStep[k.key]; len(ts) > 0 {
-			out.kernels[i] = median(ts)
+			out.kernels[i] = callTime(ts)
 		} else if ts := inStep[k.key+packingSuffix]; len(ts) > 0 && packOfKernel[i] >= 0 && out.packs[packOfKernel[i]] > 0 {
-			out.kernels[i] = median(ts) - out.packs[packOfKernel[i]]
+			out.kernels[i] = callTime(ts) - out.packs[packOfKernel[i]]
 		}
 		if out.kernels[i] > 0 && alone[i] > 0 {
 			ratios = append(ratios, out.kernels[i]/alone[i])
@@ -487,4 +516,16 @@ func applyInStep(ks []profKernel, alone []float64, packs []profPack, packAlone [
 		}
 	}
 	return out
+}
+
+// mean is the mean of xs (0 for none).
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }

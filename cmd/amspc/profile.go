@@ -75,12 +75,17 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	collTime := time.Since(t0)
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)
-		if o := prof.Overhead; o.Cores > 0 {
+		o := prof.Overhead
+		instr := dur(o.Instruction)
+		if o.InstructionTP > 0 {
+			instr += fmt.Sprintf(" (%s in tensor-parallel steps)", dur(o.InstructionTP))
+		}
+		if o.Cores > 0 {
 			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a blocked wait %s after its event; the ranks queue for %d cores (the simulator replays that queue where they meet on the compute stream: tensor parallelism)",
-				dur(o.Instruction), dur(o.Wake), o.Cores)
+				instr, dur(o.Wake), o.Cores)
 		} else {
 			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
-				dur(o.Instruction), dur(o.Collective), dur(o.Wake))
+				instr, dur(o.Collective), dur(o.Wake))
 		}
 	}
 	fit, st := o.fitOverhead(file, job, prof, stderr)

@@ -317,6 +317,9 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	if cal.covered > 0 {
 		o := calibrated.Overhead
 		prof += fmt.Sprintf(", %d kernels as traced steps of the profile's plans ran them, the others scaled by %.2f; %s an instruction", cal.covered, cal.ratio, dur(o.Instruction))
+		if o.InstructionTP > 0 {
+			prof += fmt.Sprintf(" (%s in tensor-parallel steps)", dur(o.InstructionTP))
+		}
 		if o.Cores > 0 {
 			prof += fmt.Sprintf(", %s a wake-up; tensor-parallel ranks queue for %d cores", dur(o.Wake), o.Cores)
 		} else {

@@ -203,23 +203,31 @@ matmul_grad_a,64,128,0.0005
 
 // The overhead table reads and writes back, after the other tables.
 func TestProfileOverhead(t *testing.T) {
-	p, err := Parse("p.csv", strings.NewReader(profileV2+"overhead,value\ncollective,0.0002\nkernel_scale,0.75\ninstruction,2e-06\nwake,1e-05\ncores,2\n"))
+	p, err := Parse("p.csv", strings.NewReader(profileV2+"overhead,value\ncollective,0.0002\nkernel_scale,0.75\ninstruction,2e-06\nwake,1e-05\ncores,2\ninstruction_tp,4e-06\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Overhead{KernelScale: 0.75, Collective: 200e-6, Instruction: 2e-6, Wake: 1e-5, Cores: 2}); p.Overhead != want {
+	if want := (Overhead{KernelScale: 0.75, Collective: 200e-6, Instruction: 2e-6, InstructionTP: 4e-6, Wake: 1e-5, Cores: 2}); p.Overhead != want {
 		t.Errorf("overhead %+v, want %+v", p.Overhead, want)
 	}
 	var b bytes.Buffer
 	if err := p.Write(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(b.String(), "overhead,value\nkernel_scale,0.75\ncollective,0.0002\ninstruction,2e-06\nwake,1e-05\ncores,2\n") {
+	if !strings.HasSuffix(b.String(), "overhead,value\nkernel_scale,0.75\ncollective,0.0002\ninstruction,2e-06\ninstruction_tp,4e-06\nwake,1e-05\ncores,2\n") {
 		t.Errorf("written:\n%s", b.String())
 	}
 	q, err := Parse("q.csv", &b)
 	if err != nil || q.Overhead != p.Overhead {
 		t.Errorf("read back %+v, %v", q.Overhead, err)
+	}
+	// Tensor-parallel programs take their own instruction cost; without
+	// one, everyone's.
+	if a, b := p.Overhead.InstructionOf(true), p.Overhead.InstructionOf(false); a != 4e-6 || b != 2e-6 {
+		t.Errorf("InstructionOf: %g (meeting), %g; want 4e-06, 2e-06", a, b)
+	}
+	if a := (Overhead{Instruction: 2e-6}).InstructionOf(true); a != 2e-6 {
+		t.Errorf("InstructionOf without instruction_tp: %g, want 2e-06", a)
 	}
 }
 
@@ -294,7 +302,7 @@ func TestProfileErrors(t *testing.T) {
 		{"# amspc profile v2\nkernel,shapes,dtype,flops,seconds\n", "p.csv: no measurements"},
 		{"overhead,s\n", "p.csv:1: header must be overhead,value"},
 		{"overhead,value\nkernel_scale,1e-6,2\n", "p.csv:2: want 2 fields (overhead,value)"},
-		{"overhead,value\nwait,1e-6\n", `p.csv:2: unknown overhead "wait" (kernel_scale, collective, instruction, wake, cores)`},
+		{"overhead,value\nwait,1e-6\n", `p.csv:2: unknown overhead "wait" (kernel_scale, collective, instruction, instruction_tp, wake, cores)`},
 		{"overhead,value\ncores,1.5\n", `p.csv:2: cores "1.5" must be a whole number`},
 		{"overhead,value\nkernel_scale,-1\n", `p.csv:2: value "-1"`},
 		{"overhead,value\nkernel_scale,0.5\nkernel_scale,0.6\n", "p.csv:3: overhead kernel_scale measured twice (first on line 2)"},
