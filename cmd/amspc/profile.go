@@ -75,18 +75,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	collTime := time.Since(t0)
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)
-		o := prof.Overhead
-		instr := dur(o.Instruction)
-		if o.InstructionTP > 0 {
-			instr += fmt.Sprintf(" (%s in tensor-parallel steps)", dur(o.InstructionTP))
-		}
-		if o.Cores > 0 {
-			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a blocked wait %s after its event; the ranks queue for %d cores (the simulator replays that queue where they meet on the compute stream: tensor parallelism)",
-				instr, dur(o.Wake), o.Cores)
-		} else {
-			inStepLine += fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
-				instr, dur(o.Collective), dur(o.Wake))
-		}
+		inStepLine += inStepOverheadLine(prof.Overhead)
 	}
 	fit, st := o.fitOverhead(file, job, prof, stderr)
 	if st != exitOK {
@@ -540,4 +529,19 @@ func printSlowest(w io.Writer, ks []profKernel) {
 		}
 		fmt.Fprintf(w, "    %s %s %v: %s%s\n", k.in.Kern, profile.FormatShapes(k.shapes), k.dtype, dur(k.secs), rate)
 	}
+}
+
+// inStepOverheadLine is the summary's line for what traced steps
+// measured beyond the kernels.
+func inStepOverheadLine(o profile.Overhead) string {
+	instr := dur(o.Instruction)
+	if o.InstructionTP > 0 {
+		instr += fmt.Sprintf(" (%s in tensor-parallel steps)", dur(o.InstructionTP))
+	}
+	if o.Cores > 0 {
+		return fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a blocked wait %s after its event; the ranks queue for %d cores (the simulator replays that queue where they meet on the compute stream: tensor parallelism)",
+			instr, dur(o.Wake), o.Cores)
+	}
+	return fmt.Sprintf("\n  in steps: an instruction costs its stream %s beyond its work, a collective on the compute stream %s beyond its time alone, a blocked wait %s after its event",
+		instr, dur(o.Collective), dur(o.Wake))
 }
