@@ -381,7 +381,7 @@ func (g *gate) fixed(in *ir.Instr, cc cost.CollCost) float64 {
 		return cc.Latency
 	}
 	gr := in.Group.Outer.Div(in.Group.Inner)
-	shared := in.Coll == ir.AllGather && g.shared != nil && g.shared[in.Out] && prof.HasShared()
+	shared := in.Coll == ir.AllGather && g.shared != nil && g.shared[in.Out] // SharedGathers: nil without shared rows
 	bw, ok := prof.PeakBandwidth(in.Coll, gr, shared)
 	if !ok {
 		return cc.Latency

@@ -143,7 +143,8 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 		packs = Packings(p)
 	}
 	shared := SharedGathers(p, m)
-	instr := m.Overhead.InstructionOf(MeetsInCompute(p))
+	meets := MeetsInCompute(p)
+	instr := m.Overhead.InstructionOf(meets)
 	var sharers []int
 	procs := 0
 	if packs[ir.Compute] != nil {
@@ -304,7 +305,7 @@ func Simulate(p *ir.Program, m *cost.Machine, stages []string) (*Timeline, error
 	for s := range clock {
 		tl.Step = max(tl.Step, clock[s])
 	}
-	if c := m.Overhead.Cores; m.SharedCores && c > 0 && m.Topo.GPUsPerNode*m.Topo.Nodes > c && MeetsInCompute(p) {
+	if c := m.Overhead.Cores; m.SharedCores && c > 0 && m.Topo.GPUsPerNode*m.Topo.Nodes > c && meets {
 		// The ranks queue for the cores, and meet their partners in the
 		// middle of their computation: the step is the queue's (Gated);
 		// the spans stay the evenly shared ones.
