@@ -13,7 +13,9 @@
 # timed steps (--instances 2): how far apart their medians land is how
 # far measuring the plan again may move it, and validate counts two
 # plans as ordered only when they are further apart than that. Run it
-# on a quiet machine (about an hour on the 2-vCPU Xeon): sh bench/validate.sh
+# on a quiet machine (about 40 minutes on the 2-vCPU Xeon); each table
+# ends with the share of the processors' time the hypervisor stole and
+# other processes took while it measured: sh bench/validate.sh
 set -eu
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)

@@ -56,6 +56,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		return exitUser
 	}
 	prof := &profile.Profile{Meta: profileMeta(job, labels, o.reps, o.device)}
+	clock := startLoadClock()
 	t0 := time.Now()
 	ks, ok := o.measureKernels(prof, topo, results, stderr)
 	if !ok {
@@ -81,6 +82,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	if st != exitOK {
 		return st
 	}
+	clock.note(prof)
 	if err := outfile.Write(o.out, stdout, prof.Write); err != nil {
 		fmt.Fprintf(stderr, "amspc profile: -o: %v\n", err)
 		return exitUser

@@ -75,6 +75,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			return exitUser
 		}
 	}
+	clock := startLoadClock()
 	prof, err := o.measure(file, job, rows, tokens)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
@@ -82,6 +83,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof, Calibrated: o.calibrate,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Instances: o.instances, Plans: o.plans, Rows: rows}
+	if load, ok := clock.load(); ok {
+		sum.Load = &load
+	}
 	sum.score()
 	sum.Seconds = time.Since(start).Seconds()
 	switch {
@@ -253,6 +257,9 @@ type validationSummary struct {
 	// (else it names a profile file, or is empty).
 	Calibrated bool    `json:"calibrated,omitempty"`
 	Seconds    float64 `json:"seconds"`
+	// Load is how quiet the machine was while the steps and the
+	// calibration ran (nil where it cannot be read).
+	Load *machineLoad `json:"machine_load,omitempty"`
 }
 
 // score sets how well the predictions did: the median absolute error
@@ -358,6 +365,15 @@ func (s *validationSummary) pairsText() string {
 	return t
 }
 
+// loadText says how quiet the machine was while measuring ("" where
+// unknown).
+func (s *validationSummary) loadText() string {
+	if s.Load == nil {
+		return ""
+	}
+	return "; the machine while measuring: " + s.Load.String()
+}
+
 func (s *validationSummary) text(w io.Writer, file string) {
 	prof := "the cluster's nominal figures"
 	if s.Profile != "" {
@@ -369,8 +385,8 @@ func (s *validationSummary) text(w io.Writer, file string) {
 	for _, r := range s.Rows {
 		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%% %5.1f%%\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
 	}
-	fmt.Fprintf(w, "median |error| %.1f%%, worst %.1f%%, Spearman rank correlation %.3f; %s; in %s\n",
-		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, s.pairsText(), dur(s.Seconds))
+	fmt.Fprintf(w, "median |error| %.1f%%, worst %.1f%%, Spearman rank correlation %.3f; %s; in %s%s\n",
+		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, s.pairsText(), dur(s.Seconds), s.loadText())
 }
 
 func (s *validationSummary) markdown(w io.Writer) {
@@ -387,8 +403,8 @@ func (s *validationSummary) markdown(w io.Writer) {
 	for _, r := range s.Rows {
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% | %.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
 	}
-	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, worst **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s); %s.\n\n",
-		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, len(s.Rows), dur(s.Seconds), s.pairsText())
+	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, worst **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s); %s%s.\n\n",
+		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, len(s.Rows), dur(s.Seconds), s.pairsText(), s.loadText())
 }
 
 // validationPlans are the plans to run: the rows `amspc plan` prints
