@@ -9,11 +9,15 @@
 # model runs every plan. The predictions are costed with a profile of
 # the plans' own kernels and collectives measured between the rounds of
 # the steps' rotation (validate --calibrate), so that the machine's
-# drift falls on both. Each plan runs twice, as two separate runs of 4
+# drift falls on both; and every time, a step or a calibration's
+# measurement, is taken against a step of a reference plan (ZeRO-3)
+# beside it and shown at the reference's median step, so that the
+# machine's episodes of speed (1.5x apart, seconds long) move neither
+# (validate --reference, on by default). Each plan runs twice, as two separate runs of 4
 # timed steps (--instances 2): how far apart their medians land is how
 # far measuring the plan again may move it, and validate counts two
 # plans as ordered only when they are further apart than that. Run it
-# on a quiet machine (about 40 minutes on the 2-vCPU Xeon); each table
+# on a quiet machine (about 50 minutes on the 2-vCPU Xeon); each table
 # ends with the share of the processors' time the hypervisor stole and
 # other processes took while it measured: sh bench/validate.sh
 set -eu

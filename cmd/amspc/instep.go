@@ -43,12 +43,15 @@ func kernelKey(p *ir.Program, in *ir.Instr) string {
 
 // inStepRun is one plan's run, traced a step at a time.
 type inStepRun struct {
-	r      *compiler.Result
-	run    *engine.Run
-	trace  *engine.Trace
-	share  float64 // ranks per core, when the ranks outnumber the cores
-	cores  int     // the cores they queue for then (else 0)
-	meets  int     // 1: its ranks meet on their compute stream (simulator.MeetsInCompute); else 0
+	r     *compiler.Result
+	run   *engine.Run
+	trace *engine.Trace
+	share float64 // ranks per core, when the ranks outnumber the cores
+	// unit multiplies every time it adds (1; validate --calibrate sets
+	// it to take a step's times against its reference: speedRef).
+	unit   float64
+	cores  int // the cores they queue for then (else 0)
+	meets  int // 1: its ranks meet on their compute stream (simulator.MeetsInCompute); else 0
 	packs  map[*ir.Program][ir.NumStreams][]bool
 	shared map[*ir.Program][]bool // simulator.Shareable
 }
@@ -66,7 +69,7 @@ func startInStep(r *compiler.Result, tokens []int32) (*inStepRun, error) {
 	}
 	tr.Start()
 	ranks, cores := r.Bundle.Topo.Ranks(), runtime.GOMAXPROCS(0)
-	s := &inStepRun{r: r, run: run, trace: tr, share: 1,
+	s := &inStepRun{r: r, run: run, trace: tr, share: 1, unit: 1,
 		packs: map[*ir.Program][ir.NumStreams][]bool{}, shared: map[*ir.Program][]bool{}}
 	if ranks > cores {
 		// As engine.shareCores gates them.
@@ -133,6 +136,22 @@ type inStepColl struct {
 
 func newInStepSamples() *inStepSamples {
 	return &inStepSamples{kernels: map[string][]float64{}}
+}
+
+// scale multiplies every time in the samples by f.
+func (in *inStepSamples) scale(f float64) {
+	for _, ts := range in.kernels {
+		for i := range ts {
+			ts[i] *= f
+		}
+	}
+	for i := range in.gap {
+		in.gap[i] *= f
+	}
+	in.wakes *= f
+	for i := range in.colls {
+		in.colls[i].secs *= f
+	}
 }
 
 // instruction is the seconds an instruction costs its stream beyond its
@@ -235,11 +254,11 @@ func (s *inStepRun) times(out *inStepSamples) {
 				shared = simulator.Shareable(p)
 				s.shared[p] = shared
 			}
-			out.colls = append(out.colls, inStepColl{in.Coll, in.Group.Outer.Div(in.Group.Inner), float64(in.Bytes), sp.Dur.Seconds(), in.Coll == ir.AllGather && shared[in.Out]})
+			out.colls = append(out.colls, inStepColl{in.Coll, in.Group.Outer.Div(in.Group.Inner), float64(in.Bytes), sp.Dur.Seconds() * s.unit, in.Coll == ir.AllGather && shared[in.Out]})
 		}
 		if sp.Instr.Op == ir.Kernel && prev.Instr != nil && prev.Instr.Op == ir.Kernel && prev.Rank == sp.Rank && prev.Step == sp.Step {
 			if a := prev.Start + prev.Dur; !busy.overlaps(a, sp.Start) {
-				out.gap[s.meets] += (sp.Start - a).Seconds() * s.share
+				out.gap[s.meets] += (sp.Start - a).Seconds() * s.share * s.unit
 				out.gapInstrs[s.meets] += sp.Index - prev.Index
 			}
 		}
@@ -266,7 +285,7 @@ func (s *inStepRun) times(out *inStepSamples) {
 		case packs[sp.Stream][sp.Index] || sp.Pack == engine.PackMade:
 			k += packingSuffix
 		}
-		out.kernels[k] = append(out.kernels[k], sp.Dur.Seconds()*s.share)
+		out.kernels[k] = append(out.kernels[k], sp.Dur.Seconds()*s.share*s.unit)
 	}
 }
 
@@ -295,7 +314,7 @@ func (s *inStepRun) wakes(spans []engine.TraceSpan, out *inStepSamples) {
 		if !ok || r <= sp.Start || next.Start < r {
 			continue
 		}
-		out.wakes += (next.Start - r).Seconds()
+		out.wakes += (next.Start - r).Seconds() * s.unit
 		out.wakeInstrs[s.meets] += float64(next.Index-sp.Index) / s.share
 		out.waits++
 	}

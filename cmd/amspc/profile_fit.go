@@ -40,7 +40,7 @@ func fitToSteps(job *ir.Job, probes []*compiler.Result, names []string, prof *pr
 	for i, r := range probes {
 		progs[i] = r.Program
 	}
-	if err := measureRows(rows, tokens, warmup, steps, 1, func() error { return nil }, 0); err != nil {
+	if err := measureRows(rows, tokens, warmup, steps, 1, func() error { return nil }, 0, nil); err != nil {
 		return nil, err
 	}
 	fit := &overheadFit{plans: names}

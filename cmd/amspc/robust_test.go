@@ -319,6 +319,8 @@ func badFlagCases(f fixtures) []badCase {
 		{[]string{"validate", "--plans", "bogus", tiny}, `-plans`},
 		{[]string{"validate", "--calibrate=maybe", tiny}, `-calibrate`},
 		{[]string{"validate", "--in-step=false", tiny}, `--in-step says how --calibrate`},
+		{[]string{"validate", "--reference=false", tiny}, `--reference says how --calibrate`},
+		{[]string{"validate", "--calibrate", "--reference=maybe", tiny}, `-reference`},
 		{[]string{"validate", "--save-profile", filepath.Join(f.dir, "p.csv"), tiny}, `--save-profile writes what --calibrate measured`},
 		{[]string{"validate", "--calibrate", "--save-profile", "/nonexistent/dir/p.csv", tiny}, `/nonexistent/dir`},
 		{[]string{"profile", "--in-step=maybe", "-o", filepath.Join(f.dir, "p.csv"), tiny}, `-in-step`},

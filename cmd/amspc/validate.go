@@ -38,6 +38,10 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "amspc validate: --in-step says how --calibrate costs kernels: give --calibrate too")
 		return exitUser
 	}
+	if setFlags(fs)["reference"] && !o.calibrate {
+		fmt.Fprintln(stderr, "amspc validate: --reference says how --calibrate takes its times: give --calibrate too")
+		return exitUser
+	}
 	if o.saveProfile != "" && !o.calibrate {
 		fmt.Fprintln(stderr, "amspc validate: --save-profile writes what --calibrate measured: give --calibrate too")
 		return exitUser
@@ -76,12 +80,12 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	clock := startLoadClock()
-	prof, err := o.measure(file, job, rows, tokens)
+	prof, ref, err := o.measure(file, job, rows, tokens)
 	if err != nil {
 		fmt.Fprintf(stderr, "amspc validate: %v\n", err)
 		return exitUser
 	}
-	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof, Calibrated: o.calibrate,
+	sum := validationSummary{Model: job.Graph.Name, Ranks: job.Cluster.GPUs(), Profile: prof, Calibrated: o.calibrate, Reference: ref,
 		Data: what, Steps: o.steps, Warmup: o.warmup, Instances: o.instances, Plans: o.plans, Rows: rows}
 	if load, ok := clock.load(); ok {
 		sum.Load = &load
@@ -109,12 +113,13 @@ type validateOptions struct {
 	markdown, json bool
 	calibrate      bool
 	inStep         bool
+	reference      bool
 	saveProfile    string
 	extremes       int // from --plans extremes=N; 0: every plan
 }
 
 func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
-	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--instances K] [--calibrate [--in-step=false] [--save-profile FILE]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
+	fs := newFlagSet("validate", "usage: amspc validate [--plans rows|all|extremes=N] [--steps N] [--warmup K] [--instances K] [--calibrate [--in-step=false] [--reference=false] [--save-profile FILE]] [--markdown|--json] [--shard PLAN] [--profile FILE] [--cluster FILE] [--train FILE] FILE", stderr)
 	o := &validateOptions{}
 	o.lf.register(fs)
 	o.lf.registerShard(fs, "validate, among the rows, (auto: no fixed plan)")
@@ -127,6 +132,7 @@ func newValidateFlags(stderr io.Writer) (*flag.FlagSet, *validateOptions) {
 	fs.StringVar(&o.data, "data", "", "train on `PATH` (as amspc run --data; default: the embedded corpus)")
 	fs.BoolVar(&o.calibrate, "calibrate", false, "predict with a profile of the plans' own kernels and collectives measured in the rotation (before the first round and after each), not one taken earlier: the machine's drift then falls on costs and steps alike (the plans are still chosen by --profile's or the cluster's figures)")
 	fs.BoolVar(&o.inStep, "in-step", true, "with --calibrate, also start each of the profile's plans every round, trace a step of it and cost kernels as those steps ran them (as amspc profile does); false: every kernel's time alone")
+	fs.BoolVar(&o.reference, "reference", true, "with --calibrate, keep a run of the profile's first plan (ZeRO-3) and step it beside every step and measurement, taking each time against the reference's step at that moment and showing it at the reference's median step: what moves every plan alike (this machine's speed, which moves in episodes of seconds) falls out of the comparison; false: times as the clock measured them")
 	fs.StringVar(&o.saveProfile, "save-profile", "", "with --calibrate, also write the profile the predictions were costed with to `FILE` (plan, compile and trace --profile FILE cost with it)")
 	return fs, o
 }
@@ -206,7 +212,11 @@ type validationRow struct {
 	Micro     int     `json:"micro_batches"`
 	Predicted float64 `json:"predicted_s"`
 	Measured  float64 `json:"measured_s"`
-	Error     float64 `json:"error"` // predicted / measured - 1
+	// Wall is the timed steps' median as the clock measured them;
+	// Measured is the same steps each taken against the reference's
+	// step beside it (validate --calibrate: speedRef), else Wall.
+	Wall  float64 `json:"wall_s"`
+	Error float64 `json:"error"` // predicted / measured - 1
 	// Spread is the timed steps' median absolute deviation over their
 	// median: how much this plan's own steps vary. Repeat is how far
 	// apart the medians of the plan's instances (separate runs of it,
@@ -255,8 +265,11 @@ type validationSummary struct {
 	SpearmanSeparated float64 `json:"spearman_separated"`
 	// Calibrated: Profile describes validate --calibrate's measurements
 	// (else it names a profile file, or is empty).
-	Calibrated bool    `json:"calibrated,omitempty"`
-	Seconds    float64 `json:"seconds"`
+	Calibrated bool `json:"calibrated,omitempty"`
+	// Reference is the run every time was taken against (validate
+	// --calibrate --reference: speedRef), nil for none.
+	Reference *refSummary `json:"reference,omitempty"`
+	Seconds   float64     `json:"seconds"`
 	// Load is how quiet the machine was while the steps and the
 	// calibration ran (nil where it cannot be read).
 	Load *machineLoad `json:"machine_load,omitempty"`
@@ -379,14 +392,31 @@ func (s *validationSummary) text(w io.Writer, file string) {
 	if s.Profile != "" {
 		prof = "profile " + s.Profile
 	}
-	fmt.Fprintf(w, "%s: %s on %d local ranks, %d plans, %d timed steps of each of %d runs (after %d), predicted with %s\n",
-		file, s.Model, s.Ranks, len(s.Rows), s.Steps, max(1, s.Instances), s.Warmup, prof)
-	fmt.Fprintf(w, "    %-36s %-16s %-9s %3s %10s %10s %7s %6s\n", "plan", "s_p/s_g/s_os", "recompute", "M", "predicted", "measured", "error", "runs")
+	fmt.Fprintf(w, "%s: %s on %d local ranks, %d plans, %d timed steps of each of %d runs (after %d), predicted with %s%s\n",
+		file, s.Model, s.Ranks, len(s.Rows), s.Steps, max(1, s.Instances), s.Warmup, prof, s.refText())
+	wall := s.Reference != nil
+	fmt.Fprintf(w, "    %-36s %-16s %-9s %3s %10s %10s %7s %6s", "plan", "s_p/s_g/s_os", "recompute", "M", "predicted", "measured", "error", "runs")
+	if wall {
+		fmt.Fprintf(w, " %10s", "wall")
+	}
+	fmt.Fprintln(w)
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%% %5.1f%%\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
+		fmt.Fprintf(w, "    %-36s %-16s %-9s %3d %10s %10s %+6.1f%% %5.1f%%", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
+		if wall {
+			fmt.Fprintf(w, " %10s", dur(r.Wall))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "median |error| %.1f%%, worst %.1f%%, Spearman rank correlation %.3f; %s; in %s%s\n",
 		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, s.pairsText(), dur(s.Seconds), s.loadText())
+}
+
+// refText says what the times were taken against ("" for none).
+func (s *validationSummary) refText() string {
+	if s.Reference == nil {
+		return ""
+	}
+	return "; " + s.Reference.String()
 }
 
 func (s *validationSummary) markdown(w io.Writer) {
@@ -397,11 +427,20 @@ func (s *validationSummary) markdown(w io.Writer) {
 	case s.Profile != "":
 		prof = "`" + s.Profile + "`"
 	}
-	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps of each of %d runs per plan in a shuffled rotation after %d.\n\n",
-		s.Model, s.Ranks, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, max(1, s.Instances), s.Warmup)
-	fmt.Fprintf(w, "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error | runs apart |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "### %s on %d ranks: %d plans (%s)\n\n%d local ranks on %s, GOMAXPROCS %d; predicted with %s; measured on %s, %d steps of each of %d runs per plan in a shuffled rotation after %d%s.\n\n",
+		s.Model, s.Ranks, len(s.Rows), s.Plans, s.Ranks, cpuModel(), runtime.GOMAXPROCS(0), prof, s.Data, s.Steps, max(1, s.Instances), s.Warmup, s.refText())
+	wall := s.Reference != nil
+	head, rule := "| plan | s_p/s_g/s_os | recompute | M | predicted | measured | error | runs apart |", "|---|---|---|---:|---:|---:|---:|---:|"
+	if wall {
+		head, rule = head+" wall |", rule+"---:|"
+	}
+	fmt.Fprintf(w, "%s\n%s\n", head, rule)
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% | %.1f %% |\n", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %+.1f %% | %.1f %% |", r.Plan, r.Factors, r.Recompute, r.Micro, dur(r.Predicted), dur(r.Measured), 100*r.Error, 100*r.Repeat)
+		if wall {
+			fmt.Fprintf(w, " %s |", dur(r.Wall))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nMedian absolute error **%.1f %%**, worst **%.1f %%**, Spearman rank correlation of predicted and measured steps **%.3f** (%d plans, %s); %s%s.\n\n",
 		100*s.MedianAbsError, 100*s.MaxAbsError, s.Spearman, len(s.Rows), dur(s.Seconds), s.pairsText(), s.loadText())
@@ -489,8 +528,12 @@ func ranks(xs []float64) []float64 {
 // process, a noisy neighbour) slows every plan alike rather than the few
 // that ran then, and no run always follows the same one. As many plans
 // are kept at once as fit in half the memory available (by their
-// predicted peaks).
-func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances int, between func() error, reserve float64) error {
+// predicted peaks). With a reference (validate --calibrate: speedRef),
+// it steps before every timed step and after each round's last, and
+// the measured step is of the steps each taken against it, in its
+// steps (the caller shows them at its typical step); Wall is the
+// clock's median either way.
+func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances int, between func() error, reserve float64, ref *speedRef) error {
 	budget := availableBytes()/2 - reserve
 	for lo := 0; lo < len(rows); {
 		hi, used := lo, 0.0
@@ -514,19 +557,36 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances 
 				return fmt.Errorf("%s: %v", row.Plan, err)
 			}
 		}
+		// times and at: each run's timed steps and their middles (for
+		// the reference: seconds since it started).
 		times := make([][]float64, len(runs))
+		at := make([][]float64, len(runs))
 		if err := between(); err != nil {
 			return err
 		}
 		for round := 0; round < warmup+steps; round++ {
 			order := rand.New(rand.NewPCG(uint64(round), 0x616d7370)).Perm(len(runs))
 			for _, k := range order {
+				if ref != nil && round >= warmup {
+					if err := ref.step(); err != nil {
+						return err
+					}
+				}
 				t0 := time.Now()
 				if _, err := runs[k].Step(); err != nil {
 					return fmt.Errorf("%s: step %d: %v", batch[k/instances].Plan, round+1, err)
 				}
 				if round >= warmup {
-					times[k] = append(times[k], time.Since(t0).Seconds())
+					d := time.Since(t0).Seconds()
+					times[k] = append(times[k], d)
+					if ref != nil {
+						at[k] = append(at[k], t0.Sub(ref.start).Seconds()+d/2)
+					}
+				}
+			}
+			if ref != nil && round >= warmup {
+				if err := ref.step(); err != nil {
+					return err
 				}
 			}
 			if err := between(); err != nil {
@@ -534,27 +594,43 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances 
 			}
 		}
 		for i := range batch {
-			row := &batch[i]
-			var all, meds []float64
-			for _, ts := range times[i*instances : (i+1)*instances] {
-				all = append(all, ts...)
-				meds = append(meds, median(ts))
-			}
-			row.Measured = median(all)
-			row.Error = row.Predicted/row.Measured - 1
-			dev := make([]float64, len(all))
-			for k, x := range all {
-				dev[k] = math.Abs(x - row.Measured)
-			}
-			row.Spread = median(dev) / row.Measured
-			row.Repeat = (slices.Max(meds) - slices.Min(meds)) / row.Measured
-			row.ran, row.ranJob = row.result.Program, row.result.Job
-			row.result = nil
+			k := i * instances
+			batch[i].settle(times[k:k+instances], at[k:k+instances], ref)
 		}
 		lo = hi
 		runtime.GC()
 	}
 	return nil
+}
+
+// settle sets r's measured step, spread and repeat from its runs' timed
+// steps (times) and their middles (at, for ref), and lets its compiled
+// plan go (the program it ran stays).
+func (r *validationRow) settle(times, at [][]float64, ref *speedRef) {
+	var all, meds, wall []float64
+	for k, ts := range times {
+		wall = append(wall, ts...)
+		if ref != nil {
+			// In reference steps; measure shows them at its typical
+			// step once every step is taken.
+			ts = make([]float64, len(times[k]))
+			for j, x := range times[k] {
+				ts[j] = x / ref.stepAt(at[k][j])
+			}
+		}
+		all = append(all, ts...)
+		meds = append(meds, median(ts))
+	}
+	r.Measured, r.Wall = median(all), median(wall)
+	r.Error = r.Predicted/r.Measured - 1
+	dev := make([]float64, len(all))
+	for k, x := range all {
+		dev[k] = math.Abs(x - r.Measured)
+	}
+	r.Spread = median(dev) / r.Measured
+	r.Repeat = (slices.Max(meds) - slices.Min(meds)) / r.Measured
+	r.ran, r.ranJob = r.result.Program, r.result.Job
+	r.result = nil
 }
 
 // planLabel names a plan by its row name and, where they differ, its

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"amspc/compiler"
 	"amspc/cost"
@@ -31,8 +32,13 @@ type calibration struct {
 	kernels []profKernel
 	packs   []profPack
 	colls   []collProbe
-	// a sample per round: kernels', packings', collectives' seconds
-	kt, pt, ct [][]float64
+	// a sample per round: kernels', packings', collectives' seconds,
+	// and when each was taken (kat, pat, cat: seconds since ref started)
+	kt, pt, ct    [][]float64
+	kat, pat, cat [][]float64
+	// ref, where not nil, is stepped between the measurements, and
+	// every time measured is taken against it (speedRef).
+	ref *speedRef
 	// probes are the profile's plans (profilePlans, under shard auto),
 	// each started afresh every round and traced a step: the kernels'
 	// times as a step runs them (instep.go), in samples. Two runs of one
@@ -84,12 +90,23 @@ func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) erro
 }
 
 // probe starts each probe's plan, traces a step of it into c.samples,
-// and lets the run go.
+// and lets the run go. With a reference, the traced step runs between
+// two of the reference's, and its times go in reference steps (profile
+// shows them at its typical step).
 func (c *calibration) probe() error {
 	for _, r := range c.probes {
 		s, err := startInStep(r, c.tokens)
+		if err == nil && c.ref != nil {
+			err = c.ref.step()
+		}
+		t0 := time.Now()
 		if err == nil {
 			err = s.step()
+		}
+		mid := c.since(t0)
+		if err == nil && c.ref != nil {
+			err = c.ref.step()
+			s.unit = 1 / c.ref.stepAt(mid)
 		}
 		if err != nil {
 			return fmt.Errorf("calibrating with %s: %v", r.Bundle.Plan, err)
@@ -98,6 +115,36 @@ func (c *calibration) probe() error {
 		runtime.GC()
 	}
 	return nil
+}
+
+// since is the middle of what began at t0 and ends now, in seconds
+// since the reference started (0 without one).
+func (c *calibration) since(t0 time.Time) float64 {
+	if c.ref == nil {
+		return 0
+	}
+	return (t0.Sub(c.ref.start) + time.Since(t0)/2).Seconds()
+}
+
+// due takes a reference step when one is due (speedRef.due).
+func (c *calibration) due() error {
+	if c.ref == nil {
+		return nil
+	}
+	return c.ref.due()
+}
+
+// atRef is xs[i] taken at at[i], shown at the reference's typical step
+// (xs itself without a reference).
+func (c *calibration) atRef(xs, at []float64) []float64 {
+	if c.ref == nil {
+		return xs
+	}
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = x * c.ref.scale(at[i])
+	}
+	return out
 }
 
 // newCalibration lists what rows' programs run.
@@ -143,9 +190,9 @@ func newCalibration(rows []validationRow, topo ir.Topology) *calibration {
 		}
 		return a.elems < b.elems
 	})
-	c.kt = make([][]float64, len(c.kernels))
-	c.pt = make([][]float64, len(c.packs))
-	c.ct = make([][]float64, len(c.colls))
+	c.kt, c.kat = make([][]float64, len(c.kernels)), make([][]float64, len(c.kernels))
+	c.pt, c.pat = make([][]float64, len(c.packs)), make([][]float64, len(c.packs))
+	c.ct, c.cat = make([][]float64, len(c.colls)), make([][]float64, len(c.colls))
 	return c
 }
 
@@ -186,29 +233,47 @@ func (c *calibration) measure() error {
 	c.rounds++
 	defer runtime.GC()
 	for i, k := range c.kernels {
+		if err := c.due(); err != nil {
+			return err
+		}
+		t0 := time.Now()
 		s, err := engine.MeasureKernel(c.topo, k.prog, k.in, c.reps)
 		if err != nil {
 			return fmt.Errorf("calibrating %v %s: %v", k.in.Kern, profile.FormatShapes(k.shapes), err)
 		}
-		c.kt[i] = append(c.kt[i], s)
+		c.kt[i], c.kat[i] = append(c.kt[i], s), append(c.kat[i], c.since(t0))
 		runtime.GC()
 	}
 	for j, pk := range c.packs {
+		if err := c.due(); err != nil {
+			return err
+		}
+		t0 := time.Now()
 		s, err := engine.MeasurePack(c.topo, pk.kind, int(pk.k), int(pk.n), c.reps)
 		if err != nil {
 			return fmt.Errorf("calibrating %s: %v", pk.key, err)
 		}
-		c.pt[j] = append(c.pt[j], s)
+		c.pt[j], c.pat[j] = append(c.pt[j], s), append(c.pat[j], c.since(t0))
 	}
 	for i, p := range c.colls {
+		if err := c.due(); err != nil {
+			return err
+		}
+		t0 := time.Now()
 		s, err := measureColl(c.topo, p.c, p.shared, p.g, p.elems, c.reps, nil)
 		if err != nil {
 			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
 		}
-		c.ct[i] = append(c.ct[i], s)
+		c.ct[i], c.cat[i] = append(c.ct[i], s), append(c.cat[i], c.since(t0))
 		runtime.GC()
 	}
-	return c.probe()
+	if err := c.probe(); err != nil {
+		return err
+	}
+	if c.ref == nil {
+		return nil
+	}
+	return c.ref.step()
 }
 
 // profile is the medians of the rounds' samples as a profile.
@@ -218,16 +283,20 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	prof := &profile.Profile{Meta: meta}
 	alone := make([]float64, len(c.kernels))
 	for i := range c.kernels {
-		alone[i] = median(c.kt[i])
+		alone[i] = median(c.atRef(c.kt[i], c.kat[i]))
 	}
 	packAlone := make([]float64, len(c.packs))
 	for j := range c.packs {
-		packAlone[j] = median(c.pt[j])
+		packAlone[j] = median(c.atRef(c.pt[j], c.pat[j]))
 	}
 	t := inStepTimes{kernels: alone, packs: packAlone}
 	var samples *inStepSamples
 	if len(c.probes) > 0 {
 		samples = c.samples
+		if c.ref != nil {
+			// From reference steps to its typical step.
+			samples.scale(c.ref.typical())
+		}
 		t = applyInStep(c.kernels, alone, c.packs, packAlone, samples)
 		c.ratio, c.covered = t.ratio, t.covered
 	}
@@ -242,7 +311,7 @@ func (c *calibration) profile(job *ir.Job, rounds int) *profile.Profile {
 	addKernels(prof, ks, packs)
 	for i, p := range c.colls {
 		bytes := float64(p.bytes)
-		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.ct[i]) / 1e9, Shared: p.shared})
+		prof.AddCollective(profile.CollectiveRow{Coll: p.c, Group: p.g, Bytes: bytes, GBps: bytes / median(c.atRef(c.ct[i], c.cat[i])) / 1e9, Shared: p.shared})
 	}
 	if samples != nil {
 		prof.Overhead = samples.overhead(job, prof)
@@ -284,7 +353,7 @@ func predictCalibrated(rows []validationRow, prof *profile.Profile) (*profile.Pr
 // measure times the rows' steps (measureRows) and, with --calibrate,
 // costs them again with what the calibration measured between the
 // rounds; it returns what the predictions were costed with.
-func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow, tokens []int32) (string, error) {
+func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow, tokens []int32) (string, *refSummary, error) {
 	var cal *calibration
 	between := func() error { return nil }
 	reserve := 0.0
@@ -292,24 +361,41 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
 		if o.inStep {
 			if err := cal.startProbes(file, job, tokens); err != nil {
-				return "", fmt.Errorf("%s: %v", file, err)
+				return "", nil, fmt.Errorf("%s: %v", file, err)
 			}
 		}
-		between, reserve = cal.measure, cal.bytes()
+		if o.reference {
+			r, label, err := compileSpeedRef(file, job)
+			if err == nil {
+				reserve += hostBytes(r)
+				cal.ref, err = startSpeedRef(r, label, tokens)
+			}
+			if err != nil {
+				return "", nil, fmt.Errorf("%s: %v", file, err)
+			}
+		}
+		between, reserve = cal.measure, reserve+cal.bytes()
 	}
-	if err := measureRows(rows, tokens, o.warmup, o.steps, o.instances, between, reserve); err != nil {
-		return "", err
+	if err := measureRows(rows, tokens, o.warmup, o.steps, o.instances, between, reserve, cal.reference()); err != nil {
+		return "", nil, err
 	}
 	if cal == nil {
-		return job.Cluster.Profile, nil
+		return job.Cluster.Profile, nil, nil
+	}
+	var ref *refSummary
+	if cal.ref != nil {
+		ref = cal.ref.summary()
+		for i := range rows {
+			rows[i].Measured *= ref.Median
+		}
 	}
 	calibrated, err := predictCalibrated(rows, cal.profile(job, cal.rounds))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if o.saveProfile != "" {
 		if err := outfile.Write(o.saveProfile, nil, calibrated.Write); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Predicted < rows[j].Predicted })
@@ -326,5 +412,13 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 			prof += fmt.Sprintf(", %s a hand-off, %s a wake-up", dur(o.Collective), dur(o.Wake))
 		}
 	}
-	return prof, nil
+	return prof, ref, nil
+}
+
+// reference is c's reference (nil for none, or for no calibration).
+func (c *calibration) reference() *speedRef {
+	if c == nil {
+		return nil
+	}
+	return c.ref
 }

@@ -162,6 +162,16 @@ func TestValidateCalibrated(t *testing.T) {
 	if sum.Ranks != 2 || len(sum.Rows) < 4 || !strings.Contains(sum.Profile, "measured between the rounds") {
 		t.Fatalf("summary %+v", sum)
 	}
+	// Every time was taken against the reference (--reference, on by
+	// default), which stepped beside each of the rows' timed steps.
+	if ref := sum.Reference; ref == nil || ref.Plan != "ZeRO-3 (2x1/2x1/2x1)" || ref.Steps < 3*len(sum.Rows) || !(ref.P10 <= ref.Median && ref.Median <= ref.P90) {
+		t.Fatalf("reference %+v", sum.Reference)
+	}
+	for _, r := range sum.Rows {
+		if !(r.Wall > 0) || !(r.Measured > 0) {
+			t.Fatalf("%s: wall %g s, measured %g s", r.Plan, r.Wall, r.Measured)
+		}
+	}
 	// The saved profile is what the predictions were costed with: plan
 	// --profile costs DDP's row to the same step (its baseline row).
 	ddp := -1
