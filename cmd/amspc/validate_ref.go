@@ -39,8 +39,16 @@ type speedRef struct {
 }
 
 // refEvery is the longest the calibration measures without a reference
-// step between: shorter than the machine's episodes.
-const refEvery = 300 * time.Millisecond
+// step between, shorter than the machine's episodes, where the
+// reference's step is short; a reference whose steps take longer steps
+// after refSteps of its steps' time of measurements, so that it takes at
+// most a third of the calibration's time (fewwide's ZeRO-3 on 8 ranks
+// steps in about a second, and stepped every 300 ms it tripled the
+// calibration).
+const (
+	refEvery = 300 * time.Millisecond
+	refSteps = 2
+)
 
 // startSpeedRef starts r's plan as the reference and takes an untimed
 // step (its first allocations and page faults are not a step's).
@@ -84,9 +92,14 @@ func (s *speedRef) step() error {
 	return nil
 }
 
-// due takes a reference step when refEvery has passed since the last.
+// due takes a reference step when refEvery, or refSteps of its last
+// step's time, has passed since the last.
 func (s *speedRef) due() error {
-	if time.Since(s.last) < refEvery {
+	wait := refEvery
+	if n := len(s.secs); n > 0 {
+		wait = max(wait, time.Duration(refSteps*s.secs[n-1]*float64(time.Second)))
+	}
+	if time.Since(s.last) < wait {
 		return nil
 	}
 	return s.step()
