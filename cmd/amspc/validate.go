@@ -577,10 +577,9 @@ func measureRows(rows []validationRow, tokens []int32, warmup, steps, instances 
 					return fmt.Errorf("%s: step %d: %v", batch[k/instances].Plan, round+1, err)
 				}
 				if round >= warmup {
-					d := time.Since(t0).Seconds()
-					times[k] = append(times[k], d)
+					times[k] = append(times[k], time.Since(t0).Seconds())
 					if ref != nil {
-						at[k] = append(at[k], t0.Sub(ref.start).Seconds()+d/2)
+						at[k] = append(at[k], ref.mid(t0))
 					}
 				}
 			}

@@ -75,18 +75,17 @@ type collProbe struct {
 // rounds' median is the cost (a wide model's round takes tens of seconds).
 const calibrationReps = 1
 
-// startProbes compiles the profile's plans of job under shard auto (a
+// profileProbes compiles the profile's plans of job under shard auto (a
 // file's fixed shard section would make its one plan the only probe),
-// to be started and traced a step each round.
-func (c *calibration) startProbes(file string, job *ir.Job, tokens []int32) error {
+// and names them: the probes, and the first (ZeRO-3) the reference.
+func profileProbes(file string, job *ir.Job) ([]*compiler.Result, []string, error) {
 	auto := *job
 	auto.Shard = nil
-	results, _, st := compileProfilePlans(file, &auto, profilePlans(&auto), io.Discard)
-	if st != exitOK {
-		return fmt.Errorf("the profile's plans do not compile")
+	results, labels, st := compileProfilePlans(file, &auto, profilePlans(&auto), io.Discard)
+	if st != exitOK || len(results) == 0 {
+		return nil, nil, fmt.Errorf("%s: the profile's plans do not compile", file)
 	}
-	c.probes, c.tokens, c.samples = results, tokens, newInStepSamples()
-	return nil
+	return results, labels, nil
 }
 
 // probe starts each probe's plan, traces a step of it into c.samples,
@@ -103,8 +102,8 @@ func (c *calibration) probe() error {
 		if err == nil {
 			err = s.step()
 		}
-		mid := c.since(t0)
 		if err == nil && c.ref != nil {
+			mid := c.ref.mid(t0)
 			err = c.ref.step()
 			s.unit = 1 / c.ref.stepAt(mid)
 		}
@@ -117,21 +116,25 @@ func (c *calibration) probe() error {
 	return nil
 }
 
-// since is the middle of what began at t0 and ends now, in seconds
-// since the reference started (0 without one).
-func (c *calibration) since(t0 time.Time) float64 {
-	if c.ref == nil {
-		return 0
+// sample takes one measurement into xs, and when it was taken into at
+// (its middle, for the reference), after a reference step where one is
+// due (speedRef.due).
+func (c *calibration) sample(xs, at *[]float64, measure func() (float64, error)) error {
+	if c.ref != nil {
+		if err := c.ref.due(); err != nil {
+			return err
+		}
 	}
-	return (t0.Sub(c.ref.start) + time.Since(t0)/2).Seconds()
-}
-
-// due takes a reference step when one is due (speedRef.due).
-func (c *calibration) due() error {
-	if c.ref == nil {
-		return nil
+	t0 := time.Now()
+	s, err := measure()
+	if err != nil {
+		return err
 	}
-	return c.ref.due()
+	*xs = append(*xs, s)
+	if c.ref != nil {
+		*at = append(*at, c.ref.mid(t0))
+	}
+	return nil
 }
 
 // atRef is xs[i] taken at at[i], shown at the reference's typical step
@@ -233,38 +236,23 @@ func (c *calibration) measure() error {
 	c.rounds++
 	defer runtime.GC()
 	for i, k := range c.kernels {
-		if err := c.due(); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		s, err := engine.MeasureKernel(c.topo, k.prog, k.in, c.reps)
+		err := c.sample(&c.kt[i], &c.kat[i], func() (float64, error) { return engine.MeasureKernel(c.topo, k.prog, k.in, c.reps) })
 		if err != nil {
 			return fmt.Errorf("calibrating %v %s: %v", k.in.Kern, profile.FormatShapes(k.shapes), err)
 		}
-		c.kt[i], c.kat[i] = append(c.kt[i], s), append(c.kat[i], c.since(t0))
 		runtime.GC()
 	}
 	for j, pk := range c.packs {
-		if err := c.due(); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		s, err := engine.MeasurePack(c.topo, pk.kind, int(pk.k), int(pk.n), c.reps)
+		err := c.sample(&c.pt[j], &c.pat[j], func() (float64, error) { return engine.MeasurePack(c.topo, pk.kind, int(pk.k), int(pk.n), c.reps) })
 		if err != nil {
 			return fmt.Errorf("calibrating %s: %v", pk.key, err)
 		}
-		c.pt[j], c.pat[j] = append(c.pt[j], s), append(c.pat[j], c.since(t0))
 	}
 	for i, p := range c.colls {
-		if err := c.due(); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		s, err := measureColl(c.topo, p.c, p.shared, p.g, p.elems, c.reps, nil)
+		err := c.sample(&c.ct[i], &c.cat[i], func() (float64, error) { return measureColl(c.topo, p.c, p.shared, p.g, p.elems, c.reps, nil) })
 		if err != nil {
 			return fmt.Errorf("calibrating %v over %v: %v", p.c, p.g, err)
 		}
-		c.ct[i], c.cat[i] = append(c.ct[i], s), append(c.cat[i], c.since(t0))
 		runtime.GC()
 	}
 	if err := c.probe(); err != nil {
@@ -359,18 +347,16 @@ func (o *validateOptions) measure(file string, job *ir.Job, rows []validationRow
 	reserve := 0.0
 	if o.calibrate {
 		cal = newCalibration(rows, ir.Topology{GPUsPerNode: job.Cluster.GPUsPerNode, Nodes: job.Cluster.Nodes})
+		probes, labels, err := profileProbes(file, job)
+		if err != nil {
+			return "", nil, err
+		}
 		if o.inStep {
-			if err := cal.startProbes(file, job, tokens); err != nil {
-				return "", nil, fmt.Errorf("%s: %v", file, err)
-			}
+			cal.probes, cal.tokens, cal.samples = probes, tokens, newInStepSamples()
 		}
 		if o.reference {
-			r, label, err := compileSpeedRef(file, job)
-			if err == nil {
-				reserve += hostBytes(r)
-				cal.ref, err = startSpeedRef(r, label, tokens)
-			}
-			if err != nil {
+			reserve += hostBytes(probes[0])
+			if cal.ref, err = startSpeedRef(probes[0], labels[0], tokens); err != nil {
 				return "", nil, fmt.Errorf("%s: %v", file, err)
 			}
 		}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
 	"amspc/compiler"
 	"amspc/engine"
-	"amspc/ir"
 )
 
 // A reference is one run of a fixed plan (the profile's first: ZeRO-3
@@ -64,20 +62,11 @@ func startSpeedRef(r *compiler.Result, label string, tokens []int32) (*speedRef,
 	return &speedRef{plan: label, run: run, start: now, last: now}, nil
 }
 
-// compileSpeedRef compiles the profile's first plan of job under shard
-// auto as the reference, and names it.
-func compileSpeedRef(file string, job *ir.Job) (*compiler.Result, string, error) {
-	auto := *job
-	auto.Shard = nil
-	results, labels, st := compileProfilePlans(file, &auto, profilePlans(&auto)[:1], io.Discard)
-	if st != exitOK || len(results) == 0 {
-		return nil, "", fmt.Errorf("the reference plan does not compile")
-	}
-	return results[0], labels[0], nil
+// mid is the middle of what began at t0 and ends now, in seconds since
+// the reference started: when a time so measured was taken.
+func (s *speedRef) mid(t0 time.Time) float64 {
+	return (t0.Sub(s.start) + time.Since(t0)/2).Seconds()
 }
-
-// now is the time since the reference started, in seconds.
-func (s *speedRef) now() float64 { return time.Since(s.start).Seconds() }
 
 // step takes a reference step.
 func (s *speedRef) step() error {
@@ -85,10 +74,9 @@ func (s *speedRef) step() error {
 	if _, err := s.run.Step(); err != nil {
 		return fmt.Errorf("the reference %s: %v", s.plan, err)
 	}
+	s.at = append(s.at, s.mid(t0))
 	s.last = time.Now()
-	d := s.last.Sub(t0).Seconds()
-	s.at = append(s.at, t0.Sub(s.start).Seconds()+d/2)
-	s.secs = append(s.secs, d)
+	s.secs = append(s.secs, s.last.Sub(t0).Seconds())
 	return nil
 }
 
